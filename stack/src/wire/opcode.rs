@@ -1,0 +1,322 @@
+//! BTH opcodes and what each one carries (IBTA Vol 1 §9.2.1, table 38; Annex A17.9.3 for CNP).
+//!
+//! The top three bits name the transport, the low five the operation. The table here is the
+//! single place that says which extension headers an opcode has (in wire order: DETH, RETH,
+//! AtomicETH, AETH, AtomicAckETH, ImmDt, IETH) and whether a payload follows them.
+
+use super::error::Error;
+use super::ext::{
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, DethRepr, IethRepr, ImmDtRepr, RethRepr,
+    CNP_RESERVED_LEN,
+};
+
+/// An opcode byte. Any value can be held; [`Opcode::info`] says whether ferroce speaks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Opcode(pub u8);
+
+/// The transport an opcode belongs to (its top three bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// Reliable Connection, 0x00-0x1f.
+    Rc,
+    /// Unreliable Connection, 0x20-0x3f.
+    Uc,
+    /// Reliable Datagram, 0x40-0x5f (not implemented by any RoCE NIC).
+    Rd,
+    /// Unreliable Datagram, 0x60-0x7f.
+    Ud,
+    /// 0x80-0x9f: the RoCEv2 congestion notification packet lives here.
+    Cnp,
+    /// Extended Reliable Connection, 0xa0-0xbf.
+    Xrc,
+    /// Manufacturer-specific, 0xc0-0xff.
+    Manufacturer,
+}
+
+/// Where a packet sits in its message; the pad rule depends on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Position {
+    /// First packet of a multi-packet message: full path-MTU payload, no pad.
+    First,
+    /// Middle packet: full path-MTU payload, no pad.
+    Middle,
+    /// Last packet of a multi-packet message.
+    Last,
+    /// The only packet of a message.
+    Only,
+}
+
+/// A set of extension headers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Headers(u8);
+
+impl Headers {
+    /// No extension header.
+    pub const NONE: Self = Self(0);
+    /// DETH (UD).
+    pub const DETH: Self = Self(1 << 0);
+    /// RETH (WRITE first/only, READ request).
+    pub const RETH: Self = Self(1 << 1);
+    /// AtomicETH (CMP_SWP, FETCH_ADD).
+    pub const ATOMIC_ETH: Self = Self(1 << 2);
+    /// AETH (acknowledgements, READ responses).
+    pub const AETH: Self = Self(1 << 3);
+    /// AtomicAckETH (atomic acknowledge).
+    pub const ATOMIC_ACK_ETH: Self = Self(1 << 4);
+    /// ImmDt (the *_WITH_IMMEDIATE opcodes).
+    pub const IMM_DT: Self = Self(1 << 5);
+    /// IETH (SEND_WITH_INVALIDATE).
+    pub const IETH: Self = Self(1 << 6);
+    /// The 16 reserved bytes of a CNP.
+    pub const CNP_RESERVED: Self = Self(1 << 7);
+
+    /// Both sets together.
+    pub const fn with(self, other: Self) -> Self {
+        Self(self.0 | other.0)
+    }
+
+    /// True when every header of `other` is in `self`.
+    pub const fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Bytes the headers take on the wire.
+    pub const fn len(self) -> usize {
+        let mut n = 0;
+        if self.contains(Self::DETH) {
+            n += DethRepr::LEN;
+        }
+        if self.contains(Self::RETH) {
+            n += RethRepr::LEN;
+        }
+        if self.contains(Self::ATOMIC_ETH) {
+            n += AtomicEthRepr::LEN;
+        }
+        if self.contains(Self::AETH) {
+            n += AethRepr::LEN;
+        }
+        if self.contains(Self::ATOMIC_ACK_ETH) {
+            n += AtomicAckEthRepr::LEN;
+        }
+        if self.contains(Self::IMM_DT) {
+            n += ImmDtRepr::LEN;
+        }
+        if self.contains(Self::IETH) {
+            n += IethRepr::LEN;
+        }
+        if self.contains(Self::CNP_RESERVED) {
+            n += CNP_RESERVED_LEN;
+        }
+        n
+    }
+
+    /// True for the empty set.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// What an opcode carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OpcodeInfo {
+    /// The name rdma-core gives it, without the `IB_OPCODE_` prefix (e.g. `RC_RDMA_WRITE_FIRST`).
+    pub name: &'static str,
+    /// Its transport.
+    pub transport: Transport,
+    /// Extension headers between the BTH and the payload.
+    pub headers: Headers,
+    /// Whether a payload (possibly empty) may follow the headers.
+    pub payload: bool,
+    /// Where the packet sits in its message.
+    pub position: Position,
+}
+
+macro_rules! opcodes {
+    ($( $(#[$m:meta])* $konst:ident = $val:literal, $pos:ident, $payload:literal, [$($h:ident),*] );+ $(;)?) => {
+        impl Opcode {
+            $(
+                $(#[$m])*
+                pub const $konst: Self = Self($val);
+            )+
+        }
+
+        const fn defined(op: u8) -> Option<OpcodeInfo> {
+            match op {
+                $(
+                    $val => Some(OpcodeInfo {
+                        name: stringify!($konst),
+                        transport: transport_of(op),
+                        headers: Headers::NONE $(.with(Headers::$h))*,
+                        payload: $payload,
+                        position: Position::$pos,
+                    }),
+                )+
+                _ => None,
+            }
+        }
+    };
+}
+
+opcodes! {
+    /// RC SEND, first packet.
+    RC_SEND_FIRST = 0x00, First, true, [];
+    /// RC SEND, middle packet.
+    RC_SEND_MIDDLE = 0x01, Middle, true, [];
+    /// RC SEND, last packet.
+    RC_SEND_LAST = 0x02, Last, true, [];
+    /// RC SEND with immediate, last packet.
+    RC_SEND_LAST_WITH_IMMEDIATE = 0x03, Last, true, [IMM_DT];
+    /// RC SEND in one packet.
+    RC_SEND_ONLY = 0x04, Only, true, [];
+    /// RC SEND with immediate in one packet.
+    RC_SEND_ONLY_WITH_IMMEDIATE = 0x05, Only, true, [IMM_DT];
+    /// RC WRITE, first packet.
+    RC_RDMA_WRITE_FIRST = 0x06, First, true, [RETH];
+    /// RC WRITE, middle packet.
+    RC_RDMA_WRITE_MIDDLE = 0x07, Middle, true, [];
+    /// RC WRITE, last packet.
+    RC_RDMA_WRITE_LAST = 0x08, Last, true, [];
+    /// RC WRITE with immediate, last packet.
+    RC_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0x09, Last, true, [IMM_DT];
+    /// RC WRITE in one packet.
+    RC_RDMA_WRITE_ONLY = 0x0a, Only, true, [RETH];
+    /// RC WRITE with immediate in one packet.
+    RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0x0b, Only, true, [RETH, IMM_DT];
+    /// RC READ request.
+    RC_RDMA_READ_REQUEST = 0x0c, Only, false, [RETH];
+    /// RC READ response, first packet.
+    RC_RDMA_READ_RESPONSE_FIRST = 0x0d, First, true, [AETH];
+    /// RC READ response, middle packet (no AETH).
+    RC_RDMA_READ_RESPONSE_MIDDLE = 0x0e, Middle, true, [];
+    /// RC READ response, last packet.
+    RC_RDMA_READ_RESPONSE_LAST = 0x0f, Last, true, [AETH];
+    /// RC READ response in one packet.
+    RC_RDMA_READ_RESPONSE_ONLY = 0x10, Only, true, [AETH];
+    /// RC acknowledgement (ACK, NAK or RNR NAK by syndrome).
+    RC_ACKNOWLEDGE = 0x11, Only, false, [AETH];
+    /// RC atomic acknowledgement, carrying the original data.
+    RC_ATOMIC_ACKNOWLEDGE = 0x12, Only, false, [AETH, ATOMIC_ACK_ETH];
+    /// RC compare-and-swap.
+    RC_COMPARE_SWAP = 0x13, Only, false, [ATOMIC_ETH];
+    /// RC fetch-and-add.
+    RC_FETCH_ADD = 0x14, Only, false, [ATOMIC_ETH];
+    /// RC SEND with invalidate, last packet.
+    RC_SEND_LAST_WITH_INVALIDATE = 0x16, Last, true, [IETH];
+    /// RC SEND with invalidate in one packet.
+    RC_SEND_ONLY_WITH_INVALIDATE = 0x17, Only, true, [IETH];
+    /// UC SEND, first packet.
+    UC_SEND_FIRST = 0x20, First, true, [];
+    /// UC SEND, middle packet.
+    UC_SEND_MIDDLE = 0x21, Middle, true, [];
+    /// UC SEND, last packet.
+    UC_SEND_LAST = 0x22, Last, true, [];
+    /// UC SEND with immediate, last packet.
+    UC_SEND_LAST_WITH_IMMEDIATE = 0x23, Last, true, [IMM_DT];
+    /// UC SEND in one packet.
+    UC_SEND_ONLY = 0x24, Only, true, [];
+    /// UC SEND with immediate in one packet.
+    UC_SEND_ONLY_WITH_IMMEDIATE = 0x25, Only, true, [IMM_DT];
+    /// UC WRITE, first packet.
+    UC_RDMA_WRITE_FIRST = 0x26, First, true, [RETH];
+    /// UC WRITE, middle packet.
+    UC_RDMA_WRITE_MIDDLE = 0x27, Middle, true, [];
+    /// UC WRITE, last packet.
+    UC_RDMA_WRITE_LAST = 0x28, Last, true, [];
+    /// UC WRITE with immediate, last packet.
+    UC_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0x29, Last, true, [IMM_DT];
+    /// UC WRITE in one packet.
+    UC_RDMA_WRITE_ONLY = 0x2a, Only, true, [RETH];
+    /// UC WRITE with immediate in one packet.
+    UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0x2b, Only, true, [RETH, IMM_DT];
+    /// UD SEND (always one packet).
+    UD_SEND_ONLY = 0x64, Only, true, [DETH];
+    /// UD SEND with immediate.
+    UD_SEND_ONLY_WITH_IMMEDIATE = 0x65, Only, true, [DETH, IMM_DT];
+    /// RoCEv2 congestion notification packet (Annex A17.9.3).
+    CNP = 0x81, Only, false, [CNP_RESERVED];
+}
+
+const fn transport_of(op: u8) -> Transport {
+    match op >> 5 {
+        0 => Transport::Rc,
+        1 => Transport::Uc,
+        2 => Transport::Rd,
+        3 => Transport::Ud,
+        4 => Transport::Cnp,
+        5 => Transport::Xrc,
+        _ => Transport::Manufacturer,
+    }
+}
+
+/// Opcodes defined by IBTA for transports ferroce does not speak: RD (0x40-0x56) and XRC
+/// (0xa0-0xb7), plus RC FLUSH / ATOMIC_WRITE (0x1c, 0x1d, IBTA 1.5). They are rejected as
+/// unsupported rather than reserved, so counters tell a foreign feature from garbage.
+const fn defined_elsewhere(op: u8) -> bool {
+    matches!(op, 0x1c | 0x1d | 0x40..=0x56 | 0xa0..=0xb7 | 0xc0..=0xff)
+}
+
+static TABLE: [Option<OpcodeInfo>; 256] = {
+    let mut t = [None; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = defined(i as u8);
+        i += 1;
+    }
+    t
+};
+
+impl Opcode {
+    /// What this opcode carries, or why ferroce rejects it.
+    #[inline]
+    pub fn info(self) -> Result<&'static OpcodeInfo, Error> {
+        match &TABLE[self.0 as usize] {
+            Some(info) => Ok(info),
+            None if defined_elsewhere(self.0) => Err(Error::UnsupportedOpcode(self.0)),
+            None => Err(Error::ReservedOpcode(self.0)),
+        }
+    }
+
+    /// The transport (top three bits).
+    pub const fn transport(self) -> Transport {
+        transport_of(self.0)
+    }
+
+    /// The opcode's name, or `RESERVED` / `UNSUPPORTED` for values ferroce does not speak.
+    pub fn name(self) -> &'static str {
+        match self.info() {
+            Ok(i) => i.name,
+            Err(Error::UnsupportedOpcode(_)) => "UNSUPPORTED",
+            Err(_) => "RESERVED",
+        }
+    }
+
+    /// Every opcode ferroce speaks, in numeric order.
+    pub fn all() -> impl Iterator<Item = Self> {
+        (0..=255u8).map(Self).filter(|o| o.info().is_ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_matches_ibta() {
+        let w = Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE.info().unwrap();
+        assert_eq!(w.headers, Headers::RETH.with(Headers::IMM_DT));
+        assert_eq!(w.headers.len(), 20);
+        assert_eq!(Opcode::RC_ATOMIC_ACKNOWLEDGE.info().unwrap().headers.len(), 12);
+        assert_eq!(Opcode::RC_COMPARE_SWAP.info().unwrap().headers.len(), 28);
+        assert_eq!(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE.info().unwrap().headers.len(), 12);
+        assert_eq!(Opcode::CNP.info().unwrap().headers.len(), 16);
+        assert!(!Opcode::RC_RDMA_READ_REQUEST.info().unwrap().payload);
+        assert_eq!(Opcode::all().count(), 38);
+        assert_eq!(Opcode(0x15).info(), Err(Error::ReservedOpcode(0x15)));
+        assert_eq!(Opcode(0x2c).info(), Err(Error::ReservedOpcode(0x2c)));
+        assert_eq!(Opcode(0x60).info(), Err(Error::ReservedOpcode(0x60)));
+        assert_eq!(Opcode(0x4a).info(), Err(Error::UnsupportedOpcode(0x4a)));
+        assert_eq!(Opcode(0xa0).info(), Err(Error::UnsupportedOpcode(0xa0)));
+        assert_eq!(Opcode(0xc5).info(), Err(Error::UnsupportedOpcode(0xc5)));
+        assert_eq!(Opcode::UC_RDMA_WRITE_ONLY.transport(), Transport::Uc);
+    }
+}

@@ -1,0 +1,321 @@
+//! A whole RoCEv2 frame: Ethernet → IP → UDP/4791 → BTH → extension headers → payload → pad →
+//! ICRC, parsed in one pass into a [`RoceRepr`] plus a borrowed payload, and emitted in one
+//! pass into a caller's buffer.
+
+use super::bth::{BthPacket, BthRepr, BTH_LEN};
+use super::error::{need, Error, Layer, Result};
+use super::ethernet::{EthernetFrame, EthernetRepr, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use super::ext::{
+    AethPacket, AethRepr, AtomicAckEthPacket, AtomicAckEthRepr, AtomicEthPacket, AtomicEthRepr,
+    DethPacket, DethRepr, IethPacket, IethRepr, ImmDtPacket, ImmDtRepr, RethPacket, RethRepr,
+    CNP_RESERVED_LEN,
+};
+use super::icrc::{self, ICRC_LEN};
+use super::ip::{IpRepr, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr};
+use super::opcode::{Headers, Position};
+use super::udp::{UdpPacket, UdpRepr, ROCEV2_PORT, UDP_LEN};
+
+/// Which integrity checks the receive path performs. Drivers whose NIC already verified a
+/// field turn its check off, as smoltcp's `ChecksumCapabilities` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Checks {
+    /// Verify the ICRC. Under `cfg(fuzzing)` it always passes so fuzzers get past it.
+    pub icrc: bool,
+    /// Verify the IPv4 header checksum.
+    pub ipv4_checksum: bool,
+}
+
+impl Default for Checks {
+    fn default() -> Self {
+        Self::ALL
+    }
+}
+
+impl Checks {
+    /// Every check on: for frames from a wire nobody vouched for.
+    pub const ALL: Self = Self {
+        icrc: true,
+        ipv4_checksum: true,
+    };
+    /// Structure only: lengths, opcodes, pad; no CRC or checksum.
+    pub const NONE: Self = Self {
+        icrc: false,
+        ipv4_checksum: false,
+    };
+}
+
+/// The extension headers of one packet, in wire order. Exactly those the opcode requires are
+/// `Some` after a parse; emit writes those the opcode requires and ignores the rest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ExtHeaders {
+    /// DETH (UD).
+    pub deth: Option<DethRepr>,
+    /// RETH.
+    pub reth: Option<RethRepr>,
+    /// AtomicETH.
+    pub atomic_eth: Option<AtomicEthRepr>,
+    /// AETH.
+    pub aeth: Option<AethRepr>,
+    /// AtomicAckETH.
+    pub atomic_ack_eth: Option<AtomicAckEthRepr>,
+    /// ImmDt.
+    pub imm_dt: Option<ImmDtRepr>,
+    /// IETH.
+    pub ieth: Option<IethRepr>,
+}
+
+/// A RoCEv2 frame's headers as plain values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RoceRepr {
+    /// Ethernet header; its ethertype is set from `ip` on emit.
+    pub eth: EthernetRepr,
+    /// IP header.
+    pub ip: IpRepr,
+    /// UDP source port, the flow entropy switches hash on.
+    pub udp_src_port: u16,
+    /// Base transport header.
+    pub bth: BthRepr,
+    /// Extension headers.
+    pub ext: ExtHeaders,
+    /// Payload bytes, pad excluded.
+    pub payload_len: usize,
+}
+
+/// A parsed frame: its headers, its payload borrowed from the frame, and what the ICRC check
+/// needs should the caller defer it.
+#[derive(Clone, Copy, Debug)]
+pub struct RocePacket<'a> {
+    /// The headers.
+    pub repr: RoceRepr,
+    /// The payload, pad excluded.
+    pub payload: &'a [u8],
+    /// IP header through pad: the bytes the ICRC covers.
+    pub icrc_covered: &'a [u8],
+    /// The ICRC the frame carries.
+    pub icrc: u32,
+}
+
+impl RocePacket<'_> {
+    /// Recomputes the ICRC and compares it with the trailer.
+    pub fn icrc_check(&self) -> Result<()> {
+        let expected = icrc::compute(self.icrc_covered, self.repr.ip.version());
+        if expected == self.icrc || cfg!(fuzzing) {
+            Ok(())
+        } else {
+            Err(Error::Icrc {
+                found: self.icrc,
+                expected,
+            })
+        }
+    }
+}
+
+/// Pad bytes that align a payload of `len` bytes to four.
+#[inline]
+pub const fn pad_for(len: usize) -> u8 {
+    ((4 - (len & 3)) & 3) as u8
+}
+
+impl RoceRepr {
+    /// Parses and validates a frame. Never panics, whatever the bytes; every way a frame can
+    /// be malformed is its own [`Error`]. Bytes after the IP datagram (Ethernet padding of
+    /// short frames) are ignored.
+    pub fn parse(frame: &[u8], checks: Checks) -> Result<RocePacket<'_>> {
+        let eth_view = EthernetFrame::new_checked(frame)?;
+        let eth = EthernetRepr::parse(&eth_view);
+        let l3 = eth_view.payload();
+        let (ip, udp_bytes) = match eth.ethertype {
+            ETHERTYPE_IPV4 => {
+                let (r, p) = Ipv4Repr::parse(&Ipv4Packet::new_checked(l3)?, checks.ipv4_checksum)?;
+                (IpRepr::V4(r), p)
+            }
+            ETHERTYPE_IPV6 => {
+                let (r, p) = Ipv6Repr::parse(&Ipv6Packet::new_checked(l3)?)?;
+                (IpRepr::V6(r), p)
+            }
+            other => return Err(Error::NotIp(other)),
+        };
+        let (udp, roce) = UdpRepr::parse(&UdpPacket::new_checked(udp_bytes)?)?;
+        need(roce, BTH_LEN + ICRC_LEN, Layer::Bth)?;
+
+        let ip_len = ip.header_len() + UDP_LEN + roce.len() - ICRC_LEN;
+        let packet_end = roce.len() - ICRC_LEN;
+        let icrc_covered = &l3[..ip_len];
+        let icrc = icrc::read(&roce[packet_end..]);
+
+        let bth = BthRepr::parse(&BthPacket::new_unchecked(roce))?;
+        let info = bth.opcode.info()?;
+        let body = &roce[BTH_LEN..packet_end];
+        let hdr_len = info.headers.len();
+        need(body, hdr_len, Layer::ExtHeaders)?;
+        let ext = parse_ext(info.headers, &body[..hdr_len]);
+
+        let rest = &body[hdr_len..];
+        let pad = bth.pad_count;
+        if !info.payload {
+            if !rest.is_empty() {
+                return Err(Error::UnexpectedPayload {
+                    opcode: bth.opcode.0,
+                    len: rest.len(),
+                });
+            }
+            if pad != 0 {
+                return Err(Error::BadPad { pad, len: 0 });
+            }
+        } else {
+            let pad_forbidden = matches!(info.position, Position::First | Position::Middle);
+            if rest.len() % 4 != 0 || usize::from(pad) > rest.len() || (pad_forbidden && pad != 0) {
+                return Err(Error::BadPad {
+                    pad,
+                    len: rest.len(),
+                });
+            }
+        }
+        let payload = &rest[..rest.len() - usize::from(pad)];
+
+        let packet = RocePacket {
+            repr: Self {
+                eth,
+                ip,
+                udp_src_port: udp.src_port,
+                bth,
+                ext,
+                payload_len: payload.len(),
+            },
+            payload,
+            icrc_covered,
+            icrc,
+        };
+        if checks.icrc {
+            packet.icrc_check()?;
+        }
+        Ok(packet)
+    }
+
+    /// Bytes of all headers, Ethernet through the last extension header. An opcode ferroce
+    /// does not speak counts no extension headers.
+    pub fn header_len(&self) -> usize {
+        let ext = self.bth.opcode.info().map_or(0, |i| i.headers.len());
+        self.eth.header_len() + self.ip.header_len() + UDP_LEN + BTH_LEN + ext
+    }
+
+    /// Bytes of the whole frame: headers, payload, pad and ICRC (no Ethernet FCS, and no
+    /// padding to the 60-byte Ethernet minimum, which the NIC adds).
+    pub fn buffer_len(&self) -> usize {
+        self.header_len() + self.payload_len + usize::from(pad_for(self.payload_len)) + ICRC_LEN
+    }
+
+    /// Writes the frame into the front of `buf` and returns its length. `emit_payload` fills
+    /// the `payload_len` payload bytes in place (so a gather list can be copied straight from
+    /// registered memory). The BTH pad count is derived from `payload_len`, the lengths and
+    /// checksums are computed, and the ICRC is appended. No allocation.
+    pub fn emit(&self, buf: &mut [u8], emit_payload: impl FnOnce(&mut [u8])) -> Result<usize> {
+        let info = self.bth.opcode.info()?;
+        let total = self.buffer_len();
+        if buf.len() < total {
+            return Err(Error::BufferTooSmall {
+                needed: total,
+                available: buf.len(),
+            });
+        }
+        let eth_len = self.eth.header_len();
+        let ip_hlen = self.ip.header_len();
+        let udp_payload = total - eth_len - ip_hlen - UDP_LEN;
+        let ip_payload = udp_payload + UDP_LEN;
+        let too_long = match self.ip {
+            IpRepr::V4(_) => ip_payload + ip_hlen > usize::from(u16::MAX),
+            IpRepr::V6(_) => ip_payload > usize::from(u16::MAX),
+        };
+        if too_long {
+            return Err(Error::PayloadTooLong(self.payload_len));
+        }
+        let buf = &mut buf[..total];
+
+        let mut eth = self.eth;
+        eth.ethertype = self.ip.ethertype();
+        eth.emit(buf);
+        let (_, l3) = buf.split_at_mut(eth_len);
+        match &self.ip {
+            IpRepr::V4(r) => r.emit(l3, ip_payload),
+            IpRepr::V6(r) => r.emit(l3, ip_payload),
+        }
+        let udp = UdpRepr {
+            src_port: self.udp_src_port,
+            dst_port: ROCEV2_PORT,
+        };
+        udp.emit(&mut l3[ip_hlen..], udp_payload);
+
+        let roce = &mut l3[ip_hlen + UDP_LEN..];
+        let pad = pad_for(self.payload_len);
+        let mut bth = self.bth;
+        bth.pad_count = pad;
+        bth.emit(&mut BthPacket::new_unchecked(&mut *roce));
+        let hdr_len = info.headers.len();
+        emit_ext(info.headers, &self.ext, &mut roce[BTH_LEN..BTH_LEN + hdr_len])
+            .ok_or(Error::MissingHeader(self.bth.opcode.0))?;
+        let payload_at = BTH_LEN + hdr_len;
+        emit_payload(&mut roce[payload_at..payload_at + self.payload_len]);
+        let pad_at = payload_at + self.payload_len;
+        roce[pad_at..pad_at + usize::from(pad)].fill(0);
+
+        let covered = ip_hlen + UDP_LEN + pad_at + usize::from(pad);
+        let crc = icrc::compute(&l3[..covered], self.ip.version());
+        icrc::write(crc, &mut l3[covered..]);
+        Ok(total)
+    }
+
+    /// [`emit`](Self::emit) with the payload copied from a slice of exactly `payload_len`
+    /// bytes.
+    pub fn emit_with_payload(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize> {
+        debug_assert_eq!(payload.len(), self.payload_len);
+        self.emit(buf, |dst| dst.copy_from_slice(payload))
+    }
+}
+
+/// Reads the headers in `h` (exactly `headers.len()` bytes) in wire order.
+fn parse_ext(headers: Headers, h: &[u8]) -> ExtHeaders {
+    let mut ext = ExtHeaders::default();
+    let mut at = 0;
+    macro_rules! take {
+        ($flag:ident, $field:ident, $packet:ident, $repr:ident) => {
+            if headers.contains(Headers::$flag) {
+                ext.$field = Some($repr::parse(&$packet::new_unchecked(&h[at..])));
+                at += $repr::LEN;
+            }
+        };
+    }
+    take!(DETH, deth, DethPacket, DethRepr);
+    take!(RETH, reth, RethPacket, RethRepr);
+    take!(ATOMIC_ETH, atomic_eth, AtomicEthPacket, AtomicEthRepr);
+    take!(AETH, aeth, AethPacket, AethRepr);
+    take!(ATOMIC_ACK_ETH, atomic_ack_eth, AtomicAckEthPacket, AtomicAckEthRepr);
+    take!(IMM_DT, imm_dt, ImmDtPacket, ImmDtRepr);
+    take!(IETH, ieth, IethPacket, IethRepr);
+    // The CNP's reserved block is not read; IBTA says receivers ignore it.
+    let _ = at;
+    ext
+}
+
+/// Writes the headers `headers` names from `ext` into `h`; `None` when one is missing.
+fn emit_ext(headers: Headers, ext: &ExtHeaders, h: &mut [u8]) -> Option<()> {
+    let mut at = 0;
+    macro_rules! put {
+        ($flag:ident, $field:ident, $packet:ident, $repr:ident) => {
+            if headers.contains(Headers::$flag) {
+                ext.$field?.emit(&mut $packet::new_unchecked(&mut h[at..]));
+                at += $repr::LEN;
+            }
+        };
+    }
+    put!(DETH, deth, DethPacket, DethRepr);
+    put!(RETH, reth, RethPacket, RethRepr);
+    put!(ATOMIC_ETH, atomic_eth, AtomicEthPacket, AtomicEthRepr);
+    put!(AETH, aeth, AethPacket, AethRepr);
+    put!(ATOMIC_ACK_ETH, atomic_ack_eth, AtomicAckEthPacket, AtomicAckEthRepr);
+    put!(IMM_DT, imm_dt, ImmDtPacket, ImmDtRepr);
+    put!(IETH, ieth, IethPacket, IethRepr);
+    if headers.contains(Headers::CNP_RESERVED) {
+        h[at..at + CNP_RESERVED_LEN].fill(0);
+    }
+    Some(())
+}
