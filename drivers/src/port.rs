@@ -1,0 +1,77 @@
+//! The one seam between the stack and a NIC queue.
+
+use ferroce_stack::wire::{Checks, MacAddr};
+
+/// Whether the port's link is up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LinkState {
+    /// Carrier present: frames can be sent.
+    Up,
+    /// No carrier: transmit fails and nothing arrives. Failover reacts to this.
+    Down,
+}
+
+/// What a port can do, so the engine sizes bursts and skips checks the NIC already made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortCapabilities {
+    /// Most frames one `rx_burst` returns or one `flush` sends.
+    pub max_burst: usize,
+    /// Checks the NIC did not do and software must (an ICRC-offloading NIC clears `icrc`).
+    pub rx_checks: Checks,
+}
+
+/// Why a frame could not be queued for transmission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TxError {
+    /// The frame is longer than the port's MTU allows.
+    #[error("a {len}-byte frame exceeds the port's largest frame of {max} bytes")]
+    TooLong {
+        /// Bytes asked for.
+        len: usize,
+        /// Largest frame the port sends (MTU plus Ethernet header and tag).
+        max: usize,
+    },
+    /// The transmit ring is full; flush and retry.
+    #[error("transmit ring full")]
+    RingFull,
+    /// The link is down.
+    #[error("link down")]
+    LinkDown,
+}
+
+/// A NIC queue pair seen as frames in bursts, in poll mode.
+///
+/// Frames are borrowed: `rx_burst` lends each received frame to a closure, `tx` lends a
+/// driver-owned buffer to be written in place. Nothing here allocates per frame (a driver may
+/// recycle buffers), so the stack can emit straight into a DPDK mbuf or a ring slot.
+///
+/// The engine is generic over `P: Port` and compiled per driver; middleware such as
+/// [`PcapTee`](crate::pcap::PcapTee) wraps any port.
+pub trait Port {
+    /// Receives up to `max` frames, lending each to `f`; returns how many it received.
+    fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, f: F) -> usize;
+
+    /// Queues one frame of exactly `len` bytes, written in place by `fill`. Queued frames
+    /// leave at the next [`flush`](Self::flush) (a driver may also send early when its batch
+    /// is full).
+    fn tx<F: FnOnce(&mut [u8])>(&mut self, len: usize, fill: F) -> Result<(), TxError>;
+
+    /// Sends every queued frame (one tx burst); returns how many left.
+    fn flush(&mut self) -> usize;
+
+    /// Current link state.
+    fn link_state(&self) -> LinkState;
+
+    /// The port's MAC address.
+    fn mac(&self) -> MacAddr;
+
+    /// The IP MTU: the largest IP datagram a frame may carry.
+    fn mtu(&self) -> usize;
+
+    /// What the port can do.
+    fn capabilities(&self) -> PortCapabilities;
+
+    /// The port's clock in nanoseconds: virtual time on the simulated fabric, the system
+    /// clock on real ports. pcap timestamps come from here.
+    fn now_ns(&self) -> u64;
+}

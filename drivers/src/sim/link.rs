@@ -1,0 +1,287 @@
+//! One direction of a simulated link: serialization at a bandwidth, a tail-drop queue,
+//! propagation delay, and the impairments (loss, duplication, reordering, corruption, up/down
+//! schedule). Each direction draws from its own seeded RNG, so adding traffic on one link never
+//! changes the random choices of another.
+
+use rand::{Rng, RngCore};
+use rand_xoshiro::Xoshiro256PlusPlus;
+
+/// Bytes a frame occupies on the wire beyond its own: preamble and start delimiter (8),
+/// FCS (4) and the minimum inter-frame gap (12). Serialization time counts them, as a real
+/// 100 GbE port does.
+pub const WIRE_OVERHEAD: usize = 24;
+
+/// How frames get lost.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Loss {
+    /// Nothing is lost.
+    #[default]
+    None,
+    /// Each frame is lost independently with this probability.
+    Bernoulli(f64),
+    /// Bursty loss: a two-state Markov chain (Gilbert-Elliott). Before each frame the state
+    /// moves Good→Bad with `p_good_to_bad` or Bad→Good with `p_bad_to_good`; the frame is then
+    /// lost with the current state's loss probability.
+    GilbertElliott {
+        /// Probability of entering the bad state, per frame.
+        p_good_to_bad: f64,
+        /// Probability of leaving the bad state, per frame.
+        p_bad_to_good: f64,
+        /// Loss probability in the good state.
+        loss_good: f64,
+        /// Loss probability in the bad state.
+        loss_bad: f64,
+    },
+}
+
+impl Loss {
+    /// The long-run loss rate the model produces.
+    pub fn mean_rate(&self) -> f64 {
+        match *self {
+            Self::None => 0.0,
+            Self::Bernoulli(p) => p,
+            Self::GilbertElliott {
+                p_good_to_bad,
+                p_bad_to_good,
+                loss_good,
+                loss_bad,
+            } => {
+                let total = p_good_to_bad + p_bad_to_good;
+                if total == 0.0 {
+                    return loss_good;
+                }
+                let bad = p_good_to_bad / total;
+                bad * loss_bad + (1.0 - bad) * loss_good
+            }
+        }
+    }
+}
+
+/// The behaviour of one direction of a link.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkModel {
+    /// Bits per second; 0 means frames serialize instantly.
+    pub bandwidth_bps: u64,
+    /// One-way propagation delay in nanoseconds.
+    pub delay_ns: u64,
+    /// Tail-drop limit on bytes waiting to be serialized; 0 means unlimited.
+    pub queue_limit_bytes: usize,
+    /// Loss model.
+    pub loss: Loss,
+    /// Probability that a frame is delivered twice.
+    pub duplicate: f64,
+    /// Probability that a frame is held back by `reorder_delay_ns`, so later frames overtake it.
+    pub reorder: f64,
+    /// Extra delay of a reordered frame.
+    pub reorder_delay_ns: u64,
+    /// Probability that one random bit of a frame is flipped.
+    pub corrupt: f64,
+    /// Link state changes `(time_ns, up)`, in time order; the link starts up. A frame is lost
+    /// if the link is down when it starts serializing or when it would arrive.
+    pub schedule: Vec<(u64, bool)>,
+}
+
+impl Default for LinkModel {
+    fn default() -> Self {
+        Self {
+            bandwidth_bps: 100_000_000_000,
+            delay_ns: 1_000,
+            queue_limit_bytes: 4 << 20,
+            loss: Loss::None,
+            duplicate: 0.0,
+            reorder: 0.0,
+            reorder_delay_ns: 5_000,
+            corrupt: 0.0,
+            schedule: Vec::new(),
+        }
+    }
+}
+
+impl LinkModel {
+    /// A perfect link: `bandwidth_bps` and `delay_ns`, nothing else.
+    pub fn new(bandwidth_bps: u64, delay_ns: u64) -> Self {
+        Self {
+            bandwidth_bps,
+            delay_ns,
+            ..Self::default()
+        }
+    }
+
+    /// Whether the link is up at `t`.
+    pub fn is_up(&self, t: u64) -> bool {
+        // The schedule is short and sorted: find the last change at or before t.
+        let mut up = true;
+        for &(at, state) in &self.schedule {
+            if at > t {
+                break;
+            }
+            up = state;
+        }
+        up
+    }
+
+    /// Down from `t` for `down_ns`, then up again: a flap.
+    pub fn flap(mut self, t: u64, down_ns: u64) -> Self {
+        self.schedule.push((t, false));
+        self.schedule.push((t + down_ns, true));
+        self.schedule.sort_by_key(|&(at, _)| at);
+        self
+    }
+
+    fn serialize_ns(&self, len: usize) -> u64 {
+        if self.bandwidth_bps == 0 {
+            return 0;
+        }
+        let bits = (len + WIRE_OVERHEAD) as u128 * 8;
+        (bits * 1_000_000_000).div_ceil(u128::from(self.bandwidth_bps)) as u64
+    }
+}
+
+/// Counters of one link direction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Frames offered to the link.
+    pub offered: u64,
+    /// Bytes offered.
+    pub offered_bytes: u64,
+    /// Frames that arrived at the far end (duplicates included).
+    pub delivered: u64,
+    /// Tail drops at a full queue.
+    pub dropped_queue: u64,
+    /// Frames the loss model took.
+    pub dropped_loss: u64,
+    /// Frames lost because the link was down.
+    pub dropped_down: u64,
+    /// Extra copies delivered.
+    pub duplicated: u64,
+    /// Frames held back so later ones overtook them.
+    pub reordered: u64,
+    /// Frames with a flipped bit.
+    pub corrupted: u64,
+}
+
+/// What the channel decided for one frame.
+pub(crate) struct Fate {
+    /// Arrival time at the far end, or `None` when the frame is lost.
+    pub(crate) arrival: Option<u64>,
+    /// Arrival time of a duplicate copy.
+    pub(crate) duplicate_at: Option<u64>,
+    /// Bit to flip, if corrupted.
+    pub(crate) flip_bit: Option<usize>,
+}
+
+/// One direction of a link in flight.
+pub(crate) struct Channel {
+    pub(crate) model: LinkModel,
+    pub(crate) stats: LinkStats,
+    rng: Xoshiro256PlusPlus,
+    busy_until: u64,
+    bad_state: bool,
+}
+
+impl Channel {
+    pub(super) fn new(model: LinkModel, rng: Xoshiro256PlusPlus) -> Self {
+        Self {
+            model,
+            stats: LinkStats::default(),
+            rng,
+            busy_until: 0,
+            bad_state: false,
+        }
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && self.rng.random_bool(p.min(1.0))
+    }
+
+    fn lost(&mut self) -> bool {
+        match self.model.loss {
+            Loss::None => false,
+            Loss::Bernoulli(p) => self.chance(p),
+            Loss::GilbertElliott {
+                p_good_to_bad,
+                p_bad_to_good,
+                loss_good,
+                loss_bad,
+            } => {
+                let flip = if self.bad_state {
+                    p_bad_to_good
+                } else {
+                    p_good_to_bad
+                };
+                if self.chance(flip) {
+                    self.bad_state = !self.bad_state;
+                }
+                let p = if self.bad_state { loss_bad } else { loss_good };
+                self.chance(p)
+            }
+        }
+    }
+
+    /// Decides the fate of a `len`-byte frame offered at `now`. The random draws happen in a
+    /// fixed order whatever the outcome, so one frame's fate never shifts another's.
+    pub(super) fn offer(&mut self, now: u64, len: usize) -> Fate {
+        self.stats.offered += 1;
+        self.stats.offered_bytes += len as u64;
+        let lost = self.lost();
+        let dup = self.chance(self.model.duplicate);
+        let reorder = self.chance(self.model.reorder);
+        let corrupt = self.chance(self.model.corrupt);
+        let bit = self.rng.next_u64() as usize % (len.max(1) * 8);
+        let none = Fate {
+            arrival: None,
+            duplicate_at: None,
+            flip_bit: None,
+        };
+
+        if !self.model.is_up(now) {
+            self.stats.dropped_down += 1;
+            return none;
+        }
+        let start = now.max(self.busy_until);
+        if self.model.queue_limit_bytes > 0 && self.model.bandwidth_bps > 0 {
+            let backlog_ns = start - now;
+            let backlog_bytes =
+                (u128::from(backlog_ns) * u128::from(self.model.bandwidth_bps) / 8_000_000_000) as usize;
+            if backlog_bytes + len > self.model.queue_limit_bytes {
+                self.stats.dropped_queue += 1;
+                return none;
+            }
+        }
+        let depart = start + self.model.serialize_ns(len);
+        self.busy_until = depart;
+        if lost {
+            self.stats.dropped_loss += 1;
+            return none;
+        }
+        let mut arrival = depart + self.model.delay_ns;
+        if reorder {
+            self.stats.reordered += 1;
+            arrival += self.model.reorder_delay_ns;
+        }
+        if !self.model.is_up(arrival) {
+            self.stats.dropped_down += 1;
+            return none;
+        }
+        self.stats.delivered += 1;
+        let duplicate_at = dup.then(|| {
+            self.stats.duplicated += 1;
+            self.stats.delivered += 1;
+            arrival + self.model.serialize_ns(len)
+        });
+        let flip_bit = corrupt.then(|| {
+            self.stats.corrupted += 1;
+            bit
+        });
+        Fate {
+            arrival: Some(arrival),
+            duplicate_at,
+            flip_bit,
+        }
+    }
+
+    /// Whether the direction is up at `t`.
+    pub(super) fn is_up(&self, t: u64) -> bool {
+        self.model.is_up(t)
+    }
+}
