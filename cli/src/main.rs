@@ -1,1 +1,72 @@
-fn main() {}
+//! The `ferroce` command.
+//!
+//! Subcommands: `decode` (a pcap of RoCEv2 frames as one JSON object per frame) and `demo`
+//! (crafted frames through an impaired simulated link). `perf`, `model` and `scenario` arrive
+//! with the issues that build what they measure.
+
+mod decode;
+mod demo;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// ferroce: a software RNIC speaking RoCEv2.
+#[derive(Parser)]
+#[command(name = "ferroce", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Decode a pcap or pcapng file of RoCEv2 frames: one JSON object per frame, then a summary.
+    Decode(decode::Args),
+    /// Push crafted RoCEv2 frames through an impaired simulated link and report what arrived.
+    Demo(demo::Args),
+}
+
+/// A failure the user can act on, printed as one line.
+pub(crate) struct Failure(pub(crate) String);
+
+impl<E: std::fmt::Display> From<E> for Failure {
+    fn from(e: E) -> Self {
+        Self(e.to_string())
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+                || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            {
+                let _ = e.print();
+                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                    ExitCode::from(2)
+                } else {
+                    ExitCode::SUCCESS
+                };
+            }
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("bad arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("ferroce: {first} (see 'ferroce --help')");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cli.command {
+        Command::Decode(args) => decode::run(&args),
+        Command::Demo(args) => demo::run(&args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(Failure(msg)) => {
+            eprintln!("ferroce: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}

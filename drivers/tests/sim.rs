@@ -159,7 +159,10 @@ fn gilbert_elliott_loss_comes_in_bursts() {
         let lost = delivered.iter().filter(|d| !**d).count();
         let rate = lost as f64 / 50_000.0;
         let mean = loss.mean_rate();
-        assert!((rate - mean).abs() < mean * 0.3, "rate {rate}, model {mean}");
+        assert!(
+            (rate - mean).abs() < mean * 0.3,
+            "rate {rate}, model {mean}"
+        );
         // Mean run of consecutive losses: independent loss at this rate gives ~1.04.
         let runs = delivered.windows(2).filter(|w| w[0] && !w[1]).count();
         let mean_run = lost as f64 / runs as f64;
@@ -188,8 +191,11 @@ fn duplication_reordering_and_corruption_are_counted_and_visible() {
         // A corrupted frame either fails to parse or went to another MAC (a flipped
         // destination bit); a corrupted duplicate counts once per copy at most.
         let bad = got.iter().filter(|(_, f)| psn_of(f).is_none()).count() as u64;
-        assert!(bad + filtered <= 2 * s.corrupted && bad + filtered >= s.corrupted / 2,
-            "bad {bad} filtered {filtered} corrupted {}", s.corrupted);
+        assert!(
+            bad + filtered <= 2 * s.corrupted && bad + filtered >= s.corrupted / 2,
+            "bad {bad} filtered {filtered} corrupted {}",
+            s.corrupted
+        );
         // Every PSN arrives (nothing is lost) and some arrive after a later one.
         let psns: Vec<u32> = got.iter().filter_map(|(_, f)| psn_of(f)).collect();
         let mut seen = vec![0u32; 5_000];
@@ -212,7 +218,11 @@ fn link_flap_drops_while_down_and_reports_state() {
     // One frame every microsecond for 120 us.
     for t in 0..120u64 {
         fabric.advance_to(t * 1_000);
-        let expect = if (50..80).contains(&t) { LinkState::Down } else { LinkState::Up };
+        let expect = if (50..80).contains(&t) {
+            LinkState::Down
+        } else {
+            LinkState::Up
+        };
         assert_eq!(a.link_state(), expect, "t = {t} us");
         let f = frame(a.mac(), dst, t as u32, 1);
         a.tx(f.len(), |b| b.copy_from_slice(&f)).unwrap();
@@ -229,7 +239,11 @@ fn link_flap_drops_while_down_and_reports_state() {
 }
 
 /// Two hosts behind two switches joined by four parallel paths with their own delays.
-fn four_paths(seed: u64, hash: EcmpHash, lossy_path: Option<usize>) -> (Fabric, SimPort, SimPort, [LinkId; 4]) {
+fn four_paths(
+    seed: u64,
+    hash: EcmpHash,
+    lossy_path: Option<usize>,
+) -> (Fabric, SimPort, SimPort, [LinkId; 4]) {
     let mut b = FabricBuilder::new(seed);
     b.ecmp(hash);
     b.rx_ring(1 << 20);
@@ -273,7 +287,10 @@ fn ecmp_spreads_source_ports_over_paths_with_their_own_delay() {
         let (fabric2, mut a2, mut z2, paths2) = four_paths(seed, EcmpHash::FiveTuple, None);
         send_n(&mut a2, dst, 50, |_| 777);
         drain(&fabric2, &mut z2);
-        let used = paths2.iter().filter(|p| fabric2.link_stats(**p)[0].offered > 0).count();
+        let used = paths2
+            .iter()
+            .filter(|p| fabric2.link_stats(**p)[0].offered > 0)
+            .count();
         assert_eq!(used, 1);
     });
 }
@@ -337,7 +354,13 @@ fn switch_hook_drops_reroutes_and_rewrites() {
     assert_eq!(fabric.link_stats(p0)[0].offered, 10);
     assert_eq!(got.len(), 20);
     assert_eq!(got.iter().filter(|(_, f)| f.len() == 20).count(), 10);
-    assert_eq!(got.iter().filter_map(|(_, f)| psn_of(f)).filter(|p| p % 3 == 1).count(), 10);
+    assert_eq!(
+        got.iter()
+            .filter_map(|(_, f)| psn_of(f))
+            .filter(|p| p % 3 == 1)
+            .count(),
+        10
+    );
 }
 
 #[test]
@@ -372,13 +395,21 @@ fn topology_errors_are_reported() {
     let a = b.host("a", 1);
     let s = b.switch("s");
     b.link((a, 1), s, LinkModel::default());
-    assert!(matches!(b.build(), Err(BuildError::NoSuchPort { index: 1, .. })));
+    assert!(matches!(
+        b.build(),
+        Err(BuildError::NoSuchPort { index: 1, .. })
+    ));
 }
 
 /// Runs a busy impaired scenario with both directions captured; returns both pcaps.
 fn impaired_run(seed: u64) -> (Vec<u8>, Vec<u8>) {
     let mut m = LinkModel::new(40_000_000_000, 3_000);
-    m.loss = Loss::GilbertElliott { p_good_to_bad: 0.02, p_bad_to_good: 0.3, loss_good: 0.001, loss_bad: 0.5 };
+    m.loss = Loss::GilbertElliott {
+        p_good_to_bad: 0.02,
+        p_bad_to_good: 0.3,
+        loss_good: 0.001,
+        loss_bad: 0.5,
+    };
     m.duplicate = 0.01;
     m.reorder = 0.02;
     m.corrupt = 0.01;

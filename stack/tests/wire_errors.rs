@@ -15,11 +15,28 @@ fn each_broken_frame_fails_with_its_own_kind() {
     }
     // Every receive-side error kind appears at least once.
     for kind in [
-        "truncated", "not_ip", "ip_version", "ipv4_options", "ipv4_ihl", "ipv4_fragment",
-        "ipv4_checksum", "ip_length", "not_udp", "not_roce", "udp_length", "tver",
-        "reserved_opcode", "unsupported_opcode", "bad_pad", "unexpected_payload", "bad_icrc",
+        "truncated",
+        "not_ip",
+        "ip_version",
+        "ipv4_options",
+        "ipv4_ihl",
+        "ipv4_fragment",
+        "ipv4_checksum",
+        "ip_length",
+        "not_udp",
+        "not_roce",
+        "udp_length",
+        "tver",
+        "reserved_opcode",
+        "unsupported_opcode",
+        "bad_pad",
+        "unexpected_payload",
+        "bad_icrc",
     ] {
-        assert!(broken.iter().any(|b| b.kind == kind), "no sample for {kind}");
+        assert!(
+            broken.iter().any(|b| b.kind == kind),
+            "no sample for {kind}"
+        );
     }
 }
 
@@ -44,13 +61,21 @@ fn every_opcode_sample_parses_with_all_checks() {
     for op in Opcode::all() {
         for ip_version in [4, 6] {
             for vlan in [false, true] {
-                let addr = SampleAddr { ip_version, vlan, ..Default::default() };
+                let addr = SampleAddr {
+                    ip_version,
+                    vlan,
+                    ..Default::default()
+                };
                 let repr = sample_repr(op, addr, 37);
                 let frame = sample_frame(&repr);
                 let p = RoceRepr::parse(&frame, Checks::ALL).unwrap();
                 assert_eq!(p.repr.bth.opcode, op);
                 assert_eq!(p.payload.len(), repr.payload_len);
-                assert!(p.payload.iter().enumerate().all(|(i, b)| *b == sample_payload_byte(i)));
+                assert!(p
+                    .payload
+                    .iter()
+                    .enumerate()
+                    .all(|(i, b)| *b == sample_payload_byte(i)));
             }
         }
     }
@@ -58,7 +83,10 @@ fn every_opcode_sample_parses_with_all_checks() {
 
 #[test]
 fn structural_parse_skips_integrity_checks() {
-    let b = broken_frames().into_iter().find(|b| b.kind == "bad_icrc").unwrap();
+    let b = broken_frames()
+        .into_iter()
+        .find(|b| b.kind == "bad_icrc")
+        .unwrap();
     let p = RoceRepr::parse(&b.bytes, Checks::NONE).unwrap();
     assert!(matches!(p.icrc_check(), Err(Error::Icrc { .. })));
 }
@@ -81,5 +109,8 @@ fn emit_reports_small_buffers_and_missing_headers() {
     let mut huge = repr;
     huge.payload_len = 70_000;
     let mut big = vec![0u8; huge.buffer_len()];
-    assert!(matches!(huge.emit(&mut big, |_| {}), Err(Error::PayloadTooLong(70_000))));
+    assert!(matches!(
+        huge.emit(&mut big, |_| {}),
+        Err(Error::PayloadTooLong(70_000))
+    ));
 }

@@ -16,26 +16,44 @@ fn arb_ecn() -> impl Strategy<Value = Ecn> {
 
 fn arb_ip() -> impl Strategy<Value = IpRepr> {
     prop_oneof![
-        (any::<u32>(), any::<u32>(), 0u8..64, arb_ecn(), any::<u16>(), any::<bool>(), any::<u8>())
-            .prop_map(|(s, d, dscp, ecn, ident, dont_frag, ttl)| IpRepr::V4(Ipv4Repr {
-                src: Ipv4Addr::from(s),
-                dst: Ipv4Addr::from(d),
-                dscp,
-                ecn,
-                ident,
-                dont_frag,
-                ttl,
-            })),
-        (any::<u128>(), any::<u128>(), 0u8..64, arb_ecn(), 0u32..(1 << 20), any::<u8>()).prop_map(
-            |(s, d, dscp, ecn, flow_label, hop_limit)| IpRepr::V6(Ipv6Repr {
-                src: Ipv6Addr::from(s),
-                dst: Ipv6Addr::from(d),
-                dscp,
-                ecn,
-                flow_label,
-                hop_limit,
-            })
-        ),
+        (
+            any::<u32>(),
+            any::<u32>(),
+            0u8..64,
+            arb_ecn(),
+            any::<u16>(),
+            any::<bool>(),
+            any::<u8>()
+        )
+            .prop_map(
+                |(s, d, dscp, ecn, ident, dont_frag, ttl)| IpRepr::V4(Ipv4Repr {
+                    src: Ipv4Addr::from(s),
+                    dst: Ipv4Addr::from(d),
+                    dscp,
+                    ecn,
+                    ident,
+                    dont_frag,
+                    ttl,
+                })
+            ),
+        (
+            any::<u128>(),
+            any::<u128>(),
+            0u8..64,
+            arb_ecn(),
+            0u32..(1 << 20),
+            any::<u8>()
+        )
+            .prop_map(
+                |(s, d, dscp, ecn, flow_label, hop_limit)| IpRepr::V6(Ipv6Repr {
+                    src: Ipv6Addr::from(s),
+                    dst: Ipv6Addr::from(d),
+                    dscp,
+                    ecn,
+                    flow_label,
+                    hop_limit,
+                })
+            ),
     ]
 }
 

@@ -241,8 +241,8 @@ impl Channel {
         let start = now.max(self.busy_until);
         if self.model.queue_limit_bytes > 0 && self.model.bandwidth_bps > 0 {
             let backlog_ns = start - now;
-            let backlog_bytes =
-                (u128::from(backlog_ns) * u128::from(self.model.bandwidth_bps) / 8_000_000_000) as usize;
+            let backlog_bytes = (u128::from(backlog_ns) * u128::from(self.model.bandwidth_bps)
+                / 8_000_000_000) as usize;
             if backlog_bytes + len > self.model.queue_limit_bytes {
                 self.stats.dropped_queue += 1;
                 return none;

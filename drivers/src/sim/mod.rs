@@ -218,11 +218,15 @@ impl FabricBuilder {
                 ends[k] = match end {
                     End::Host(HostId(h), i) => {
                         let (name, n) = &self.hosts[h];
-                        let slot = *hosts[h].ports.get(i).ok_or_else(|| BuildError::NoSuchPort {
-                            host: name.clone(),
-                            ports: *n,
-                            index: i,
-                        })?;
+                        let slot =
+                            *hosts[h]
+                                .ports
+                                .get(i)
+                                .ok_or_else(|| BuildError::NoSuchPort {
+                                    host: name.clone(),
+                                    ports: *n,
+                                    index: i,
+                                })?;
                         if ports[slot].peer.is_some() {
                             return Err(BuildError::PortInUse {
                                 host: name.clone(),
@@ -622,7 +626,9 @@ impl Core {
 
     fn deliver_to_host(&mut self, slot: usize, frame: Vec<u8>) {
         let port = &mut self.ports[slot];
-        let dst = frame.get(..6).map(|d| MacAddr(d.try_into().expect("6 bytes")));
+        let dst = frame
+            .get(..6)
+            .map(|d| MacAddr(d.try_into().expect("6 bytes")));
         let for_us = dst.is_some_and(|d| d == port.mac || d.is_multicast());
         if !for_us {
             port.stats.rx_filtered += 1;
@@ -640,13 +646,14 @@ impl Core {
     fn forward(&mut self, s: usize, in_slot: usize, mut frame: Vec<u8>) {
         let sw = &mut self.switches[s];
         let ingress = sw.ports.iter().position(|&p| p == in_slot).unwrap_or(0);
-        let dst = frame.get(..6).map(|d| MacAddr(d.try_into().expect("6 bytes")));
+        let dst = frame
+            .get(..6)
+            .map(|d| MacAddr(d.try_into().expect("6 bytes")));
         let candidates: &[usize] = dst
             .and_then(|d| sw.routes.get(&d))
             .map_or(&[], |v| v.as_slice());
-        let ecmp_choice = (!candidates.is_empty()).then(|| {
-            candidates[FlowKey::of(&frame).pick(self.ecmp, sw.salt, candidates.len())]
-        });
+        let ecmp_choice = (!candidates.is_empty())
+            .then(|| candidates[FlowKey::of(&frame).pick(self.ecmp, sw.salt, candidates.len())]);
         let verdict = match sw.hook.as_mut() {
             Some(hook) => {
                 let ctx = HookCtx {
@@ -687,9 +694,7 @@ impl Core {
     /// ports are kept for ECMP. Hosts never forward.
     fn compute_routes(&mut self) {
         let peer_of = |ports: &[PortSlot], links: &[LinkSlot], slot: usize| {
-            ports[slot]
-                .peer
-                .map(|(l, dir)| links[l].ends[1 - dir])
+            ports[slot].peer.map(|(l, dir)| links[l].ends[1 - dir])
         };
         let n = self.switches.len();
         for h in 0..self.hosts.len() {

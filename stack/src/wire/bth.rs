@@ -311,7 +311,11 @@ mod tests {
     #[test]
     fn bth_bytes_match_the_spec_layout() {
         let mut buf = [0u8; 12];
-        let mut repr = BthRepr::new(Opcode::RC_RDMA_WRITE_ONLY, Qpn::new(0x12_3456), Psn::new(0xab_cdef));
+        let mut repr = BthRepr::new(
+            Opcode::RC_RDMA_WRITE_ONLY,
+            Qpn::new(0x12_3456),
+            Psn::new(0xab_cdef),
+        );
         repr.solicited = true;
         repr.pad_count = 3;
         repr.ack_req = true;

@@ -198,7 +198,11 @@ mod tests {
         let repr = EthernetRepr {
             dst: MacAddr([2, 0, 0, 0, 0, 1]),
             src: MacAddr([2, 0, 0, 0, 0, 2]),
-            vlan: Some(VlanTag { pcp: 3, dei: true, vid: 0x123 }),
+            vlan: Some(VlanTag {
+                pcp: 3,
+                dei: true,
+                vid: 0x123,
+            }),
             ethertype: ETHERTYPE_IPV6,
         };
         let mut buf = [0u8; 18];

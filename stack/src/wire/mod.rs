@@ -36,8 +36,8 @@ pub use ext::{
 };
 pub use field::BeField;
 pub use ip::{
-    internet_checksum, Ecn, IpRepr, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, IPV4_LEN,
-    IPV6_LEN, IP_PROTO_UDP,
+    internet_checksum, Ecn, IpRepr, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, IPV4_LEN, IPV6_LEN,
+    IP_PROTO_UDP,
 };
 pub use opcode::{Headers, Opcode, OpcodeInfo, Position, Transport};
 pub use roce::{pad_for, Checks, ExtHeaders, RocePacket, RoceRepr};

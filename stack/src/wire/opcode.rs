@@ -305,9 +305,19 @@ mod tests {
         let w = Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE.info().unwrap();
         assert_eq!(w.headers, Headers::RETH.with(Headers::IMM_DT));
         assert_eq!(w.headers.len(), 20);
-        assert_eq!(Opcode::RC_ATOMIC_ACKNOWLEDGE.info().unwrap().headers.len(), 12);
+        assert_eq!(
+            Opcode::RC_ATOMIC_ACKNOWLEDGE.info().unwrap().headers.len(),
+            12
+        );
         assert_eq!(Opcode::RC_COMPARE_SWAP.info().unwrap().headers.len(), 28);
-        assert_eq!(Opcode::UD_SEND_ONLY_WITH_IMMEDIATE.info().unwrap().headers.len(), 12);
+        assert_eq!(
+            Opcode::UD_SEND_ONLY_WITH_IMMEDIATE
+                .info()
+                .unwrap()
+                .headers
+                .len(),
+            12
+        );
         assert_eq!(Opcode::CNP.info().unwrap().headers.len(), 16);
         assert!(!Opcode::RC_RDMA_READ_REQUEST.info().unwrap().payload);
         assert_eq!(Opcode::all().count(), 38);

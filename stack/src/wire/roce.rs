@@ -251,8 +251,12 @@ impl RoceRepr {
         bth.pad_count = pad;
         bth.emit(&mut BthPacket::new_unchecked(&mut *roce));
         let hdr_len = info.headers.len();
-        emit_ext(info.headers, &self.ext, &mut roce[BTH_LEN..BTH_LEN + hdr_len])
-            .ok_or(Error::MissingHeader(self.bth.opcode.0))?;
+        emit_ext(
+            info.headers,
+            &self.ext,
+            &mut roce[BTH_LEN..BTH_LEN + hdr_len],
+        )
+        .ok_or(Error::MissingHeader(self.bth.opcode.0))?;
         let payload_at = BTH_LEN + hdr_len;
         emit_payload(&mut roce[payload_at..payload_at + self.payload_len]);
         let pad_at = payload_at + self.payload_len;
@@ -288,7 +292,12 @@ fn parse_ext(headers: Headers, h: &[u8]) -> ExtHeaders {
     take!(RETH, reth, RethPacket, RethRepr);
     take!(ATOMIC_ETH, atomic_eth, AtomicEthPacket, AtomicEthRepr);
     take!(AETH, aeth, AethPacket, AethRepr);
-    take!(ATOMIC_ACK_ETH, atomic_ack_eth, AtomicAckEthPacket, AtomicAckEthRepr);
+    take!(
+        ATOMIC_ACK_ETH,
+        atomic_ack_eth,
+        AtomicAckEthPacket,
+        AtomicAckEthRepr
+    );
     take!(IMM_DT, imm_dt, ImmDtPacket, ImmDtRepr);
     take!(IETH, ieth, IethPacket, IethRepr);
     // The CNP's reserved block is not read; IBTA says receivers ignore it.
@@ -311,7 +320,12 @@ fn emit_ext(headers: Headers, ext: &ExtHeaders, h: &mut [u8]) -> Option<()> {
     put!(RETH, reth, RethPacket, RethRepr);
     put!(ATOMIC_ETH, atomic_eth, AtomicEthPacket, AtomicEthRepr);
     put!(AETH, aeth, AethPacket, AethRepr);
-    put!(ATOMIC_ACK_ETH, atomic_ack_eth, AtomicAckEthPacket, AtomicAckEthRepr);
+    put!(
+        ATOMIC_ACK_ETH,
+        atomic_ack_eth,
+        AtomicAckEthPacket,
+        AtomicAckEthRepr
+    );
     put!(IMM_DT, imm_dt, ImmDtPacket, ImmDtRepr);
     put!(IETH, ieth, IethPacket, IethRepr);
     if headers.contains(Headers::CNP_RESERVED) {

@@ -34,7 +34,9 @@ impl Default for SampleAddr {
 /// payload bytes where the opcode has a payload (ignored otherwise), and every extension header
 /// filled with recognisable values.
 pub fn sample_repr(opcode: Opcode, addr: SampleAddr, payload_len: usize) -> super::RoceRepr {
-    let info = opcode.info().expect("sample_repr needs an opcode ferroce speaks");
+    let info = opcode
+        .info()
+        .expect("sample_repr needs an opcode ferroce speaks");
     let ip = if addr.ip_version == 6 {
         IpRepr::V6(Ipv6Repr {
             src: Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
@@ -65,7 +67,11 @@ pub fn sample_repr(opcode: Opcode, addr: SampleAddr, payload_len: usize) -> supe
         reth: pick(Headers::RETH).then_some(RethRepr {
             va: 0x0000_7f00_1234_5000,
             rkey: 0x8e3f_a1c5,
-            dma_len: if info.payload { payload_len as u32 } else { 4096 },
+            dma_len: if info.payload {
+                payload_len as u32
+            } else {
+                4096
+            },
         }),
         atomic_eth: pick(Headers::ATOMIC_ETH).then_some(AtomicEthRepr {
             va: 0x0000_7f00_1234_6008,
@@ -155,7 +161,10 @@ pub fn reseal(frame: &mut [u8]) {
             ip[10..12].copy_from_slice(&c.to_be_bytes());
             (4, usize::from(u16::from_be_bytes([ip[2], ip[3]])))
         }
-        _ => (6, IPV6_LEN + usize::from(u16::from_be_bytes([ip[4], ip[5]]))),
+        _ => (
+            6,
+            IPV6_LEN + usize::from(u16::from_be_bytes([ip[4], ip[5]])),
+        ),
     };
     if ip_end < 4 || ip_end > ip.len() {
         return;
@@ -204,68 +213,212 @@ pub fn broken_frames() -> Vec<BrokenFrame> {
         }
         out.push(BrokenFrame { what, bytes, kind });
     };
-    add("frame shorter than an Ethernet header", "truncated", &write, &|f| f.truncate(10), false);
-    add("frame ends inside the IPv4 header", "truncated", &write, &|f| f.truncate(IP + 12), false);
-    add("ARP, not IP", "not_ip", &write, &|f| f[12..14].copy_from_slice(&[0x08, 0x06]), false);
-    add("ethertype IPv4, version nibble 6", "ip_version", &write, &|f| f[IP] = 0x65, true);
-    add("IPv4 header with options (IHL 6)", "ipv4_options", &write, &|f| f[IP] = 0x46, true);
-    add("IPv4 IHL below 5", "ipv4_ihl", &write, &|f| f[IP] = 0x44, true);
-    add("IPv4 fragment (more-fragments set)", "ipv4_fragment", &write, &|f| f[IP + 6] = 0x20, true);
-    add("IPv4 header checksum wrong", "ipv4_checksum", &write, &|f| f[IP + 11] ^= 0x01, false);
-    add("IPv4 total length beyond the frame", "ip_length", &write, &|f| {
-        let l = u16::from_be_bytes([f[IP + 2], f[IP + 3]]) + 8;
-        f[IP + 2..IP + 4].copy_from_slice(&l.to_be_bytes());
-        let c = {
-            f[IP + 10] = 0;
-            f[IP + 11] = 0;
-            super::internet_checksum(&f[IP..IP + 20])
-        };
-        f[IP + 10..IP + 12].copy_from_slice(&c.to_be_bytes());
-    }, false);
-    add("IPv4 carrying TCP", "not_udp", &write, &|f| f[IP + 9] = 6, true);
-    add("IPv6 with a hop-by-hop extension header", "not_udp", &write6, &|f| f[IP + 6] = 0, true);
-    add("IPv6 payload length beyond the frame", "ip_length", &write6, &|f| f[IP + 5] += 8, false);
-    add("UDP to port 4790, not 4791", "not_roce", &write, &|f| f[UDP + 3] = 0xb6, true);
-    add("UDP length disagrees with IP", "udp_length", &write, &|f| f[UDP + 5] -= 4, true);
-    add("UDP datagram too short for BTH and ICRC", "truncated", &write, &|f| {
-        let n = (20 + 8 + 8) as u16;
-        f[IP + 2..IP + 4].copy_from_slice(&n.to_be_bytes());
-        f[UDP + 4..UDP + 6].copy_from_slice(&16u16.to_be_bytes());
-        f.truncate(IP + 36);
-    }, true);
+    add(
+        "frame shorter than an Ethernet header",
+        "truncated",
+        &write,
+        &|f| f.truncate(10),
+        false,
+    );
+    add(
+        "frame ends inside the IPv4 header",
+        "truncated",
+        &write,
+        &|f| f.truncate(IP + 12),
+        false,
+    );
+    add(
+        "ARP, not IP",
+        "not_ip",
+        &write,
+        &|f| f[12..14].copy_from_slice(&[0x08, 0x06]),
+        false,
+    );
+    add(
+        "ethertype IPv4, version nibble 6",
+        "ip_version",
+        &write,
+        &|f| f[IP] = 0x65,
+        true,
+    );
+    add(
+        "IPv4 header with options (IHL 6)",
+        "ipv4_options",
+        &write,
+        &|f| f[IP] = 0x46,
+        true,
+    );
+    add(
+        "IPv4 IHL below 5",
+        "ipv4_ihl",
+        &write,
+        &|f| f[IP] = 0x44,
+        true,
+    );
+    add(
+        "IPv4 fragment (more-fragments set)",
+        "ipv4_fragment",
+        &write,
+        &|f| f[IP + 6] = 0x20,
+        true,
+    );
+    add(
+        "IPv4 header checksum wrong",
+        "ipv4_checksum",
+        &write,
+        &|f| f[IP + 11] ^= 0x01,
+        false,
+    );
+    add(
+        "IPv4 total length beyond the frame",
+        "ip_length",
+        &write,
+        &|f| {
+            let l = u16::from_be_bytes([f[IP + 2], f[IP + 3]]) + 8;
+            f[IP + 2..IP + 4].copy_from_slice(&l.to_be_bytes());
+            let c = {
+                f[IP + 10] = 0;
+                f[IP + 11] = 0;
+                super::internet_checksum(&f[IP..IP + 20])
+            };
+            f[IP + 10..IP + 12].copy_from_slice(&c.to_be_bytes());
+        },
+        false,
+    );
+    add(
+        "IPv4 carrying TCP",
+        "not_udp",
+        &write,
+        &|f| f[IP + 9] = 6,
+        true,
+    );
+    add(
+        "IPv6 with a hop-by-hop extension header",
+        "not_udp",
+        &write6,
+        &|f| f[IP + 6] = 0,
+        true,
+    );
+    add(
+        "IPv6 payload length beyond the frame",
+        "ip_length",
+        &write6,
+        &|f| f[IP + 5] += 8,
+        false,
+    );
+    add(
+        "UDP to port 4790, not 4791",
+        "not_roce",
+        &write,
+        &|f| f[UDP + 3] = 0xb6,
+        true,
+    );
+    add(
+        "UDP length disagrees with IP",
+        "udp_length",
+        &write,
+        &|f| f[UDP + 5] -= 4,
+        true,
+    );
+    add(
+        "UDP datagram too short for BTH and ICRC",
+        "truncated",
+        &write,
+        &|f| {
+            let n = (20 + 8 + 8) as u16;
+            f[IP + 2..IP + 4].copy_from_slice(&n.to_be_bytes());
+            f[UDP + 4..UDP + 6].copy_from_slice(&16u16.to_be_bytes());
+            f.truncate(IP + 36);
+        },
+        true,
+    );
     add("BTH TVer 1", "tver", &write, &|f| f[BTH + 1] |= 0x01, true);
-    add("reserved opcode 0x15", "reserved_opcode", &ack, &|f| f[BTH] = 0x15, true);
-    add("RD opcode 0x44 (RD SEND_ONLY)", "unsupported_opcode", &send, &|f| f[BTH] = 0x44, true);
-    add("WRITE_ONLY cut inside its RETH", "truncated", &ack, &|f| f[BTH] = 0x0a, true);
-    add("pad count 3 with an empty payload field", "bad_pad", &empty_send, &|f| f[BTH + 1] = 0x30 | (f[BTH + 1] & 0xcf), true);
-    add("payload field not a multiple of four", "bad_pad", &send, &|f| {
-        // Drop one pad byte: 13 bytes of payload with pad 3 becomes a 15-byte field.
-        let icrc_at = f.len() - 4;
-        f.remove(icrc_at - 1);
-        let ip_len = u16::from_be_bytes([f[IP + 2], f[IP + 3]]) - 1;
-        f[IP + 2..IP + 4].copy_from_slice(&ip_len.to_be_bytes());
-        let udp_len = u16::from_be_bytes([f[UDP + 4], f[UDP + 5]]) - 1;
-        f[UDP + 4..UDP + 6].copy_from_slice(&udp_len.to_be_bytes());
-    }, true);
-    add("non-zero pad on a WRITE_FIRST", "bad_pad", &write, &|f| {
-        f[BTH] = 0x06;
-        f[BTH + 1] |= 0x10;
-    }, true);
-    add("ACK with four payload bytes", "unexpected_payload", &ack, &|f| {
-        let at = f.len() - 4;
-        f.splice(at..at, [0u8; 4]);
-        let ip_len = u16::from_be_bytes([f[IP + 2], f[IP + 3]]) + 4;
-        f[IP + 2..IP + 4].copy_from_slice(&ip_len.to_be_bytes());
-        let udp_len = u16::from_be_bytes([f[UDP + 4], f[UDP + 5]]) + 4;
-        f[UDP + 4..UDP + 6].copy_from_slice(&udp_len.to_be_bytes());
-    }, true);
-    add("ICRC wrong (payload bit flipped after sealing)", "bad_icrc", &write, &|f| {
-        let at = f.len() - 10;
-        f[at] ^= 0x04;
-    }, false);
-    add("ICRC wrong (IPv6)", "bad_icrc", &write6, &|f| {
-        let at = f.len() - 1;
-        f[at] ^= 0x80;
-    }, false);
+    add(
+        "reserved opcode 0x15",
+        "reserved_opcode",
+        &ack,
+        &|f| f[BTH] = 0x15,
+        true,
+    );
+    add(
+        "RD opcode 0x44 (RD SEND_ONLY)",
+        "unsupported_opcode",
+        &send,
+        &|f| f[BTH] = 0x44,
+        true,
+    );
+    add(
+        "WRITE_ONLY cut inside its RETH",
+        "truncated",
+        &ack,
+        &|f| f[BTH] = 0x0a,
+        true,
+    );
+    add(
+        "pad count 3 with an empty payload field",
+        "bad_pad",
+        &empty_send,
+        &|f| f[BTH + 1] = 0x30 | (f[BTH + 1] & 0xcf),
+        true,
+    );
+    add(
+        "payload field not a multiple of four",
+        "bad_pad",
+        &send,
+        &|f| {
+            // Drop one pad byte: 13 bytes of payload with pad 3 becomes a 15-byte field.
+            let icrc_at = f.len() - 4;
+            f.remove(icrc_at - 1);
+            let ip_len = u16::from_be_bytes([f[IP + 2], f[IP + 3]]) - 1;
+            f[IP + 2..IP + 4].copy_from_slice(&ip_len.to_be_bytes());
+            let udp_len = u16::from_be_bytes([f[UDP + 4], f[UDP + 5]]) - 1;
+            f[UDP + 4..UDP + 6].copy_from_slice(&udp_len.to_be_bytes());
+        },
+        true,
+    );
+    add(
+        "non-zero pad on a WRITE_FIRST",
+        "bad_pad",
+        &write,
+        &|f| {
+            f[BTH] = 0x06;
+            f[BTH + 1] |= 0x10;
+        },
+        true,
+    );
+    add(
+        "ACK with four payload bytes",
+        "unexpected_payload",
+        &ack,
+        &|f| {
+            let at = f.len() - 4;
+            f.splice(at..at, [0u8; 4]);
+            let ip_len = u16::from_be_bytes([f[IP + 2], f[IP + 3]]) + 4;
+            f[IP + 2..IP + 4].copy_from_slice(&ip_len.to_be_bytes());
+            let udp_len = u16::from_be_bytes([f[UDP + 4], f[UDP + 5]]) + 4;
+            f[UDP + 4..UDP + 6].copy_from_slice(&udp_len.to_be_bytes());
+        },
+        true,
+    );
+    add(
+        "ICRC wrong (payload bit flipped after sealing)",
+        "bad_icrc",
+        &write,
+        &|f| {
+            let at = f.len() - 10;
+            f[at] ^= 0x04;
+        },
+        false,
+    );
+    add(
+        "ICRC wrong (IPv6)",
+        "bad_icrc",
+        &write6,
+        &|f| {
+            let at = f.len() - 1;
+            f[at] ^= 0x80;
+        },
+        false,
+    );
     out
 }

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Checks ferroce's wire format against tools nobody here wrote.
+#
+# 1. Wireshark's InfiniBand dissector (tshark) and scapy's RoCE layer read
+#    tests/vectors/golden.pcap; their readings must equal the committed tshark.jsonl and
+#    scapy.jsonl (which the Rust test cli/tests/golden.rs compares with `ferroce decode`).
+#    With --bless, the readings are written instead.
+# 2. scapy must find every golden ICRC correct, and tshark every IPv4 header checksum.
+# 3. A fresh capture from the simulated fabric (`ferroce demo --pcap`) must read the same in
+#    tshark and in `ferroce decode`, field by field.
+#
+# Needs: tshark, and a python with scapy >= 2.6 (SCAPY_PYTHON, default python3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+py=${SCAPY_PYTHON:-python3}
+ferroce=${FERROCE_BIN:-target/release/ferroce}
+vectors=tests/vectors
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+tshark -r "$vectors/golden.pcap" -T json 2>/dev/null | python3 scripts/vectors/tshark_fields.py >"$tmp/tshark.jsonl"
+"$py" scripts/vectors/scapy_fields.py "$vectors/golden.pcap" >"$tmp/scapy.jsonl"
+if [ "${1:-}" = "--bless" ]; then
+  cp "$tmp/tshark.jsonl" "$tmp/scapy.jsonl" "$vectors/"
+  echo "check-vectors: wrote $vectors/tshark.jsonl and $vectors/scapy.jsonl"
+fi
+diff -u "$vectors/tshark.jsonl" "$tmp/tshark.jsonl"
+diff -u "$vectors/scapy.jsonl" "$tmp/scapy.jsonl"
+frames=$(wc -l <"$tmp/scapy.jsonl")
+good=$(grep -c '"icrc_ok":true' "$tmp/scapy.jsonl" || true)
+[ "$frames" -gt 0 ] && [ "$good" -eq "$frames" ] || { echo "check-vectors: scapy finds $good of $frames golden ICRCs correct"; exit 1; }
+bad_sum=$(tshark -r "$vectors/golden.pcap" -o ip.check_checksum:TRUE -Y 'ip.checksum.status == "Bad"' 2>/dev/null | wc -l)
+[ "$bad_sum" -eq 0 ] || { echo "check-vectors: tshark finds $bad_sum bad IPv4 checksums in golden.pcap"; exit 1; }
+# In broken.pcap, frame 8 is the one with a wrong IPv4 checksum (frame 5, with IHL 6, also
+# fails tshark's check, which sums the 24 bytes that IHL claims).
+bad_frames=$(tshark -r "$vectors/broken.pcap" -o ip.check_checksum:TRUE -Y 'ip.checksum.status == "Bad"' -T fields -e frame.number 2>/dev/null | tr '\n' ' ')
+[ "$bad_frames" = "5 8 " ] || { echo "check-vectors: tshark finds bad IPv4 checksums in broken.pcap frames '$bad_frames', expected '5 8 '"; exit 1; }
+echo "check-vectors: tshark and scapy readings of golden.pcap unchanged; $good/$frames ICRCs correct per scapy"
+
+"$ferroce" demo --frames 3000 --corrupt 0 --seed 7 --pcap "$tmp/demo.pcap" --json >/dev/null
+"$ferroce" decode "$tmp/demo.pcap" >"$tmp/demo-decode.jsonl"
+tshark -r "$tmp/demo.pcap" -T json 2>/dev/null | python3 scripts/vectors/tshark_fields.py >"$tmp/demo-tshark.jsonl"
+"$py" scripts/vectors/scapy_fields.py "$tmp/demo.pcap" >"$tmp/demo-scapy.jsonl"
+printf 'check-vectors: demo capture vs tshark: '
+python3 scripts/vectors/compare.py "$tmp/demo-tshark.jsonl" "$tmp/demo-decode.jsonl"
+printf 'check-vectors: demo capture vs scapy: '
+python3 scripts/vectors/compare.py "$tmp/demo-scapy.jsonl" "$tmp/demo-decode.jsonl"
