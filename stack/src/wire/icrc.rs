@@ -11,47 +11,118 @@
 //!
 //! The result goes on the wire least-significant byte first, like the Ethernet FCS.
 //!
-//! Masking needs a private copy of the headers. The copy also takes the first bytes after them,
-//! so a small frame is one CRC call on one buffer: crc32fast's carry-less-multiply path only
-//! starts at 128 bytes, and two short calls would each run the slower table code.
+//! Masking needs a private copy of the headers. Setting ones is an OR, so the copy is built
+//! in whole 16-byte chunks, each OR-ed with a per-IP-version mask: the compiler makes each one
+//! vector load, OR and store. Any narrower store under crc32fast's 16-byte loads (byte
+//! patches, `u128` arithmetic, a chunk assembled from two halves) stalls store-to-load
+//! forwarding and costs more than the CRC itself (measured with `benches/wire.rs`). The LRH
+//! stand-in gets the same treatment: the input starts eight bytes before the IP header (in a
+//! frame, the end of the Ethernet header) and the mask turns those bytes into ones, so the
+//! first chunk is a plain load too. Up to 128 bytes are copied, which is where crc32fast's
+//! carry-less-multiply path starts: an RC WRITE with a 64-byte payload is exactly 128 bytes of
+//! ICRC input, one fast call. Whatever follows is read in place.
 
 /// Bytes of the ICRC trailer.
 pub const ICRC_LEN: usize = 4;
 
-/// Room for the LRH stand-in plus the longest masked prefix (IPv6 + UDP + BTH = 60 bytes) and
-/// enough following bytes to reach crc32fast's fast path in one call.
-const SCRATCH: usize = 256;
+/// Bytes in front of the IP header that stand for the LRH.
+pub const LRH_STAND_IN: usize = 8;
 
-/// Computes the ICRC of a packet. `ip_packet` runs from the first byte of the IP header to the
-/// last pad byte (the ICRC itself excluded); `ip_version` is 4 or 6. The caller guarantees the
-/// slice holds at least the IP, UDP and BTH headers.
-pub fn compute(ip_packet: &[u8], ip_version: u8) -> u32 {
-    let mut scratch = [0u8; SCRATCH];
-    scratch[..8].fill(0xff);
-    let head = ip_packet.len().min(SCRATCH - 8);
-    scratch[8..8 + head].copy_from_slice(&ip_packet[..head]);
-    let ip = &mut scratch[8..];
-    let udp = if ip_version == 4 {
-        ip[1] = 0xff; // DSCP + ECN
-        ip[8] = 0xff; // TTL
-        ip[10] = 0xff; // header checksum
-        ip[11] = 0xff;
-        20
+/// Most bytes of the masked copy: eight chunks of 16.
+const COPY: usize = 128;
+
+/// OR-masks over the first [`COPY`] bytes of the input: ones on the stand-in and on every
+/// variant field.
+const fn masks(ip_version: u8) -> [[u8; 16]; COPY / 16] {
+    let mut bytes = [0u8; COPY];
+    let mut i = 0;
+    while i < LRH_STAND_IN {
+        bytes[i] = 0xff;
+        i += 1;
+    }
+    let (fields, udp): (&[(usize, u8)], usize) = if ip_version == 4 {
+        // DSCP + ECN, TTL, header checksum.
+        (&[(1, 0xff), (8, 0xff), (10, 0xff), (11, 0xff)], 20)
     } else {
-        ip[0] |= 0x0f; // traffic class, high nibble
-        ip[1] = 0xff; // traffic class low nibble + flow label
-        ip[2] = 0xff;
-        ip[3] = 0xff;
-        ip[7] = 0xff; // hop limit
-        40
+        // Traffic class (split over bytes 0 and 1), flow label, hop limit.
+        (&[(0, 0x0f), (1, 0xff), (2, 0xff), (3, 0xff), (7, 0xff)], 40)
     };
-    ip[udp + 6] = 0xff; // UDP checksum
-    ip[udp + 7] = 0xff;
-    ip[udp + 8 + 4] = 0xff; // BTH resv8a
+    let mut f = 0;
+    while f < fields.len() {
+        bytes[LRH_STAND_IN + fields[f].0] = fields[f].1;
+        f += 1;
+    }
+    bytes[LRH_STAND_IN + udp + 6] = 0xff; // UDP checksum
+    bytes[LRH_STAND_IN + udp + 7] = 0xff;
+    bytes[LRH_STAND_IN + udp + 8 + 4] = 0xff; // BTH resv8a
+    let mut out = [[0u8; 16]; COPY / 16];
+    let mut i = 0;
+    while i < COPY {
+        out[i / 16][i % 16] = bytes[i];
+        i += 1;
+    }
+    out
+}
+
+/// Input bytes that hold masked fields, rounded up to whole chunks: resv8a is input byte 40
+/// for IPv4 and 60 for IPv6.
+const MASKED_V4: usize = 48;
+const MASKED_V6: usize = 64;
+
+const MASKS_V4: [[u8; 16]; COPY / 16] = masks(4);
+const MASKS_V6: [[u8; 16]; COPY / 16] = masks(6);
+
+/// Computes the ICRC. `input` is eight bytes of any value (they stand for the LRH and are
+/// replaced by ones; in a frame, pass the last eight bytes of the Ethernet header) followed by
+/// the packet from the first byte of the IP header to the last pad byte, the ICRC itself
+/// excluded. `ip_version` is 4 or 6. The caller guarantees `input` holds the stand-in and
+/// the IP, UDP and BTH headers.
+pub fn compute(input: &[u8], ip_version: u8) -> u32 {
+    let (masks, masked_len) = if ip_version == 4 {
+        (&MASKS_V4, MASKED_V4)
+    } else {
+        (&MASKS_V6, MASKED_V6)
+    };
+    let mut copy = [[0u8; 16]; COPY / 16];
     let mut h = crc32fast::Hasher::new();
-    h.update(&scratch[..8 + head]);
-    h.update(&ip_packet[head..]);
+    let head = &input[..input.len().min(COPY)];
+    let (chunks, _) = head.as_chunks::<16>();
+    let copied = chunks.len() * 16;
+    if copied >= masked_len {
+        for ((dst, src), mask) in copy.iter_mut().zip(chunks).zip(masks) {
+            for i in 0..16 {
+                dst[i] = src[i] | mask[i];
+            }
+        }
+        h.update(&copy.as_flattened()[..copied]);
+        h.update(&input[copied..]);
+    } else {
+        // A short packet whose last masked field is in a partial chunk: patch bytes.
+        let flat = copy.as_flattened_mut();
+        flat[..head.len()].copy_from_slice(head);
+        for (b, m) in flat.iter_mut().zip(masks.as_flattened()) {
+            *b |= m;
+        }
+        h.update(&flat[..head.len()]);
+    }
     h.finalize()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn stand_in_bytes_do_not_matter() {
+        let mut input = [0x5au8; 200];
+        input[8] = 0x45;
+        let a = super::compute(&input, 4);
+        input[..8].fill(0x00);
+        assert_eq!(super::compute(&input, 4), a);
+        assert_eq!(super::compute(&input[..60], 4), {
+            let mut c = input;
+            c[..8].fill(0xff);
+            super::compute(&c[..60], 4)
+        });
+    }
 }
 
 /// Reads the ICRC trailer as it sits on the wire.

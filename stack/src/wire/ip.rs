@@ -51,13 +51,17 @@ impl Ecn {
 
 /// The Internet checksum (RFC 1071) over `data`.
 pub fn internet_checksum(data: &[u8]) -> u16 {
-    let mut sum: u32 = 0;
-    let mut chunks = data.chunks_exact(2);
-    for c in &mut chunks {
-        sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
+    // One's-complement sum, 16 bits at a time, folded at the end (RFC 1071 §2).
+    let mut sum: u64 = 0;
+    let (words, rest) = data.as_chunks::<4>();
+    for w in words {
+        sum += u64::from(u32::from_be_bytes(*w));
     }
-    if let [last] = chunks.remainder() {
-        sum += u32::from(*last) << 8;
+    match rest {
+        [a, b, c] => sum += u64::from(u32::from_be_bytes([*a, *b, *c, 0])),
+        [a, b] => sum += u64::from(u16::from_be_bytes([*a, *b])) << 16,
+        [a] => sum += u64::from(*a) << 24,
+        _ => {}
     }
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
@@ -194,14 +198,12 @@ impl Ipv4Repr {
         if p.is_fragment() {
             return Err(Error::Ipv4Fragment(p.flags_frag()));
         }
-        if verify_checksum && !cfg!(fuzzing) {
-            let expected = p.expected_checksum();
-            if expected != p.checksum() {
-                return Err(Error::Ipv4Checksum {
-                    found: p.checksum(),
-                    expected,
-                });
-            }
+        // A correct header, checksum included, sums to all ones.
+        if verify_checksum && !cfg!(fuzzing) && internet_checksum(&p.buffer[..IPV4_LEN]) != 0 {
+            return Err(Error::Ipv4Checksum {
+                found: p.checksum(),
+                expected: p.expected_checksum(),
+            });
         }
         if p.protocol() != IP_PROTO_UDP {
             return Err(Error::NotUdp(p.protocol()));

@@ -89,8 +89,9 @@ pub struct RocePacket<'a> {
     pub repr: RoceRepr,
     /// The payload, pad excluded.
     pub payload: &'a [u8],
-    /// IP header through pad: the bytes the ICRC covers.
-    pub icrc_covered: &'a [u8],
+    /// What [`icrc::compute`] takes: the eight bytes before the IP header (the LRH stand-in)
+    /// and the IP header through the pad.
+    pub icrc_input: &'a [u8],
     /// The ICRC the frame carries.
     pub icrc: u32,
 }
@@ -98,7 +99,7 @@ pub struct RocePacket<'a> {
 impl RocePacket<'_> {
     /// Recomputes the ICRC and compares it with the trailer.
     pub fn icrc_check(&self) -> Result<()> {
-        let expected = icrc::compute(self.icrc_covered, self.repr.ip.version());
+        let expected = icrc::compute(self.icrc_input, self.repr.ip.version());
         if expected == self.icrc || cfg!(fuzzing) {
             Ok(())
         } else {
@@ -140,7 +141,8 @@ impl RoceRepr {
 
         let ip_len = ip.header_len() + UDP_LEN + roce.len() - ICRC_LEN;
         let packet_end = roce.len() - ICRC_LEN;
-        let icrc_covered = &l3[..ip_len];
+        let ip_at = eth_view.header_len();
+        let icrc_input = &frame[ip_at - icrc::LRH_STAND_IN..ip_at + ip_len];
         let icrc = icrc::read(&roce[packet_end..]);
 
         let bth = BthRepr::parse(&BthPacket::new_unchecked(roce))?;
@@ -183,7 +185,7 @@ impl RoceRepr {
                 payload_len: payload.len(),
             },
             payload,
-            icrc_covered,
+            icrc_input,
             icrc,
         };
         if checks.icrc {
@@ -234,7 +236,7 @@ impl RoceRepr {
         let mut eth = self.eth;
         eth.ethertype = self.ip.ethertype();
         eth.emit(buf);
-        let (_, l3) = buf.split_at_mut(eth_len);
+        let l3 = &mut buf[eth_len..];
         match &self.ip {
             IpRepr::V4(r) => r.emit(l3, ip_payload),
             IpRepr::V6(r) => r.emit(l3, ip_payload),
@@ -263,8 +265,9 @@ impl RoceRepr {
         roce[pad_at..pad_at + usize::from(pad)].fill(0);
 
         let covered = ip_hlen + UDP_LEN + pad_at + usize::from(pad);
-        let crc = icrc::compute(&l3[..covered], self.ip.version());
-        icrc::write(crc, &mut l3[covered..]);
+        let input = &buf[eth_len - icrc::LRH_STAND_IN..eth_len + covered];
+        let crc = icrc::compute(input, self.ip.version());
+        icrc::write(crc, &mut buf[eth_len + covered..]);
         Ok(total)
     }
 

@@ -169,8 +169,9 @@ pub fn reseal(frame: &mut [u8]) {
     if ip_end < 4 || ip_end > ip.len() {
         return;
     }
-    let crc = icrc::compute(&ip[..ip_end - 4], version);
-    icrc::write(crc, &mut ip[ip_end - 4..ip_end]);
+    let input = &frame[ETHERNET_LEN - icrc::LRH_STAND_IN..ETHERNET_LEN + ip_end - 4];
+    let crc = icrc::compute(input, version);
+    icrc::write(crc, &mut frame[ETHERNET_LEN + ip_end - 4..ETHERNET_LEN + ip_end]);
 }
 
 /// One deliberately malformed frame: what it is, its bytes, and the [`Error::kind`] a parse
