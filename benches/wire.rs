@@ -21,11 +21,23 @@ fn bench(c: &mut Criterion) {
             ipv4_checksum: true,
         };
         g.bench_function("parse_headers_no_icrc", |b| {
-            b.iter(|| RoceRepr::parse(black_box(&frame), headers_only).unwrap().repr.bth.psn)
+            b.iter(|| {
+                RoceRepr::parse(black_box(&frame), headers_only)
+                    .unwrap()
+                    .repr
+                    .bth
+                    .psn
+            })
         });
         g.bench_function("icrc", |b| b.iter(|| icrc::compute(black_box(covered), 4)));
         g.bench_function("parse_with_icrc", |b| {
-            b.iter(|| RoceRepr::parse(black_box(&frame), Checks::ALL).unwrap().repr.bth.psn)
+            b.iter(|| {
+                RoceRepr::parse(black_box(&frame), Checks::ALL)
+                    .unwrap()
+                    .repr
+                    .bth
+                    .psn
+            })
         });
         let mut buf = vec![0u8; frame.len()];
         g.bench_function("emit_with_icrc", |b| {

@@ -140,7 +140,7 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, Failure> {
     let slot_ns = ((frame_len + WIRE_OVERHEAD) as f64 * 8.0 / args.gbps).ceil() as u64;
     let mut model = LinkModel::new(bandwidth, (args.delay_us * 1000.0) as u64);
     model.loss = match (args.loss, args.burst) {
-        (p, _) if p == 0.0 => Loss::None,
+        (0.0, _) => Loss::None,
         (p, false) => Loss::Bernoulli(p),
         (p, true) => {
             // Bad state: 50% loss, left with probability 1/8 per frame. Enter it often enough

@@ -108,6 +108,16 @@ pub fn compute(input: &[u8], ip_version: u8) -> u32 {
     h.finalize()
 }
 
+/// Reads the ICRC trailer as it sits on the wire.
+pub fn read(trailer: &[u8]) -> u32 {
+    u32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]])
+}
+
+/// Writes an ICRC value into a trailer.
+pub fn write(icrc: u32, trailer: &mut [u8]) {
+    trailer[..4].copy_from_slice(&icrc.to_le_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -123,14 +133,4 @@ mod tests {
             super::compute(&c[..60], 4)
         });
     }
-}
-
-/// Reads the ICRC trailer as it sits on the wire.
-pub fn read(trailer: &[u8]) -> u32 {
-    u32::from_le_bytes([trailer[0], trailer[1], trailer[2], trailer[3]])
-}
-
-/// Writes an ICRC value into a trailer.
-pub fn write(icrc: u32, trailer: &mut [u8]) {
-    trailer[..4].copy_from_slice(&icrc.to_le_bytes());
 }

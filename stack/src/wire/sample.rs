@@ -171,7 +171,10 @@ pub fn reseal(frame: &mut [u8]) {
     }
     let input = &frame[ETHERNET_LEN - icrc::LRH_STAND_IN..ETHERNET_LEN + ip_end - 4];
     let crc = icrc::compute(input, version);
-    icrc::write(crc, &mut frame[ETHERNET_LEN + ip_end - 4..ETHERNET_LEN + ip_end]);
+    icrc::write(
+        crc,
+        &mut frame[ETHERNET_LEN + ip_end - 4..ETHERNET_LEN + ip_end],
+    );
 }
 
 /// One deliberately malformed frame: what it is, its bytes, and the [`Error::kind`] a parse

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The full ferroce test suite, as CI runs it (.ci/run calls exactly this).
+#
+# On a fresh Debian 12 machine it first installs what it needs: Debian packages (libdpdk-dev,
+# libclang-dev and pkg-config for the DPDK driver's build, tshark for wire checks,
+# python3-venv), scapy from PyPI into target/ci-venv, and cargo-fuzz from crates.io. Then:
+# format and lint, every test of the workspace, the wire cross-check against tshark and
+# scapy, a bounded fuzz run, the demo, and a build of every benchmark.
+#
+# Environment: FUZZ_SECONDS (default 60) bounds the fuzz run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+step() { printf '\n==> %s\n' "$*"; }
+
+step "system packages"
+need_pkgs=()
+for p in pkg-config libdpdk-dev libclang-dev tshark python3-venv python3-pip; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing: ${need_pkgs[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+else
+  echo "all present"
+fi
+
+step "python venv with scapy"
+venv=target/ci-venv
+if ! "$venv/bin/python" -c 'import scapy.contrib.roce, scapy; assert tuple(map(int, scapy.VERSION.split(".")[:2])) >= (2, 6)' 2>/dev/null; then
+  py=/usr/bin/python3
+  [ -x "$py" ] || py=python3
+  mkdir -p target
+  "$py" -m venv "$venv"
+  "$venv/bin/pip" install -q 'scapy==2.8.0'
+fi
+"$venv/bin/python" -c 'import scapy; print("scapy", scapy.VERSION)'
+
+step "cargo tools"
+command -v cargo-fuzz >/dev/null 2>&1 || cargo install -q --locked cargo-fuzz
+cargo fuzz --version
+
+step "format and lint"
+cargo fmt --all -- --check
+cargo clippy -q --workspace --all-targets -- -D warnings
+
+step "tests"
+cargo test --workspace
+
+step "wire cross-check with tshark and scapy"
+cargo build -q --release -p ferroce-cli
+SCAPY_PYTHON="$venv/bin/python" FERROCE_BIN=target/release/ferroce scripts/check-vectors.sh
+
+step "demo (the README's main job)"
+target/release/ferroce demo --json | "$venv/bin/python" -c '
+import json, sys
+r = json.load(sys.stdin)
+assert r["frames_sent"] == 20000 and r["receiver"]["valid"] > 0, r
+print("demo:", r["receiver"]["valid"], "valid frames of", r["frames_sent"])'
+
+step "fuzz the frame parser for ${FUZZ_SECONDS:-60} s"
+mkdir -p fuzz/corpus/parse_frame
+(cd fuzz && cargo fuzz run parse_frame -s none corpus/parse_frame seeds/parse_frame -- \
+  -max_total_time="${FUZZ_SECONDS:-60}" -print_final_stats=1 2>&1 | grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|Done )|ERROR|panicked" ) || {
+  echo "fuzzing found a failing input (see fuzz/artifacts/)"; exit 1; }
+
+step "benchmarks build"
+cargo bench --workspace --no-run -q 2>&1 | tail -n 2
+
+echo
+echo "test-all: every step passed"
