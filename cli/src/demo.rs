@@ -229,7 +229,9 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, Failure> {
     let wall_s = wall.elapsed().as_secs_f64();
     let end_ns = fabric.now();
     let [stats, _] = fabric.link_stats(link);
-    let tally = rx.finish()?;
+    let filtered = rx.port.inner().stats().rx_filtered;
+    let mut tally = rx.finish()?;
+    tally.filtered = filtered;
     report(args, sent, &stats, &tally, end_ns, wall_s);
     Ok(ExitCode::SUCCESS)
 }
@@ -243,6 +245,8 @@ struct Tally {
     rejected: BTreeMap<&'static str, u64>,
     max_psn: Option<u32>,
     out_of_order: u64,
+    /// Frames the port dropped because a flipped bit changed their destination MAC.
+    filtered: u64,
 }
 
 /// The receiving host: parses what arrives and keeps the tallies.
@@ -267,6 +271,7 @@ impl Receiver {
                 rejected: BTreeMap::new(),
                 max_psn: None,
                 out_of_order: 0,
+                filtered: 0,
             },
         })
     }
@@ -329,6 +334,7 @@ fn report(args: &Args, sent: u32, link: &LinkStats, rx: &Tally, end_ns: u64, wal
                 "corrupted": link.corrupted,
             },
             "receiver": {
+                "filtered_wrong_mac": rx.filtered,
                 "arrived": rx.arrived,
                 "valid": rx.valid,
                 "rejected": rejected,
@@ -369,6 +375,7 @@ fn report(args: &Args, sent: u32, link: &LinkStats, rx: &Tally, end_ns: u64, wal
     println!("  corrupted (one bit flipped)   {:>8}", link.corrupted);
     println!();
     println!("what the receiver saw           frames");
+    println!("  dropped by the NIC, wrong MAC {:>8}", rx.filtered);
     println!("  arrived                       {:>8}", rx.arrived);
     println!("  valid RoCEv2                  {:>8}", rx.valid);
     for (kind, n) in &rx.rejected {
