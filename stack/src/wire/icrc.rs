@@ -72,6 +72,13 @@ const MASKED_V6: usize = 64;
 const MASKS_V4: [[u8; 16]; COPY / 16] = masks(4);
 const MASKS_V6: [[u8; 16]; COPY / 16] = masks(6);
 
+/// A fresh CRC-32 hasher. crc32fast probes the CPU's features in every `Hasher::new`; cloning
+/// a prototype made once skips that on the per-frame path.
+fn hasher() -> crc32fast::Hasher {
+    static PROTOTYPE: std::sync::OnceLock<crc32fast::Hasher> = std::sync::OnceLock::new();
+    PROTOTYPE.get_or_init(crc32fast::Hasher::new).clone()
+}
+
 /// Computes the ICRC. `input` is eight bytes of any value (they stand for the LRH and are
 /// replaced by ones; in a frame, pass the last eight bytes of the Ethernet header) followed by
 /// the packet from the first byte of the IP header to the last pad byte, the ICRC itself
@@ -84,7 +91,7 @@ pub fn compute(input: &[u8], ip_version: u8) -> u32 {
         (&MASKS_V6, MASKED_V6)
     };
     let mut copy = [[0u8; 16]; COPY / 16];
-    let mut h = crc32fast::Hasher::new();
+    let mut h = hasher();
     let head = &input[..input.len().min(COPY)];
     let (chunks, _) = head.as_chunks::<16>();
     let copied = chunks.len() * 16;
