@@ -5,4 +5,5 @@
 //! and the simulated fabric.
 #![warn(missing_docs)]
 
+pub mod transport;
 pub mod wire;
