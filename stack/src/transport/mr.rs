@@ -1,0 +1,445 @@
+//! Registered memory: protection domains, memory regions, keys, and the one accessor through
+//! which the transport touches application memory (IBTA Vol 1 §10.6).
+//!
+//! Every access names a key, a PD, an address range and the rights it needs; the table checks
+//! all four before a byte moves, so a request that fails any check writes nothing
+//! (invariant 3). Keys are random 32-bit values from a seeded generator: not guessable by a
+//! peer that saw other keys, yet the same for the same seed in the simulator. As on mlx5, a
+//! region's lkey and rkey are the same number.
+//!
+//! This module and the drivers are the only places with `unsafe`: registration takes a raw
+//! pointer whose validity the caller promises, and every later access is bounds-checked
+//! against it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Access rights of a region, with libibverbs' `IBV_ACCESS_*` bit values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Access(pub u32);
+
+impl Access {
+    /// No rights beyond local read (which every region has).
+    pub const NONE: Self = Self(0);
+    /// The local side may write (receive buffers, READ response targets).
+    pub const LOCAL_WRITE: Self = Self(1);
+    /// Peers may WRITE.
+    pub const REMOTE_WRITE: Self = Self(2);
+    /// Peers may READ.
+    pub const REMOTE_READ: Self = Self(4);
+    /// Peers may run atomics.
+    pub const REMOTE_ATOMIC: Self = Self(8);
+
+    /// Both sets.
+    pub const fn with(self, o: Self) -> Self {
+        Self(self.0 | o.0)
+    }
+
+    /// True when every right of `o` is in `self`.
+    pub const fn contains(self, o: Self) -> bool {
+        self.0 & o.0 == o.0
+    }
+}
+
+/// A protection domain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PdId(pub u32);
+
+/// The keys of a registered region (lkey and rkey are equal, as on mlx5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MrKeys {
+    /// Key for local scatter/gather entries.
+    pub lkey: u32,
+    /// Key peers name in RETH / AtomicETH.
+    pub rkey: u32,
+}
+
+/// Why an access was refused. Remote requests turn these into a NAK (remote access error);
+/// local work requests into a local protection error completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    /// No region has this key (never registered, or deregistered).
+    #[error("no memory region has key {0:#010x}")]
+    InvalidKey(u32),
+    /// The region belongs to another protection domain.
+    #[error("key {0:#010x} belongs to another protection domain")]
+    PdMismatch(u32),
+    /// The region lacks a right the access needs.
+    #[error("key {key:#010x} lacks access rights {needed:#x}")]
+    Permission {
+        /// The key.
+        key: u32,
+        /// The rights asked for.
+        needed: u32,
+    },
+    /// The range is not inside the region.
+    #[error("{len} bytes at {va:#x} are outside the region of key {key:#010x}")]
+    Bounds {
+        /// The key.
+        key: u32,
+        /// Start of the access.
+        va: u64,
+        /// Its length.
+        len: u64,
+    },
+    /// An atomic's address is not 8-byte aligned.
+    #[error("atomic address {0:#x} is not 8-byte aligned")]
+    Misaligned(u64),
+}
+
+/// Why a registration was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RegisterError {
+    /// Remote write or atomic rights without local write (IBTA C10-? / libibverbs EINVAL).
+    #[error("REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE")]
+    RemoteWriteNeedsLocalWrite,
+    /// The region's I/O virtual address range would wrap.
+    #[error("a {len}-byte region at iova {iova:#x} wraps the address space")]
+    Wraps {
+        /// Requested iova.
+        iova: u64,
+        /// Requested length.
+        len: usize,
+    },
+}
+
+struct Region {
+    pd: PdId,
+    base: *mut u8,
+    len: usize,
+    iova: u64,
+    access: Access,
+}
+
+// SAFETY: a Region is a pointer plus bounds. The registrant promised (see
+// `MrTable::register`) that the memory stays valid until deregistration; moving that promise
+// to another thread does not change it. Concurrent access by the application is its own
+// business, as with any RDMA NIC; the table only ever reads/writes within bounds.
+unsafe impl Send for Region {}
+
+/// The registered regions of one device.
+pub struct MrTable {
+    regions: HashMap<u32, Region>,
+    key_state: u64,
+}
+
+impl MrTable {
+    /// An empty table whose keys derive from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            regions: HashMap::new(),
+            key_state: seed,
+        }
+    }
+
+    fn next_key(&mut self) -> u32 {
+        loop {
+            // SplitMix64 step: full-period, so keys do not repeat before 2^64 draws.
+            self.key_state = self.key_state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.key_state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            let key = (z ^ (z >> 31)) as u32;
+            if key != 0 && !self.regions.contains_key(&key) {
+                return key;
+            }
+        }
+    }
+
+    /// Registers `len` bytes at `base`, which peers address as `iova .. iova + len`.
+    ///
+    /// # Safety
+    /// `base .. base + len` must be valid for reads and writes, and stay so until
+    /// [`deregister`](Self::deregister) returns for these keys (or the table is dropped).
+    pub unsafe fn register(
+        &mut self,
+        pd: PdId,
+        base: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<MrKeys, RegisterError> {
+        let remote_writes = Access::REMOTE_WRITE.with(Access::REMOTE_ATOMIC);
+        if access.0 & remote_writes.0 != 0 && !access.contains(Access::LOCAL_WRITE) {
+            return Err(RegisterError::RemoteWriteNeedsLocalWrite);
+        }
+        if iova.checked_add(len as u64).is_none() {
+            return Err(RegisterError::Wraps { iova, len });
+        }
+        let key = self.next_key();
+        self.regions.insert(
+            key,
+            Region {
+                pd,
+                base,
+                len,
+                iova,
+                access,
+            },
+        );
+        Ok(MrKeys {
+            lkey: key,
+            rkey: key,
+        })
+    }
+
+    /// Forgets a region: every later access with its keys fails with `InvalidKey`.
+    /// Returns false if the keys were not registered.
+    pub fn deregister(&mut self, keys: MrKeys) -> bool {
+        self.regions.remove(&keys.lkey).is_some()
+    }
+
+    /// Checks an access and returns the byte offset of `va` in the region. Zero-length
+    /// accesses are allowed with any key, as IBTA allows zero-length RDMA (probes use them).
+    fn check(
+        &self,
+        key: u32,
+        pd: PdId,
+        va: u64,
+        len: u64,
+        needed: Access,
+    ) -> Result<usize, AccessError> {
+        if len == 0 {
+            return Ok(0);
+        }
+        let r = self.regions.get(&key).ok_or(AccessError::InvalidKey(key))?;
+        if r.pd != pd {
+            return Err(AccessError::PdMismatch(key));
+        }
+        if !r.access.contains(needed) {
+            return Err(AccessError::Permission {
+                key,
+                needed: needed.0,
+            });
+        }
+        let out = AccessError::Bounds { key, va, len };
+        let offset = va.checked_sub(r.iova).ok_or(out)?;
+        let end = offset.checked_add(len).ok_or(out)?;
+        if end > r.len as u64 {
+            return Err(out);
+        }
+        Ok(offset as usize)
+    }
+
+    fn ptr(&self, key: u32, offset: usize) -> *mut u8 {
+        // Only called after `check` found the key and the range inside the region.
+        let r = &self.regions[&key];
+        // SAFETY: `check` proved offset + len <= r.len, so the offset stays inside the
+        // registered allocation.
+        unsafe { r.base.add(offset) }
+    }
+
+    /// Copies `data` into the region at `va`; needs `needed` rights (REMOTE_WRITE for a
+    /// peer's WRITE, LOCAL_WRITE for a receive or a READ response landing).
+    pub fn write(
+        &self,
+        key: u32,
+        pd: PdId,
+        va: u64,
+        data: &[u8],
+        needed: Access,
+    ) -> Result<(), AccessError> {
+        let offset = self.check(key, pd, va, data.len() as u64, needed)?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let dst = self.ptr(key, offset);
+        // SAFETY: `check` bounded [offset, offset + len) inside the region, which the
+        // registrant keeps valid for writes; `data` is a distinct Rust borrow, so the ranges
+        // cannot overlap unless the application registered memory it also lent us as `data`,
+        // which `copy` (memmove) tolerates.
+        unsafe { core::ptr::copy(data.as_ptr(), dst, data.len()) };
+        Ok(())
+    }
+
+    /// Copies from the region at `va` into `out`; needs `needed` rights (REMOTE_READ for a
+    /// peer's READ, none for a local gather).
+    pub fn read(
+        &self,
+        key: u32,
+        pd: PdId,
+        va: u64,
+        out: &mut [u8],
+        needed: Access,
+    ) -> Result<(), AccessError> {
+        let offset = self.check(key, pd, va, out.len() as u64, needed)?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        let src = self.ptr(key, offset);
+        // SAFETY: as in `write`, the source range is inside the registered region.
+        unsafe { core::ptr::copy(src, out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    fn atomic(&self, key: u32, pd: PdId, va: u64) -> Result<&AtomicU64, AccessError> {
+        if !va.is_multiple_of(8) {
+            return Err(AccessError::Misaligned(va));
+        }
+        let offset = self.check(key, pd, va, 8, Access::REMOTE_ATOMIC)?;
+        let p = self.ptr(key, offset);
+        if !p.cast::<u64>().is_aligned() {
+            // The iova is aligned but the host address is not: cannot be an AtomicU64.
+            return Err(AccessError::Misaligned(va));
+        }
+        // SAFETY: 8 bytes inside the region, aligned to 8, valid for the table's lifetime
+        // bound below (the registrant keeps it valid until deregistration, which needs
+        // `&mut self` and so cannot happen while this borrow lives).
+        Ok(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
+    }
+
+    /// Compare-and-swap on the 8 bytes at `va` (host byte order, as RDMA atomics are on the
+    /// responder); returns the value found.
+    pub fn compare_swap(
+        &self,
+        key: u32,
+        pd: PdId,
+        va: u64,
+        compare: u64,
+        swap: u64,
+    ) -> Result<u64, AccessError> {
+        let a = self.atomic(key, pd, va)?;
+        Ok(
+            match a.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(v) | Err(v) => v,
+            },
+        )
+    }
+
+    /// Fetch-and-add on the 8 bytes at `va`; returns the value before the add.
+    pub fn fetch_add(&self, key: u32, pd: PdId, va: u64, add: u64) -> Result<u64, AccessError> {
+        Ok(self.atomic(key, pd, va)?.fetch_add(add, Ordering::SeqCst))
+    }
+
+    /// Number of registered regions.
+    pub fn len(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// True when nothing is registered.
+    pub fn is_empty(&self) -> bool {
+        self.regions.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PD: PdId = PdId(1);
+    const RW: Access = Access::LOCAL_WRITE
+        .with(Access::REMOTE_WRITE)
+        .with(Access::REMOTE_READ)
+        .with(Access::REMOTE_ATOMIC);
+
+    fn table_with(buf: &mut [u64], access: Access) -> (MrTable, MrKeys) {
+        let mut t = MrTable::new(7);
+        // SAFETY: `buf` outlives the table in every test below.
+        let keys =
+            unsafe { t.register(PD, buf.as_mut_ptr().cast(), buf.len() * 8, 0x1000, access) }
+                .unwrap();
+        (t, keys)
+    }
+
+    #[test]
+    fn writes_reads_and_atomics_land_inside_the_region() {
+        let mut buf = [0u64; 8];
+        let (t, k) = table_with(&mut buf, RW);
+        t.write(k.rkey, PD, 0x1008, &[1, 2, 3], Access::REMOTE_WRITE)
+            .unwrap();
+        let mut out = [0u8; 3];
+        t.read(k.rkey, PD, 0x1008, &mut out, Access::REMOTE_READ)
+            .unwrap();
+        assert_eq!(out, [1, 2, 3]);
+        assert_eq!(t.fetch_add(k.rkey, PD, 0x1010, 5).unwrap(), 0);
+        assert_eq!(t.compare_swap(k.rkey, PD, 0x1010, 5, 9).unwrap(), 5);
+        assert_eq!(t.compare_swap(k.rkey, PD, 0x1010, 5, 1).unwrap(), 9);
+        drop(t);
+        assert_eq!(buf[2], 9);
+        assert_eq!(buf[1].to_ne_bytes()[..3], [1, 2, 3]);
+    }
+
+    #[test]
+    fn every_violation_is_refused_and_writes_nothing() {
+        let mut buf = [0u64; 4];
+        let (mut t, k) = table_with(&mut buf, Access::LOCAL_WRITE.with(Access::REMOTE_READ));
+        let w = |t: &MrTable, key, pd, va| t.write(key, pd, va, &[0xff; 8], Access::REMOTE_WRITE);
+        assert!(matches!(
+            w(&t, k.rkey, PD, 0x1000),
+            Err(AccessError::Permission { .. })
+        ));
+        assert_eq!(
+            w(&t, k.rkey ^ 1, PD, 0x1000),
+            Err(AccessError::InvalidKey(k.rkey ^ 1))
+        );
+        assert_eq!(
+            w(&t, k.rkey, PdId(2), 0x1000),
+            Err(AccessError::PdMismatch(k.rkey))
+        );
+        let local = |t: &MrTable, va| t.write(k.lkey, PD, va, &[0xff; 8], Access::LOCAL_WRITE);
+        assert!(local(&t, 0x1000 + 32 - 8).is_ok());
+        assert!(matches!(
+            local(&t, 0x1000 + 32 - 7),
+            Err(AccessError::Bounds { .. })
+        ));
+        assert!(matches!(local(&t, 0xff8), Err(AccessError::Bounds { .. })));
+        assert!(matches!(
+            local(&t, u64::MAX - 2),
+            Err(AccessError::Bounds { .. })
+        ));
+        assert!(matches!(
+            t.fetch_add(k.rkey, PD, 0x1000, 1),
+            Err(AccessError::Permission { .. })
+        ));
+        // Zero-length accesses pass with any key.
+        assert!(t
+            .write(0xdead, PdId(9), 0, &[], Access::REMOTE_WRITE)
+            .is_ok());
+        assert!(t.deregister(k));
+        assert_eq!(local(&t, 0x1000), Err(AccessError::InvalidKey(k.lkey)));
+        drop(t);
+        assert_eq!(buf, [0, 0, 0, 0xffff_ffff_ffff_ffff]);
+    }
+
+    #[test]
+    fn atomics_must_be_aligned() {
+        let mut buf = [0u64; 4];
+        let (t, k) = table_with(&mut buf, RW);
+        assert_eq!(
+            t.fetch_add(k.rkey, PD, 0x1004, 1),
+            Err(AccessError::Misaligned(0x1004))
+        );
+    }
+
+    #[test]
+    fn registration_rules_and_key_randomness() {
+        let mut t = MrTable::new(1);
+        let mut buf = [0u8; 16];
+        // SAFETY: `buf` outlives `t`.
+        let bad = unsafe { t.register(PD, buf.as_mut_ptr(), 16, 0, Access::REMOTE_WRITE) };
+        assert_eq!(bad, Err(RegisterError::RemoteWriteNeedsLocalWrite));
+        let keys: Vec<u32> = (0..64)
+            // SAFETY: as above.
+            .map(|_| {
+                unsafe { t.register(PD, buf.as_mut_ptr(), 16, 0, Access::NONE) }
+                    .unwrap()
+                    .rkey
+            })
+            .collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 64);
+        assert!(
+            keys.windows(2)
+                .filter(|w| w[1] == w[0].wrapping_add(1))
+                .count()
+                < 2
+        );
+        // Same seed, same keys (the simulator replays).
+        let mut again = MrTable::new(1);
+        // SAFETY: as above.
+        let first = unsafe { again.register(PD, buf.as_mut_ptr(), 16, 0, Access::NONE) }.unwrap();
+        assert_eq!(first.rkey, keys[0]);
+    }
+}
