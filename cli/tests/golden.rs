@@ -91,34 +91,24 @@ fn decode(name: &str) -> (Vec<serde_json::Map<String, Value>>, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    let mut lines: Vec<&str> = text.lines().collect();
-    let summary = lines.pop().unwrap().to_owned();
-    let objs = lines
-        .iter()
-        .map(|l| {
-            serde_json::from_str::<Value>(l)
-                .unwrap()
-                .as_object()
-                .unwrap()
-                .clone()
+    let (objects, summary) = text.trim_end().rsplit_once('\n').unwrap();
+    (parse_jsonl(objects), summary.to_owned())
+}
+
+fn parse_jsonl(text: &str) -> Vec<serde_json::Map<String, Value>> {
+    text.lines()
+        .map(|l| match serde_json::from_str::<Value>(l).unwrap() {
+            Value::Object(o) => o,
+            other => panic!("not a JSON object: {other}"),
         })
-        .collect();
-    (objs, summary)
+        .collect()
 }
 
 fn read_jsonl(name: &str) -> Vec<serde_json::Map<String, Value>> {
     let path = vectors().join(name);
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l)
-                .unwrap()
-                .as_object()
-                .unwrap()
-                .clone()
-        })
-        .collect()
+    parse_jsonl(
+        &std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
 }
 
 /// Compares every key the reference has with ferroce's value for it, and checks ferroce

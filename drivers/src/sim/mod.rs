@@ -236,7 +236,8 @@ impl FabricBuilder {
                         slot
                     }
                     End::Switch(SwitchId(s)) => {
-                        ports.push(PortSlot::new(Owner::Switch(s), MacAddr::default()));
+                        let index = switches[s].ports.len();
+                        ports.push(PortSlot::new(Owner::Switch(s, index), MacAddr::default()));
                         switches[s].ports.push(ports.len() - 1);
                         ports.len() - 1
                     }
@@ -486,7 +487,8 @@ impl Port for SimPort {
 
 enum Owner {
     Host,
-    Switch(usize),
+    /// A switch and the port's number on it.
+    Switch(usize, usize),
 }
 
 struct PortSlot {
@@ -620,7 +622,7 @@ impl Core {
     fn deliver(&mut self, ev: Event) {
         match self.ports[ev.to].owner {
             Owner::Host => self.deliver_to_host(ev.to, ev.frame),
-            Owner::Switch(s) => self.forward(s, ev.to, ev.frame),
+            Owner::Switch(s, ingress) => self.forward(s, ingress, ev.frame),
         }
     }
 
@@ -643,9 +645,8 @@ impl Core {
         self.recycle(frame);
     }
 
-    fn forward(&mut self, s: usize, in_slot: usize, mut frame: Vec<u8>) {
+    fn forward(&mut self, s: usize, ingress: usize, mut frame: Vec<u8>) {
         let sw = &mut self.switches[s];
-        let ingress = sw.ports.iter().position(|&p| p == in_slot).unwrap_or(0);
         let dst = frame
             .get(..6)
             .map(|d| MacAddr(d.try_into().expect("6 bytes")));
@@ -704,7 +705,7 @@ impl Core {
                 let mut dist = vec![usize::MAX; n];
                 let mut queue = VecDeque::new();
                 if let Some(p) = peer_of(&self.ports, &self.links, target) {
-                    if let Owner::Switch(s) = self.ports[p].owner {
+                    if let Owner::Switch(s, _) = self.ports[p].owner {
                         dist[s] = 1;
                         queue.push_back(s);
                     }
@@ -712,7 +713,7 @@ impl Core {
                 while let Some(s) = queue.pop_front() {
                     for &slot in &self.switches[s].ports {
                         if let Some(p) = peer_of(&self.ports, &self.links, slot) {
-                            if let Owner::Switch(t) = self.ports[p].owner {
+                            if let Owner::Switch(t, _) = self.ports[p].owner {
                                 if dist[t] == usize::MAX {
                                     dist[t] = dist[s] + 1;
                                     queue.push_back(t);
@@ -732,7 +733,7 @@ impl Core {
                         };
                         let next_hop = match self.ports[p].owner {
                             Owner::Host => p == target,
-                            Owner::Switch(t) => dist[t] != usize::MAX && dist[t] + 1 == dist[s],
+                            Owner::Switch(t, _) => dist[t] != usize::MAX && dist[t] + 1 == dist[s],
                         };
                         if next_hop {
                             egress.push(i);

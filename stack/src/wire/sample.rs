@@ -177,6 +177,16 @@ pub fn reseal(frame: &mut [u8]) {
     );
 }
 
+/// Adds `delta` bytes to the IPv4 total length and UDP length of an untagged frame, after a
+/// sample has inserted or removed bytes inside the datagram.
+fn grow_ipv4_datagram(f: &mut [u8], delta: i16) {
+    use super::{ETHERNET_LEN, IPV4_LEN};
+    for at in [ETHERNET_LEN + 2, ETHERNET_LEN + IPV4_LEN + 4] {
+        let len = u16::from_be_bytes([f[at], f[at + 1]]).wrapping_add_signed(delta);
+        f[at..at + 2].copy_from_slice(&len.to_be_bytes());
+    }
+}
+
 /// One deliberately malformed frame: what it is, its bytes, and the [`Error::kind`] a parse
 /// with every check on must report.
 ///
@@ -373,10 +383,7 @@ pub fn broken_frames() -> Vec<BrokenFrame> {
             // Drop one pad byte: 13 bytes of payload with pad 3 becomes a 15-byte field.
             let icrc_at = f.len() - 4;
             f.remove(icrc_at - 1);
-            let ip_len = u16::from_be_bytes([f[IP + 2], f[IP + 3]]) - 1;
-            f[IP + 2..IP + 4].copy_from_slice(&ip_len.to_be_bytes());
-            let udp_len = u16::from_be_bytes([f[UDP + 4], f[UDP + 5]]) - 1;
-            f[UDP + 4..UDP + 6].copy_from_slice(&udp_len.to_be_bytes());
+            grow_ipv4_datagram(f, -1);
         },
         true,
     );
@@ -397,10 +404,7 @@ pub fn broken_frames() -> Vec<BrokenFrame> {
         &|f| {
             let at = f.len() - 4;
             f.splice(at..at, [0u8; 4]);
-            let ip_len = u16::from_be_bytes([f[IP + 2], f[IP + 3]]) + 4;
-            f[IP + 2..IP + 4].copy_from_slice(&ip_len.to_be_bytes());
-            let udp_len = u16::from_be_bytes([f[UDP + 4], f[UDP + 5]]) + 4;
-            f[UDP + 4..UDP + 6].copy_from_slice(&udp_len.to_be_bytes());
+            grow_ipv4_datagram(f, 4);
         },
         true,
     );
