@@ -189,6 +189,32 @@ impl MrTable {
         self.regions.remove(&keys.lkey).is_some()
     }
 
+    /// Checks that `len` bytes at `va` may be accessed with `needed` rights under `key` and
+    /// `pd`, without moving data (the responder checks a whole WRITE at its first packet).
+    pub fn check_access(
+        &self,
+        key: u32,
+        pd: PdId,
+        va: u64,
+        len: u64,
+        needed: Access,
+    ) -> Result<(), AccessError> {
+        self.check(key, pd, va, len, needed).map(|_| ())
+    }
+
+    /// Invalidates `key` on behalf of a SEND_WITH_INVALIDATE that arrived on a QP of `pd`:
+    /// the region is deregistered, so later accesses fail with `InvalidKey`.
+    pub fn invalidate(&mut self, key: u32, pd: PdId) -> Result<(), AccessError> {
+        match self.regions.get(&key) {
+            None => Err(AccessError::InvalidKey(key)),
+            Some(r) if r.pd != pd => Err(AccessError::PdMismatch(key)),
+            Some(_) => {
+                self.regions.remove(&key);
+                Ok(())
+            }
+        }
+    }
+
     /// Checks an access and returns the byte offset of `va` in the region. Zero-length
     /// accesses are allowed with any key, as IBTA allows zero-length RDMA (probes use them).
     fn check(

@@ -1,0 +1,909 @@
+//! The queue pair as a sans-IO state machine.
+//!
+//! A [`Qp`] is driven only by calls: work requests in ([`post_send`](Qp::post_send),
+//! [`post_recv`](Qp::post_recv)), packets in ([`handle_packet`](Qp::handle_packet)), frames out
+//! ([`poll_transmit`](Qp::poll_transmit)), time in ([`poll_timeout`](Qp::poll_timeout),
+//! [`handle_timeout`](Qp::handle_timeout)) and completions out
+//! ([`poll_completion`](Qp::poll_completion)). It never reads a clock or touches a socket, so
+//! the engine, the simulator and the benchmarks drive the same code. Registered memory is a
+//! device-wide table passed into the calls that move data, since every QP of a device shares
+//! it.
+//!
+//! The requester half lives in [`requester`], the responder half in [`responder`]; this module
+//! holds the state both share: attributes, the state machine, queues, completions and the
+//! error flush.
+
+mod requester;
+mod responder;
+
+use core::net::IpAddr;
+use std::collections::VecDeque;
+
+use smallvec::SmallVec;
+
+use super::counters::Counters;
+use super::mr::{Access, MrTable, PdId};
+use super::recovery::{GoBackN, Recovery};
+use super::state::{check_modify, AttrMask, ModifyError, QpState, QpType};
+use super::timers::local_ack_timeout_ns;
+use super::wr::{
+    Payload, PostError, RecvWr, SendFlags, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
+    WrOpcode,
+};
+use crate::wire::{
+    BthRepr, Checks, Ecn, EthernetRepr, ExtHeaders, IpRepr, Ipv4Repr, Ipv6Repr, MacAddr, Msn,
+    Opcode, Psn, Qpn, RocePacket, RoceRepr, VlanTag, DEFAULT_PKEY, ETHERTYPE_IPV4,
+};
+
+pub use requester::ACK_REQ_EVERY;
+
+/// Path MTU (`enum ibv_mtu` values 1..=5).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Mtu {
+    /// 256 bytes.
+    Mtu256 = 1,
+    /// 512 bytes.
+    Mtu512 = 2,
+    /// 1024 bytes.
+    #[default]
+    Mtu1024 = 3,
+    /// 2048 bytes.
+    Mtu2048 = 4,
+    /// 4096 bytes.
+    Mtu4096 = 5,
+}
+
+impl Mtu {
+    /// Payload bytes per packet.
+    pub const fn bytes(self) -> u32 {
+        128 << (self as u32)
+    }
+
+    /// The MTU for `bytes`, if it is one of the five.
+    pub const fn from_bytes(bytes: u32) -> Option<Self> {
+        Some(match bytes {
+            256 => Self::Mtu256,
+            512 => Self::Mtu512,
+            1024 => Self::Mtu1024,
+            2048 => Self::Mtu2048,
+            4096 => Self::Mtu4096,
+            _ => return None,
+        })
+    }
+
+    /// The largest MTU whose packets fit an Ethernet MTU of `eth_mtu` bytes (IP and above),
+    /// leaving room for IPv6, UDP, BTH, the largest extension headers and the ICRC.
+    pub const fn for_ethernet_mtu(eth_mtu: usize) -> Self {
+        const OVERHEAD: usize = 40 + 8 + 12 + 28 + 4;
+        let mut m = Self::Mtu4096;
+        loop {
+            if m.bytes() as usize + OVERHEAD <= eth_mtu || matches!(m, Self::Mtu256) {
+                return m;
+            }
+            m = match m {
+                Self::Mtu4096 => Self::Mtu2048,
+                Self::Mtu2048 => Self::Mtu1024,
+                Self::Mtu1024 => Self::Mtu512,
+                _ => Self::Mtu256,
+            };
+        }
+    }
+}
+
+/// How frames reach the peer: the addressing of every packet of a connected QP, or of one UD
+/// send. The verbs layer fills the source fields from the port; a GID maps to `src`/`dst`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddressVector {
+    /// Our MAC.
+    pub smac: MacAddr,
+    /// The next hop's MAC.
+    pub dmac: MacAddr,
+    /// Optional 802.1Q tag.
+    pub vlan: Option<VlanTag>,
+    /// Our IP address (the source GID).
+    pub src: IpAddr,
+    /// The peer's IP address (the destination GID).
+    pub dst: IpAddr,
+    /// GRH traffic class: DSCP in the top six bits, ECN in the low two.
+    pub traffic_class: u8,
+    /// Hop limit / TTL.
+    pub hop_limit: u8,
+    /// IPv6 flow label.
+    pub flow_label: u32,
+    /// UDP source port (flow entropy); `None` derives one from the QP numbers, as ConnectX
+    /// does, so different QPs spread over ECMP paths.
+    pub udp_src_port: Option<u16>,
+}
+
+impl Default for AddressVector {
+    fn default() -> Self {
+        Self {
+            smac: MacAddr([0; 6]),
+            dmac: MacAddr([0; 6]),
+            vlan: None,
+            src: IpAddr::V4(core::net::Ipv4Addr::UNSPECIFIED),
+            dst: IpAddr::V4(core::net::Ipv4Addr::UNSPECIFIED),
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 0,
+            udp_src_port: None,
+        }
+    }
+}
+
+impl AddressVector {
+    /// The frame headers for packets on this path to `dest_qpn` (opcode, PSN and extension
+    /// headers are filled per packet).
+    pub(crate) fn template(&self, dest_qpn: Qpn, udp_src_port: u16) -> RoceRepr {
+        let dscp = self.traffic_class >> 2;
+        let ecn = Ecn::from_bits(self.traffic_class);
+        let ip = match (self.src, self.dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => IpRepr::V4(Ipv4Repr {
+                src,
+                dst,
+                dscp,
+                ecn,
+                ident: 0,
+                dont_frag: true,
+                ttl: self.hop_limit,
+            }),
+            (src, dst) => IpRepr::V6(Ipv6Repr {
+                src: to_v6(src),
+                dst: to_v6(dst),
+                dscp,
+                ecn,
+                flow_label: self.flow_label & 0xf_ffff,
+                hop_limit: self.hop_limit,
+            }),
+        };
+        let mut bth = BthRepr::new(Opcode::RC_ACKNOWLEDGE, dest_qpn, Psn::new(0));
+        bth.pkey = DEFAULT_PKEY;
+        RoceRepr {
+            eth: EthernetRepr {
+                dst: self.dmac,
+                src: self.smac,
+                vlan: self.vlan,
+                ethertype: ETHERTYPE_IPV4,
+            },
+            ip,
+            udp_src_port,
+            bth,
+            ext: ExtHeaders::default(),
+            payload_len: 0,
+        }
+    }
+}
+
+fn to_v6(a: IpAddr) -> core::net::Ipv6Addr {
+    match a {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
+    }
+}
+
+/// Queue capacities, as `ibv_qp_cap`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpCaps {
+    /// Outstanding send WRs.
+    pub max_send_wr: u32,
+    /// Outstanding receive WRs.
+    pub max_recv_wr: u32,
+    /// Gather elements per send WR.
+    pub max_send_sge: u32,
+    /// Scatter elements per receive WR.
+    pub max_recv_sge: u32,
+    /// Inline bytes per send WR.
+    pub max_inline_data: u32,
+    /// Every send WR generates a completion, signaled or not (`sq_sig_all`).
+    pub sq_sig_all: bool,
+}
+
+impl Default for QpCaps {
+    fn default() -> Self {
+        Self {
+            max_send_wr: 1024,
+            max_recv_wr: 1024,
+            max_send_sge: 16,
+            max_recv_sge: 16,
+            max_inline_data: 256,
+            sq_sig_all: false,
+        }
+    }
+}
+
+/// QP attributes, as `ibv_qp_attr`: the values `modify` applies for the bits of its mask, and
+/// what `query` reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpAttr {
+    /// Target state (`STATE`).
+    pub qp_state: QpState,
+    /// Remote access the responder allows (`ACCESS_FLAGS`).
+    pub qp_access_flags: Access,
+    /// Partition key index (`PKEY_INDEX`); ferroce has one partition, the default key.
+    pub pkey_index: u16,
+    /// Port (`PORT`).
+    pub port_num: u8,
+    /// Q_Key (`QKEY`, UD).
+    pub qkey: u32,
+    /// The path (`AV`).
+    pub ah_attr: AddressVector,
+    /// Path MTU (`PATH_MTU`).
+    pub path_mtu: Mtu,
+    /// Local ACK timeout exponent (`TIMEOUT`): 4.096 µs · 2^timeout, 0 = infinite.
+    pub timeout: u8,
+    /// Transport retries (`RETRY_CNT`), 0..=7.
+    pub retry_cnt: u8,
+    /// RNR retries (`RNR_RETRY`), 7 = infinite.
+    pub rnr_retry: u8,
+    /// First expected receive PSN (`RQ_PSN`).
+    pub rq_psn: Psn,
+    /// READ/atomic requests this QP may have outstanding (`MAX_QP_RD_ATOMIC`).
+    pub max_rd_atomic: u8,
+    /// RNR NAK timer code this responder sends (`MIN_RNR_TIMER`).
+    pub min_rnr_timer: u8,
+    /// First send PSN (`SQ_PSN`).
+    pub sq_psn: Psn,
+    /// READ/atomic requests this QP accepts as responder (`MAX_DEST_RD_ATOMIC`).
+    pub max_dest_rd_atomic: u8,
+    /// Peer QP (`DEST_QPN`).
+    pub dest_qp_num: Qpn,
+}
+
+impl Default for QpAttr {
+    fn default() -> Self {
+        Self {
+            qp_state: QpState::Reset,
+            qp_access_flags: Access::NONE,
+            pkey_index: 0,
+            port_num: 1,
+            qkey: 0,
+            ah_attr: AddressVector::default(),
+            path_mtu: Mtu::Mtu1024,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            rq_psn: Psn::new(0),
+            max_rd_atomic: 16,
+            min_rnr_timer: 12,
+            sq_psn: Psn::new(0),
+            max_dest_rd_atomic: 16,
+            dest_qp_num: Qpn::new(0),
+        }
+    }
+}
+
+/// What a QP is created with.
+#[derive(Debug)]
+pub struct QpConfig {
+    /// Its number.
+    pub qpn: Qpn,
+    /// RC, UC or UD.
+    pub qp_type: QpType,
+    /// Protection domain: every local and remote access is checked against it.
+    pub pd: PdId,
+    /// Queue capacities.
+    pub caps: QpCaps,
+    /// Loss recovery policy; Go-Back-N when `None`.
+    pub recovery: Option<Box<dyn Recovery>>,
+}
+
+impl QpConfig {
+    /// A QP with default capabilities and Go-Back-N.
+    pub fn new(qpn: Qpn, qp_type: QpType, pd: PdId) -> Self {
+        Self {
+            qpn,
+            qp_type,
+            pd,
+            caps: QpCaps::default(),
+            recovery: None,
+        }
+    }
+}
+
+/// The data of a send WQE: a gather list, or bytes copied at post time.
+#[derive(Clone, Debug)]
+pub(crate) enum WqeData {
+    Sges(SmallVec<[Sge; 2]>),
+    Inline(SmallVec<[u8; 64]>),
+}
+
+/// A posted send WR as the QP keeps it.
+#[derive(Clone, Debug)]
+pub(crate) struct SendWqe {
+    pub(crate) wr_id: u64,
+    pub(crate) op: WrOpcode,
+    pub(crate) flags: SendFlags,
+    pub(crate) imm: u32,
+    pub(crate) remote_addr: u64,
+    pub(crate) rkey: u32,
+    pub(crate) compare_add: u64,
+    pub(crate) swap: u64,
+    pub(crate) data: WqeData,
+    pub(crate) len: u32,
+    pub(crate) ud: Option<Box<UdDest>>,
+    /// PSN of its first packet; valid once the requester assigned it.
+    pub(crate) first_psn: Psn,
+    /// PSNs it spans (READ: response packets; atomics: one).
+    pub(crate) npkts: u32,
+}
+
+impl SendWqe {
+    pub(crate) fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npkts - 1)
+    }
+
+    pub(crate) fn contains(&self, psn: Psn) -> bool {
+        let d = psn.distance(self.first_psn);
+        d >= 0 && (d as u32) < self.npkts
+    }
+}
+
+/// A posted receive WR.
+#[derive(Clone, Debug)]
+pub(crate) struct RecvWqe {
+    pub(crate) wr_id: u64,
+    pub(crate) sges: SmallVec<[Sge; 2]>,
+}
+
+/// One queue pair.
+pub struct Qp {
+    pub(crate) qpn: Qpn,
+    pub(crate) qp_type: QpType,
+    pub(crate) pd: PdId,
+    pub(crate) caps: QpCaps,
+    pub(crate) state: QpState,
+    pub(crate) attr: QpAttr,
+    pub(crate) mtu: u32,
+    /// Header template of every packet to the peer (connected QPs, from RTR on).
+    pub(crate) template: RoceRepr,
+    pub(crate) udp_src_port: u16,
+    pub(crate) ack_timeout_ns: Option<u64>,
+    pub(crate) recovery: Box<dyn Recovery>,
+    pub(crate) req: requester::Requester,
+    pub(crate) resp: responder::Responder,
+    pub(crate) completions: VecDeque<WorkCompletion>,
+    pub(crate) counters: Counters,
+}
+
+impl core::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Qp")
+            .field("qpn", &self.qpn)
+            .field("type", &self.qp_type)
+            .field("state", &self.state)
+            .field("recovery", &self.recovery.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Qp {
+    /// A QP in RESET.
+    pub fn new(config: QpConfig) -> Self {
+        let attr = QpAttr::default();
+        Self {
+            qpn: config.qpn,
+            qp_type: config.qp_type,
+            pd: config.pd,
+            caps: config.caps,
+            state: QpState::Reset,
+            attr,
+            mtu: attr.path_mtu.bytes(),
+            template: attr.ah_attr.template(Qpn::new(0), 0),
+            udp_src_port: 0,
+            ack_timeout_ns: None,
+            recovery: config.recovery.unwrap_or_else(|| Box::new(GoBackN)),
+            req: requester::Requester::new(Psn::new(0)),
+            resp: responder::Responder::new(Psn::new(0)),
+            completions: VecDeque::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Its number.
+    pub fn qpn(&self) -> Qpn {
+        self.qpn
+    }
+
+    /// Its type.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// Its current state.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// Its protection domain.
+    pub fn pd(&self) -> PdId {
+        self.pd
+    }
+
+    /// Current attributes (`ibv_query_qp`), with `sq_psn` / `rq_psn` reporting the next PSN
+    /// to send and the next expected.
+    pub fn query(&self) -> QpAttr {
+        let mut a = self.attr;
+        a.qp_state = self.state;
+        a.sq_psn = self.req.nxt;
+        a.rq_psn = self.resp.epsn;
+        a
+    }
+
+    /// Its counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The policy's name.
+    pub fn recovery_name(&self) -> &'static str {
+        self.recovery.name()
+    }
+
+    /// The port's active MTU, which bounds UD datagrams (connected QPs take `path_mtu`).
+    pub fn set_port_mtu(&mut self, mtu: Mtu) {
+        if self.qp_type == QpType::Ud {
+            self.attr.path_mtu = mtu;
+            self.mtu = mtu.bytes();
+        }
+    }
+
+    /// Replaces the loss recovery policy (between connection setup and RTS).
+    pub fn set_recovery(&mut self, recovery: Box<dyn Recovery>) {
+        self.recovery = recovery;
+    }
+
+    /// Send WRs posted and not yet completed.
+    pub fn send_queue_len(&self) -> usize {
+        self.req.sq.len()
+    }
+
+    /// Receive WRs posted and not yet consumed.
+    pub fn recv_queue_len(&self) -> usize {
+        self.resp.rq.len()
+    }
+
+    /// Bytes this QP holds on the heap beyond its send and receive queues (completion
+    /// buffer, READ/atomic response queue, atomic replay cache), for the footprint benchmark.
+    pub fn heap_bytes_beyond_queues(&self) -> usize {
+        self.completions.capacity() * core::mem::size_of::<WorkCompletion>()
+            + self.resp.heap_bytes()
+    }
+
+    /// Changes state and attributes as `ibv_modify_qp`: `mask` names which fields of `attr`
+    /// apply. Legal transitions and required attributes follow IBTA table 91 (see
+    /// [`check_modify`]).
+    pub fn modify(&mut self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyError> {
+        let to = if mask.contains(AttrMask::STATE) {
+            attr.qp_state
+        } else {
+            self.state
+        };
+        check_modify(self.qp_type, self.state, to, mask)?;
+        self.apply(attr, mask);
+        let from = self.state;
+        match to {
+            QpState::Reset => self.reset(),
+            QpState::Err if from != QpState::Err => self.enter_error(None),
+            QpState::Rtr if from == QpState::Init => {
+                // Receives posted in INIT stay queued.
+                self.resp.epsn = self.attr.rq_psn;
+                self.connect_path();
+            }
+            QpState::Rts if from == QpState::Rtr => {
+                self.req = requester::Requester::new(self.attr.sq_psn);
+                self.req.retries_left = self.attr.retry_cnt;
+                self.req.rnr_retries_left = self.attr.rnr_retry;
+            }
+            _ => {}
+        }
+        self.state = to;
+        tracing::debug!(qpn = self.qpn.value(), %from, %to, "modify_qp");
+        Ok(())
+    }
+
+    fn apply(&mut self, a: &QpAttr, mask: AttrMask) {
+        let m = |bit| mask.contains(bit);
+        if m(AttrMask::ACCESS_FLAGS) {
+            self.attr.qp_access_flags = a.qp_access_flags;
+        }
+        if m(AttrMask::PKEY_INDEX) {
+            self.attr.pkey_index = a.pkey_index;
+        }
+        if m(AttrMask::PORT) {
+            self.attr.port_num = a.port_num;
+        }
+        if m(AttrMask::QKEY) {
+            self.attr.qkey = a.qkey;
+        }
+        if m(AttrMask::AV) {
+            self.attr.ah_attr = a.ah_attr;
+        }
+        if m(AttrMask::PATH_MTU) {
+            self.attr.path_mtu = a.path_mtu;
+            self.mtu = a.path_mtu.bytes();
+        }
+        if m(AttrMask::TIMEOUT) {
+            self.attr.timeout = a.timeout;
+        }
+        if m(AttrMask::RETRY_CNT) {
+            self.attr.retry_cnt = a.retry_cnt.min(7);
+        }
+        if m(AttrMask::RNR_RETRY) {
+            self.attr.rnr_retry = a.rnr_retry.min(7);
+        }
+        if m(AttrMask::RQ_PSN) {
+            self.attr.rq_psn = a.rq_psn;
+        }
+        if m(AttrMask::MAX_QP_RD_ATOMIC) {
+            self.attr.max_rd_atomic = a.max_rd_atomic;
+        }
+        if m(AttrMask::MIN_RNR_TIMER) {
+            self.attr.min_rnr_timer = a.min_rnr_timer & 0x1f;
+        }
+        if m(AttrMask::SQ_PSN) {
+            self.attr.sq_psn = a.sq_psn;
+        }
+        if m(AttrMask::MAX_DEST_RD_ATOMIC) {
+            self.attr.max_dest_rd_atomic = a.max_dest_rd_atomic;
+        }
+        if m(AttrMask::DEST_QPN) {
+            self.attr.dest_qp_num = a.dest_qp_num;
+        }
+        self.ack_timeout_ns = local_ack_timeout_ns(self.attr.timeout);
+        if m(AttrMask::AV) || m(AttrMask::DEST_QPN) {
+            self.connect_path();
+        }
+    }
+
+    /// Rebuilds the header template from the address vector and destination QPN.
+    fn connect_path(&mut self) {
+        let av = self.attr.ah_attr;
+        self.udp_src_port = av.udp_src_port.unwrap_or_else(|| {
+            // ConnectX derives the RoCEv2 source port from the QP numbers; any stable hash in
+            // the dynamic range does, as long as distinct QPs tend to differ.
+            let h = (self.qpn.value() ^ self.attr.dest_qp_num.value().rotate_left(7))
+                .wrapping_mul(0x9e37_79b1);
+            0xc000 | ((h >> 18) as u16 & 0x3fff)
+        });
+        self.template = av.template(self.attr.dest_qp_num, self.udp_src_port);
+    }
+
+    /// Back to RESET: queues emptied without completions, as the spec says.
+    fn reset(&mut self) {
+        self.req = requester::Requester::new(Psn::new(0));
+        self.resp = responder::Responder::new(Psn::new(0));
+        self.completions.clear();
+    }
+
+    /// Posts a send WR (`ibv_post_send` for one WR; the verbs layer walks chains).
+    pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        match self.state {
+            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
+            s => return Err(PostError::InvalidState(s)),
+        }
+        let t = self.qp_type;
+        let supported = match t {
+            QpType::Rc => true,
+            QpType::Uc => !wr.opcode.is_read_or_atomic(),
+            QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
+        };
+        if !supported {
+            return Err(PostError::UnsupportedOpcode {
+                opcode: wr.opcode,
+                qp_type: t,
+            });
+        }
+        if (t == QpType::Ud) != wr.ud.is_some() {
+            return Err(PostError::Destination);
+        }
+        if self.req.sq.len() >= self.caps.max_send_wr as usize {
+            return Err(PostError::QueueFull(self.caps.max_send_wr));
+        }
+        let (data, len) = match wr.payload {
+            Payload::Inline(bytes) => {
+                if bytes.len() > self.caps.max_inline_data as usize || wr.opcode.is_read_or_atomic()
+                {
+                    return Err(PostError::InlineTooLong {
+                        got: bytes.len(),
+                        max: self.caps.max_inline_data,
+                    });
+                }
+                (
+                    WqeData::Inline(SmallVec::from_slice(bytes)),
+                    bytes.len() as u64,
+                )
+            }
+            Payload::Sges(sges) => {
+                if sges.len() > self.caps.max_send_sge as usize {
+                    return Err(PostError::TooManySges {
+                        got: sges.len(),
+                        max: self.caps.max_send_sge,
+                    });
+                }
+                let len = super::sg::total_len(sges);
+                (WqeData::Sges(SmallVec::from_slice(sges)), len)
+            }
+        };
+        if wr.opcode.is_atomic() && len != 8 {
+            return Err(PostError::AtomicLength);
+        }
+        if len > 1 << 31 {
+            return Err(PostError::MessageTooLong(len));
+        }
+        let wqe = SendWqe {
+            wr_id: wr.wr_id,
+            op: wr.opcode,
+            flags: wr.flags,
+            imm: wr.imm_data,
+            remote_addr: wr.remote_addr,
+            rkey: wr.rkey,
+            compare_add: wr.compare_add,
+            swap: wr.swap,
+            data,
+            len: len as u32,
+            ud: wr.ud.map(Box::new),
+            first_psn: Psn::new(0),
+            npkts: 0,
+        };
+        if matches!(self.state, QpState::Err | QpState::Sqe) {
+            // As on mlx5: accepted, and flushed at once.
+            self.push_send_completion(&wqe, WcStatus::WrFlushErr, 0);
+            return Ok(());
+        }
+        self.req.sq.push_back(wqe);
+        Ok(())
+    }
+
+    /// Posts a receive WR.
+    pub fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
+        if self.state == QpState::Reset {
+            return Err(PostError::InvalidState(self.state));
+        }
+        if wr.sg_list.len() > self.caps.max_recv_sge as usize {
+            return Err(PostError::TooManySges {
+                got: wr.sg_list.len(),
+                max: self.caps.max_recv_sge,
+            });
+        }
+        if self.resp.rq.len() >= self.caps.max_recv_wr as usize {
+            return Err(PostError::QueueFull(self.caps.max_recv_wr));
+        }
+        let wqe = RecvWqe {
+            wr_id: wr.wr_id,
+            sges: SmallVec::from_slice(wr.sg_list),
+        };
+        if self.state == QpState::Err {
+            self.push_recv_flush(&wqe);
+            return Ok(());
+        }
+        self.resp.rq.push_back(wqe);
+        Ok(())
+    }
+
+    /// The next completion, oldest first. Send and receive completions share this queue;
+    /// [`WcOpcode::is_recv`] tells them apart for a QP whose two CQs differ.
+    pub fn poll_completion(&mut self) -> Option<WorkCompletion> {
+        self.completions.pop_front()
+    }
+
+    /// Completions waiting.
+    pub fn completions_pending(&self) -> usize {
+        self.completions.len()
+    }
+
+    /// Parses `frame` (every check on) and handles it; a malformed frame is an error for the
+    /// caller to count. Engines that already parsed to demultiplex call
+    /// [`handle_packet`](Self::handle_packet).
+    pub fn handle_frame(
+        &mut self,
+        now: u64,
+        frame: &[u8],
+        mem: &mut MrTable,
+    ) -> Result<(), crate::wire::Error> {
+        let pkt = RoceRepr::parse(frame, Checks::ALL)?;
+        self.handle_packet(now, &pkt, mem);
+        Ok(())
+    }
+
+    /// Handles one received packet addressed to this QP (the caller demultiplexed on the
+    /// BTH destination QP and checked the ICRC). Anything that does not belong is counted
+    /// and dropped; no input panics.
+    pub fn handle_packet(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &mut MrTable) {
+        self.counters.rx_packets += 1;
+        self.counters.rx_bytes += pkt.repr.buffer_len() as u64;
+        let op = pkt.repr.bth.opcode;
+        let ok_state = matches!(
+            self.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        );
+        let transport = op.transport();
+        let ours = matches!(
+            (self.qp_type, transport),
+            (QpType::Rc, crate::wire::Transport::Rc)
+                | (QpType::Uc, crate::wire::Transport::Uc)
+                | (QpType::Ud, crate::wire::Transport::Ud)
+        );
+        if !ok_state || !ours {
+            self.counters.rx_dropped += 1;
+            return;
+        }
+        if is_response(op) {
+            if matches!(self.state, QpState::Rts | QpState::Sqd) {
+                self.requester_rx(now, pkt, mem);
+            } else {
+                self.counters.rx_dropped += 1;
+            }
+        } else {
+            self.responder_rx(pkt, mem);
+        }
+    }
+
+    /// Writes the next frame this QP wants to send into `buf` and returns its length, or
+    /// `None` when it has nothing to send now. Responses go first (they unblock the peer),
+    /// then requests within the window. `buf` must hold a path-MTU packet with headers.
+    pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8], mem: &MrTable) -> Option<usize> {
+        let n = match self.responder_tx(buf, mem) {
+            Some(n) => Some(n),
+            None => self.requester_tx(now, buf, mem),
+        }?;
+        self.counters.tx_packets += 1;
+        self.counters.tx_bytes += n as u64;
+        Some(n)
+    }
+
+    /// The earliest time [`handle_timeout`](Self::handle_timeout) has work, if any.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            return None;
+        }
+        match (self.req.rnr_until, self.req.retry_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Runs the timers due at `now`.
+    pub fn handle_timeout(&mut self, now: u64) {
+        if matches!(self.state, QpState::Rts | QpState::Sqd) {
+            self.requester_timeout(now);
+        }
+    }
+
+    /// True when the requester has packets it could send now (used by engines to decide
+    /// whether to call `poll_transmit` again without new input).
+    pub fn wants_transmit(&self) -> bool {
+        self.resp.has_output() || self.requester_may_send()
+    }
+
+    pub(crate) fn push_send_completion(&mut self, w: &SendWqe, status: WcStatus, byte_len: u32) {
+        let signaled = self.caps.sq_sig_all || w.flags.contains(SendFlags::SIGNALED);
+        match status {
+            WcStatus::Success if !signaled => return,
+            WcStatus::Success => {}
+            WcStatus::WrFlushErr => self.counters.req_cqe_flush_error += 1,
+            _ => self.counters.req_cqe_error += 1,
+        }
+        let mut wc = WorkCompletion::new(w.wr_id, status, w.op.wc_opcode(), self.qpn);
+        wc.byte_len = byte_len;
+        self.completions.push_back(wc);
+    }
+
+    fn push_recv_flush(&mut self, w: &RecvWqe) {
+        self.counters.resp_cqe_flush_error += 1;
+        self.completions.push_back(WorkCompletion::new(
+            w.wr_id,
+            WcStatus::WrFlushErr,
+            WcOpcode::Recv,
+            self.qpn,
+        ));
+    }
+
+    /// Moves to ERR: the send WQE at index `failed.0` completes with `failed.1`, every other
+    /// outstanding WR is flushed, in queue order. A final NAK the responder queued stays
+    /// queued.
+    pub(crate) fn enter_error(&mut self, failed: Option<(usize, WcStatus)>) {
+        tracing::debug!(qpn = self.qpn.value(), ?failed, "QP enters ERR");
+        self.state = QpState::Err;
+        self.flush_send_queue(failed);
+        let mut rq = core::mem::take(&mut self.resp.rq);
+        for w in rq.drain(..) {
+            self.push_recv_flush(&w);
+        }
+        self.resp.clear_for_error();
+    }
+
+    fn flush_send_queue(&mut self, failed: Option<(usize, WcStatus)>) {
+        let mut sq = core::mem::take(&mut self.req.sq);
+        for (i, w) in sq.drain(..).enumerate() {
+            let status = match failed {
+                Some((at, status)) if at == i => status,
+                _ => WcStatus::WrFlushErr,
+            };
+            self.push_send_completion(&w, status, 0);
+        }
+        self.req.clear_in_flight();
+    }
+
+    /// The send WQE at `idx` failed locally or remotely. RC moves to ERR; UC and UD move to
+    /// SQE, where receives keep working.
+    pub(crate) fn send_queue_error(&mut self, idx: usize, status: WcStatus) {
+        if self.qp_type == QpType::Rc {
+            self.enter_error(Some((idx, status)));
+            return;
+        }
+        tracing::debug!(qpn = self.qpn.value(), ?status, "QP enters SQE");
+        self.state = QpState::Sqe;
+        self.flush_send_queue(Some((idx, status)));
+    }
+
+    /// The header template with the BTH fields of one packet set.
+    pub(crate) fn repr(&self, opcode: Opcode, psn: Psn, payload_len: usize) -> RoceRepr {
+        let mut r = self.template;
+        r.bth.opcode = opcode;
+        r.bth.psn = psn;
+        r.payload_len = payload_len;
+        r
+    }
+}
+
+/// True for the opcodes a requester receives (ACK, READ responses, atomic ACK).
+fn is_response(op: Opcode) -> bool {
+    matches!(op.0 & 0x1f, 0x0d..=0x12) && op.transport() == crate::wire::Transport::Rc
+}
+
+/// The MSN after a completed message.
+pub(crate) fn next_msn(m: Msn) -> Msn {
+    m.next()
+}
+
+/// Credit count → AETH credit code (IBTA table 44): the largest code whose count does not
+/// exceed `available`.
+pub fn credit_code(available: usize) -> u8 {
+    let mut code = 0u8;
+    for (c, &n) in CREDITS.iter().enumerate() {
+        if n as usize <= available {
+            code = c as u8;
+        }
+    }
+    code
+}
+
+/// AETH credit code → receive WQEs; `None` for code 31 (invalid: flow control off).
+pub fn credits_of(code: u8) -> Option<u32> {
+    CREDITS.get(usize::from(code & 0x1f)).copied()
+}
+
+const CREDITS: [u32; 31] = [
+    0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
+    2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credit_codes_follow_table_44() {
+        assert_eq!(credit_code(0), 0);
+        assert_eq!(credit_code(5), 5);
+        assert_eq!(credits_of(5), Some(6));
+        assert_eq!(credit_code(6), 5);
+        assert_eq!(credit_code(1000), 19);
+        assert_eq!(credit_code(100_000), 30);
+        assert_eq!(credits_of(31), None);
+        for n in 0..40_000 {
+            assert!(credits_of(credit_code(n)).unwrap() as usize <= n);
+        }
+    }
+
+    #[test]
+    fn mtu_values() {
+        assert_eq!(Mtu::Mtu256.bytes(), 256);
+        assert_eq!(Mtu::Mtu4096.bytes(), 4096);
+        assert_eq!(Mtu::for_ethernet_mtu(1500), Mtu::Mtu1024);
+        assert_eq!(Mtu::for_ethernet_mtu(9000), Mtu::Mtu4096);
+        assert_eq!(Mtu::for_ethernet_mtu(4200), Mtu::Mtu4096);
+        assert_eq!(Mtu::from_bytes(2048), Some(Mtu::Mtu2048));
+    }
+}

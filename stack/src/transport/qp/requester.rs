@@ -1,0 +1,698 @@
+//! The requester half: turns send WQEs into request packets, tracks what the responder has
+//! acknowledged, completes WRs, and recovers from loss with the QP's [`Recovery`] policy
+//! (IBTA Vol 1 §9.7.4–9.7.6: PSN assignment, ACK/NAK processing, implied NAK, RNR and
+//! the local ACK timeout).
+//!
+//! PSNs are assigned to a WQE when it is first transmitted, so every PSN in `[una, nxt)`
+//! belongs to exactly one WQE of `sq[..assigned]`, in order. The transmit cursor
+//! `(cur, cur_pkt)` walks that range again after a rewind and then on into unassigned WQEs.
+
+use std::collections::VecDeque;
+
+use super::{Qp, SendWqe, WqeData};
+use crate::transport::mr::{Access, MrTable};
+use crate::transport::recovery::SendWindow;
+use crate::transport::sg;
+use crate::transport::state::{QpState, QpType};
+use crate::transport::timers::{rnr_timer_ns, RNR_RETRY_INFINITE};
+use crate::transport::wr::{SendFlags, WcStatus, WrOpcode};
+use crate::wire::{
+    AtomicEthRepr, DethRepr, ExtHeaders, IethRepr, ImmDtRepr, NakCode, Opcode, Position, Psn,
+    RethRepr, RocePacket, Syndrome,
+};
+
+/// The requester asks for an ACK at least every this many packets of a long message (and on
+/// every message's last packet), so the window keeps moving without an ACK per packet.
+pub const ACK_REQ_EVERY: u32 = 64;
+
+#[derive(Debug)]
+pub(crate) struct Requester {
+    pub(crate) sq: VecDeque<SendWqe>,
+    /// `sq[..assigned]` have PSNs.
+    pub(crate) assigned: usize,
+    /// Transmit cursor: WQE index and packet within it.
+    pub(crate) cur: usize,
+    pub(crate) cur_pkt: u32,
+    /// Next PSN to assign.
+    pub(crate) nxt: Psn,
+    /// Oldest PSN not acknowledged.
+    pub(crate) una: Psn,
+    /// One past the highest PSN ever transmitted: anything before it is a retransmission.
+    pub(crate) sent_hw: Psn,
+    pub(crate) rd_atomic_inflight: u32,
+    pub(crate) consumers_inflight: u32,
+    /// End-to-end credits from the last AETH; `None` when the responder reports none (31).
+    pub(crate) credits: Option<u32>,
+    pub(crate) retry_deadline: Option<u64>,
+    pub(crate) retries_left: u8,
+    pub(crate) rnr_retries_left: u8,
+    pub(crate) rnr_until: Option<u64>,
+}
+
+impl Requester {
+    pub(crate) fn new(sq_psn: Psn) -> Self {
+        Self {
+            sq: VecDeque::new(),
+            assigned: 0,
+            cur: 0,
+            cur_pkt: 0,
+            nxt: sq_psn,
+            una: sq_psn,
+            sent_hw: sq_psn,
+            rd_atomic_inflight: 0,
+            consumers_inflight: 0,
+            // IBTA §9.7.7.2: a requester starts with no credits, and may always have one
+            // message outstanding to learn the count.
+            credits: Some(0),
+            retry_deadline: None,
+            retries_left: 7,
+            rnr_retries_left: 7,
+            rnr_until: None,
+        }
+    }
+
+    pub(crate) fn clear_in_flight(&mut self) {
+        self.assigned = 0;
+        self.cur = 0;
+        self.cur_pkt = 0;
+        self.una = self.nxt;
+        self.rd_atomic_inflight = 0;
+        self.consumers_inflight = 0;
+        self.retry_deadline = None;
+        self.rnr_until = None;
+    }
+
+    fn window(&self) -> SendWindow {
+        SendWindow {
+            una: self.una,
+            nxt: self.nxt,
+        }
+    }
+
+    /// The PSN the cursor will send next.
+    fn cursor_psn(&self) -> Psn {
+        if self.cur < self.assigned {
+            self.sq[self.cur].first_psn.add(self.cur_pkt)
+        } else {
+            self.nxt
+        }
+    }
+
+    /// Points the cursor at `psn`, which must lie in `[una, nxt]`.
+    fn rewind_to(&mut self, psn: Psn) {
+        let psn = if psn.distance(self.una) < 0 || psn.distance(self.nxt) > 0 {
+            self.una
+        } else {
+            psn
+        };
+        if psn == self.nxt {
+            self.cur = self.assigned;
+            self.cur_pkt = 0;
+            return;
+        }
+        // WQEs are in PSN order: binary search for the one containing `psn`.
+        let (mut lo, mut hi) = (0, self.assigned);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.sq[mid].last_psn().distance(self.una) < psn.distance(self.una) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        self.cur = lo.min(self.assigned);
+        self.cur_pkt = if self.cur < self.assigned {
+            psn.distance(self.sq[self.cur].first_psn).max(0) as u32
+        } else {
+            0
+        };
+    }
+
+    /// Removes the front WQE (acknowledged or failed), keeping the cursor on the same WQE.
+    fn pop_front(&mut self) -> Option<SendWqe> {
+        let w = self.sq.pop_front()?;
+        if self.assigned > 0 {
+            self.assigned -= 1;
+            if w.op.is_read_or_atomic() {
+                self.rd_atomic_inflight = self.rd_atomic_inflight.saturating_sub(1);
+            }
+            if w.op.consumes_recv() {
+                self.consumers_inflight = self.consumers_inflight.saturating_sub(1);
+            }
+        }
+        if self.cur > 0 {
+            self.cur -= 1;
+        } else {
+            self.cur_pkt = 0;
+        }
+        Some(w)
+    }
+}
+
+/// What acknowledging up to a PSN found.
+enum Acked {
+    /// Done; `true` when `una` moved.
+    Ok(bool),
+    /// A READ or atomic before the acknowledged PSN has no response: its responses were
+    /// lost (implied NAK, IBTA §9.7.5.1.5).
+    ImpliedNak,
+}
+
+impl Qp {
+    pub(crate) fn requester_may_send(&self) -> bool {
+        matches!(self.state, QpState::Rts | QpState::Sqd)
+            && self.req.rnr_until.is_none()
+            && self.req.cur < self.req.sq.len()
+    }
+
+    /// The next request packet, if the window, credits and READ/atomic limits allow one.
+    pub(crate) fn requester_tx(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &MrTable,
+    ) -> Option<usize> {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_until.is_some() {
+            return None;
+        }
+        let window = self.recovery.window().min(1 << 22) as i32;
+        let rc = self.qp_type == QpType::Rc;
+        let req = &mut self.req;
+        if req.cur >= req.sq.len() {
+            return None;
+        }
+        if req.cur == req.assigned {
+            if self.state == QpState::Sqd {
+                return None;
+            }
+            let w = &req.sq[req.cur];
+            if rc {
+                let rd_atomic = w.op.is_read_or_atomic();
+                if rd_atomic && req.rd_atomic_inflight >= u32::from(self.attr.max_rd_atomic.max(1))
+                    || w.flags.contains(SendFlags::FENCE) && req.rd_atomic_inflight > 0
+                    || w.op.consumes_recv()
+                        && req.consumers_inflight > 0
+                        && req.credits.is_some_and(|c| req.consumers_inflight >= c)
+                    || req.nxt.distance(req.una) >= window
+                {
+                    return None;
+                }
+            }
+            let needed = if w.op.is_read_or_atomic() {
+                Access::LOCAL_WRITE
+            } else {
+                Access::NONE
+            };
+            if let WqeData::Sges(s) = &w.data {
+                if sg::check(mem, self.pd, s, needed).is_err() {
+                    let at = req.cur;
+                    self.send_queue_error(at, WcStatus::LocProtErr);
+                    return None;
+                }
+            }
+            if self.qp_type == QpType::Ud && w.len > self.mtu {
+                let at = req.cur;
+                self.send_queue_error(at, WcStatus::LocLenErr);
+                return None;
+            }
+            let npkts = match w.op {
+                WrOpcode::CmpSwp | WrOpcode::FetchAdd => 1,
+                _ => w.len.div_ceil(self.mtu).max(1),
+            };
+            let (rd, cons) = (w.op.is_read_or_atomic(), w.op.consumes_recv());
+            let w = &mut req.sq[req.cur];
+            w.first_psn = req.nxt;
+            w.npkts = npkts;
+            req.nxt = req.nxt.add(npkts);
+            req.assigned += 1;
+            req.rd_atomic_inflight += u32::from(rd);
+            req.consumers_inflight += u32::from(cons);
+        }
+        let psn = req.sq[req.cur].first_psn.add(req.cur_pkt);
+        if rc && psn.distance(req.una) >= window {
+            return None;
+        }
+        let (idx, pkt) = (req.cur, req.cur_pkt);
+        let n = match self.emit_request(idx, pkt, buf, mem) {
+            Ok(n) => n,
+            Err(status) => {
+                self.send_queue_error(idx, status);
+                return None;
+            }
+        };
+        let req = &mut self.req;
+        let w = &req.sq[idx];
+        let (npkts, is_read) = (w.npkts, w.op == WrOpcode::Read);
+        let end = if is_read {
+            w.first_psn.add(npkts)
+        } else {
+            psn.add(1)
+        };
+        if psn.before(req.sent_hw) {
+            self.counters.retransmitted_packets += 1;
+        }
+        if req.sent_hw.before(end) {
+            req.sent_hw = end;
+        }
+        req.cur_pkt = if is_read { npkts } else { pkt + 1 };
+        if req.cur_pkt >= npkts {
+            req.cur += 1;
+            req.cur_pkt = 0;
+            if !rc {
+                // UC and UD complete a WR once its last packet is on the wire.
+                if let Some(w) = req.pop_front() {
+                    let len = w.len;
+                    self.push_send_completion(&w, WcStatus::Success, len);
+                }
+                self.req.una = self.req.nxt;
+            }
+        }
+        if rc && self.req.retry_deadline.is_none() {
+            self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t);
+        }
+        Some(n)
+    }
+
+    /// Writes packet `pkt` of `sq[idx]` into `buf`.
+    fn emit_request(
+        &mut self,
+        idx: usize,
+        pkt: u32,
+        buf: &mut [u8],
+        mem: &MrTable,
+    ) -> Result<usize, WcStatus> {
+        let mtu = self.mtu;
+        let (first_psn, npkts, retrans_probe) = {
+            let w = &self.req.sq[idx];
+            (w.first_psn, w.npkts, w.first_psn.add(pkt))
+        };
+        let psn = first_psn.add(pkt);
+        let retrans = retrans_probe.before(self.req.sent_hw);
+        let sport = self.recovery.udp_src_port(self.udp_src_port, psn, retrans);
+        let w = &self.req.sq[idx];
+        let pos = match (npkts, pkt) {
+            (1, _) => Position::Only,
+            (_, 0) => Position::First,
+            (n, p) if p + 1 == n => Position::Last,
+            _ => Position::Middle,
+        };
+        let last = matches!(pos, Position::Last | Position::Only);
+        let mut ext = ExtHeaders::default();
+        let off = pkt * mtu;
+        let mut plen = (w.len - off.min(w.len)).min(mtu);
+        let code: u8 = match w.op {
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => {
+                match w.op {
+                    WrOpcode::SendWithImm if last => ext.imm_dt = Some(ImmDtRepr { imm: w.imm }),
+                    WrOpcode::SendWithInv if last => ext.ieth = Some(IethRepr { rkey: w.imm }),
+                    _ => {}
+                }
+                match (pos, w.op) {
+                    (Position::First, _) => 0x00,
+                    (Position::Middle, _) => 0x01,
+                    (Position::Last, WrOpcode::SendWithImm) => 0x03,
+                    (Position::Last, WrOpcode::SendWithInv) => 0x16,
+                    (Position::Last, _) => 0x02,
+                    (Position::Only, WrOpcode::SendWithImm) => 0x05,
+                    (Position::Only, WrOpcode::SendWithInv) => 0x17,
+                    (Position::Only, _) => 0x04,
+                }
+            }
+            WrOpcode::Write | WrOpcode::WriteWithImm => {
+                let imm = w.op == WrOpcode::WriteWithImm;
+                if matches!(pos, Position::First | Position::Only) {
+                    ext.reth = Some(RethRepr {
+                        va: w.remote_addr,
+                        rkey: w.rkey,
+                        dma_len: w.len,
+                    });
+                }
+                if imm && last {
+                    ext.imm_dt = Some(ImmDtRepr { imm: w.imm });
+                }
+                match (pos, imm) {
+                    (Position::First, _) => 0x06,
+                    (Position::Middle, _) => 0x07,
+                    (Position::Last, false) => 0x08,
+                    (Position::Last, true) => 0x09,
+                    (Position::Only, false) => 0x0a,
+                    (Position::Only, true) => 0x0b,
+                }
+            }
+            WrOpcode::Read => {
+                // A re-issued READ asks only for what is still missing (§9.7.5.1.5).
+                ext.reth = Some(RethRepr {
+                    va: w.remote_addr.wrapping_add(u64::from(off)),
+                    rkey: w.rkey,
+                    dma_len: w.len - off.min(w.len),
+                });
+                plen = 0;
+                0x0c
+            }
+            WrOpcode::CmpSwp | WrOpcode::FetchAdd => {
+                let cas = w.op == WrOpcode::CmpSwp;
+                ext.atomic_eth = Some(AtomicEthRepr {
+                    va: w.remote_addr,
+                    rkey: w.rkey,
+                    swap_add: if cas { w.swap } else { w.compare_add },
+                    compare: if cas { w.compare_add } else { 0 },
+                });
+                plen = 0;
+                if cas {
+                    0x13
+                } else {
+                    0x14
+                }
+            }
+        };
+        let (base, mut r) = match (self.qp_type, w.ud.as_deref()) {
+            (QpType::Ud, Some(ud)) => {
+                let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
+                    self.attr.qkey
+                } else {
+                    ud.remote_qkey
+                };
+                ext.deth = Some(DethRepr {
+                    qkey,
+                    src_qp: self.qpn,
+                });
+                (0x60, ud.av.template(ud.remote_qpn, sport))
+            }
+            (QpType::Uc, _) => (0x20, self.template),
+            _ => (0x00, self.template),
+        };
+        r.bth.opcode = Opcode(base | code);
+        r.bth.psn = psn;
+        r.bth.solicited = last && w.flags.contains(SendFlags::SOLICITED);
+        r.bth.ack_req = self.qp_type == QpType::Rc
+            && (last || psn.value() % ACK_REQ_EVERY == ACK_REQ_EVERY - 1);
+        r.udp_src_port = sport;
+        r.ext = ext;
+        r.payload_len = plen as usize;
+        let mut failed = false;
+        let pd = self.pd;
+        let n = r
+            .emit(buf, |dst| match &w.data {
+                WqeData::Inline(bytes) => {
+                    dst.copy_from_slice(&bytes[off as usize..off as usize + dst.len()]);
+                }
+                WqeData::Sges(s) => {
+                    failed = sg::gather(mem, pd, s, u64::from(off), dst).is_err();
+                }
+            })
+            .map_err(|_| WcStatus::LocLenErr)?;
+        if failed {
+            return Err(WcStatus::LocProtErr);
+        }
+        Ok(n)
+    }
+
+    /// A response (ACK, NAK, READ response, atomic ACK) for the requester.
+    pub(crate) fn requester_rx(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &MrTable) {
+        let psn = pkt.repr.bth.psn;
+        let code = pkt.repr.bth.opcode.0 & 0x1f;
+        let aeth = pkt.repr.ext.aeth;
+        match (code, aeth) {
+            (0x11, Some(a)) => match Syndrome::from_byte(a.syndrome) {
+                Syndrome::Ack { credits } => self.on_ack(now, psn, credits),
+                Syndrome::RnrNak { timer } => self.on_rnr_nak(now, psn, timer),
+                Syndrome::Nak(code) => self.on_nak(now, psn, code),
+                Syndrome::Reserved(_) => self.counters.ghost_responses += 1,
+            },
+            (0x0d..=0x10, _) => self.on_read_response(now, pkt, mem),
+            (0x12, Some(a)) => {
+                let orig = pkt.repr.ext.atomic_ack_eth.map_or(0, |x| x.orig_data);
+                self.on_atomic_ack(now, psn, a.syndrome, orig, mem);
+            }
+            _ => self.counters.rx_dropped += 1,
+        }
+    }
+
+    /// True when `psn` names a packet sent and not yet acknowledged.
+    fn outstanding(&self, psn: Psn) -> bool {
+        psn.distance(self.req.una) >= 0 && self.req.nxt.distance(psn) > 0
+    }
+
+    fn take_credits(&mut self, syndrome: u8) {
+        if let Syndrome::Ack { credits } = Syndrome::from_byte(syndrome) {
+            self.req.credits = super::credits_of(credits);
+        }
+    }
+
+    /// Completes every SEND/WRITE whose PSNs all come before `limit`, and moves `una` up to
+    /// `limit` inside a partly acknowledged one.
+    fn ack_through(&mut self, now: u64, limit: Psn) -> Acked {
+        let mut moved = false;
+        while self.req.assigned > 0 {
+            let w = &self.req.sq[0];
+            if w.op.is_read_or_atomic() {
+                if self.req.una.before(limit) {
+                    return Acked::ImpliedNak;
+                }
+                break;
+            }
+            let last = w.last_psn();
+            if last.before(limit) {
+                self.req.una = last.add(1);
+                moved = true;
+                if let Some(w) = self.req.pop_front() {
+                    let len = w.len;
+                    self.push_send_completion(&w, WcStatus::Success, len);
+                }
+                continue;
+            }
+            if self.req.una.before(limit) {
+                self.req.una = limit;
+                moved = true;
+            }
+            break;
+        }
+        if moved {
+            self.on_progress(now);
+        }
+        Acked::Ok(moved)
+    }
+
+    fn on_progress(&mut self, now: u64) {
+        let req = &mut self.req;
+        req.retries_left = self.attr.retry_cnt;
+        req.rnr_retries_left = self.attr.rnr_retry;
+        req.retry_deadline = if req.una != req.nxt {
+            self.ack_timeout_ns.map(|t| now + t)
+        } else {
+            None
+        };
+        if req.cursor_psn().before(req.una) {
+            let una = req.una;
+            req.rewind_to(una);
+        }
+    }
+
+    fn implied_nak(&mut self, now: u64) {
+        self.counters.implied_nak_seq_err += 1;
+        let una = self.req.una;
+        let to = self.recovery.on_sequence_error(una, self.req.window());
+        self.req.rewind_to(to);
+        self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t);
+    }
+
+    fn on_ack(&mut self, now: u64, psn: Psn, credits: u8) {
+        if !self.outstanding(psn) {
+            // Stale (an older ACK overtaken by a newer one) or for nothing we sent.
+            if psn.before(self.req.una) && psn.distance(self.req.una) > -(1 << 22) {
+                self.req.credits = super::credits_of(credits);
+            } else {
+                self.counters.ghost_responses += 1;
+            }
+            return;
+        }
+        self.req.credits = super::credits_of(credits);
+        if let Acked::ImpliedNak = self.ack_through(now, psn.add(1)) {
+            self.implied_nak(now);
+        }
+    }
+
+    fn on_rnr_nak(&mut self, now: u64, psn: Psn, timer: u8) {
+        if !self.outstanding(psn) {
+            self.counters.ghost_responses += 1;
+            return;
+        }
+        if let Acked::ImpliedNak = self.ack_through(now, psn) {
+            self.implied_nak(now);
+            return;
+        }
+        self.counters.rnr_naks_received += 1;
+        if self.attr.rnr_retry != RNR_RETRY_INFINITE {
+            if self.req.rnr_retries_left == 0 {
+                self.counters.rnr_nak_retry_err += 1;
+                self.enter_error(Some((0, WcStatus::RnrRetryExcErr)));
+                return;
+            }
+            self.req.rnr_retries_left -= 1;
+        }
+        self.req.rnr_until = Some(now + rnr_timer_ns(timer));
+        self.req.retry_deadline = None;
+        self.req.rewind_to(psn);
+    }
+
+    fn on_nak(&mut self, now: u64, psn: Psn, code: NakCode) {
+        // A NAK names the PSN the responder expected, which may be `nxt` itself.
+        if psn.distance(self.req.una) < 0 || psn.distance(self.req.nxt) > 0 {
+            self.counters.ghost_responses += 1;
+            return;
+        }
+        let moved = match self.ack_through(now, psn) {
+            Acked::Ok(moved) => moved,
+            Acked::ImpliedNak => {
+                self.implied_nak(now);
+                return;
+            }
+        };
+        match code {
+            NakCode::PsnSequenceError => {
+                self.counters.packet_seq_err += 1;
+                if psn == self.req.nxt {
+                    return;
+                }
+                if !moved {
+                    if self.req.retries_left == 0 {
+                        self.enter_error(Some((0, WcStatus::RetryExcErr)));
+                        return;
+                    }
+                    self.req.retries_left -= 1;
+                }
+                let to = self.recovery.on_sequence_error(psn, self.req.window());
+                self.req.rewind_to(to);
+                self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t);
+            }
+            NakCode::InvalidRequest => {
+                self.counters.req_remote_invalid_request += 1;
+                self.enter_error(Some((0, WcStatus::RemInvReqErr)));
+            }
+            NakCode::RemoteAccessError => {
+                self.counters.req_remote_access_errors += 1;
+                self.enter_error(Some((0, WcStatus::RemAccessErr)));
+            }
+            NakCode::RemoteOperationalError => self.enter_error(Some((0, WcStatus::RemOpErr))),
+            NakCode::InvalidRdRequest | NakCode::Reserved(_) => {
+                self.counters.ghost_responses += 1;
+            }
+        }
+    }
+
+    fn on_read_response(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &MrTable) {
+        let psn = pkt.repr.bth.psn;
+        if !self.outstanding(psn) {
+            // Duplicates of responses already placed arrive after every READ re-issue.
+            self.counters.ghost_responses += 1;
+            return;
+        }
+        if let Acked::ImpliedNak = self.ack_through(now, psn) {
+            self.implied_nak(now);
+            return;
+        }
+        let Some(w) = self.req.sq.front().filter(|_| self.req.assigned > 0) else {
+            self.counters.ghost_responses += 1;
+            return;
+        };
+        if w.op != WrOpcode::Read || !w.contains(psn) {
+            self.counters.rx_dropped += 1;
+            return;
+        }
+        if psn != self.req.una {
+            // Earlier responses of this READ are missing.
+            self.implied_nak(now);
+            return;
+        }
+        let idx = psn.distance(w.first_psn) as u32;
+        let is_last = idx + 1 == w.npkts;
+        let off = idx * self.mtu;
+        let code = pkt.repr.bth.opcode.0 & 0x1f;
+        let fits = if is_last {
+            matches!(code, 0x0f | 0x10) && pkt.payload.len() as u32 == w.len - off.min(w.len)
+        } else {
+            matches!(code, 0x0d | 0x0e) && pkt.payload.len() as u32 == self.mtu
+        };
+        if !fits {
+            self.counters.rx_dropped += 1;
+            return;
+        }
+        let placed = match &w.data {
+            WqeData::Sges(s) => sg::scatter(mem, self.pd, s, u64::from(off), pkt.payload),
+            WqeData::Inline(_) => Err(sg::SgError::Length),
+        };
+        if let Some(a) = pkt.repr.ext.aeth {
+            self.take_credits(a.syndrome);
+        }
+        if placed.is_err() {
+            self.enter_error(Some((0, WcStatus::LocProtErr)));
+            return;
+        }
+        self.req.una = psn.add(1);
+        if is_last {
+            if let Some(w) = self.req.pop_front() {
+                let len = w.len;
+                self.push_send_completion(&w, WcStatus::Success, len);
+            }
+        }
+        self.on_progress(now);
+    }
+
+    fn on_atomic_ack(&mut self, now: u64, psn: Psn, syndrome: u8, orig: u64, mem: &MrTable) {
+        if !self.outstanding(psn) {
+            self.counters.ghost_responses += 1;
+            return;
+        }
+        if let Acked::ImpliedNak = self.ack_through(now, psn) {
+            self.implied_nak(now);
+            return;
+        }
+        let Some(w) = self.req.sq.front().filter(|_| self.req.assigned > 0) else {
+            self.counters.ghost_responses += 1;
+            return;
+        };
+        if !w.op.is_atomic() || w.first_psn != psn {
+            self.counters.rx_dropped += 1;
+            return;
+        }
+        let placed = match &w.data {
+            WqeData::Sges(s) => sg::scatter(mem, self.pd, s, 0, &orig.to_ne_bytes()),
+            WqeData::Inline(_) => Err(sg::SgError::Length),
+        };
+        if placed.is_err() {
+            self.enter_error(Some((0, WcStatus::LocProtErr)));
+            return;
+        }
+        self.take_credits(syndrome);
+        self.req.una = psn.add(1);
+        if let Some(w) = self.req.pop_front() {
+            self.push_send_completion(&w, WcStatus::Success, 8);
+        }
+        self.on_progress(now);
+    }
+
+    pub(crate) fn requester_timeout(&mut self, now: u64) {
+        if self.req.rnr_until.is_some_and(|t| t <= now) {
+            self.req.rnr_until = None;
+        }
+        let Some(deadline) = self.req.retry_deadline else {
+            return;
+        };
+        if deadline > now {
+            return;
+        }
+        if self.req.una == self.req.nxt {
+            self.req.retry_deadline = None;
+            return;
+        }
+        self.counters.local_ack_timeout_err += 1;
+        if self.req.retries_left == 0 {
+            self.enter_error(Some((0, WcStatus::RetryExcErr)));
+            return;
+        }
+        self.req.retries_left -= 1;
+        let to = self.recovery.on_timeout(self.req.window());
+        self.req.rewind_to(to);
+        self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t);
+    }
+}

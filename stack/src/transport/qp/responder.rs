@@ -1,0 +1,756 @@
+//! The responder half: checks each request's PSN, opcode sequence, rights and lengths,
+//! executes it on registered memory exactly once, and answers with ACKs, NAKs, READ
+//! responses and atomic ACKs in PSN order (IBTA Vol 1 §9.7.5, and §9.7.5.1.3 for duplicates).
+//!
+//! Errors follow the spec's classes as Linux rxe implements them: a PSN gap is NAKed once
+//! and dropped; an empty receive queue is an RNR NAK; an invalid request, a remote access
+//! violation or an operational error is NAKed and moves the QP to ERR. On UC every error just
+//! drops the message; UD drops the packet.
+
+use std::collections::VecDeque;
+
+use super::{next_msn, Qp, RecvWqe};
+use crate::transport::mr::{Access, AccessError, MrTable};
+use crate::transport::recovery::OutOfOrder;
+use crate::transport::sg::{self, SgError};
+use crate::transport::state::{QpState, QpType};
+use crate::transport::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::wire::{
+    AethRepr, AtomicAckEthRepr, ExtHeaders, Msn, NakCode, Opcode, Position, Psn, RocePacket,
+    Syndrome,
+};
+
+/// Bytes of the GRH a UD receive buffer starts with (IBTA §11.4.1.1).
+pub(crate) const GRH_LEN: usize = 40;
+
+/// Duplicate READs and atomics queued beyond `max_dest_rd_atomic` before more are dropped:
+/// duplication on the wire must not grow the reply queue without bound.
+const DUPLICATE_SLACK: usize = 16;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Send,
+    Write,
+    Read,
+    Atomic,
+}
+
+/// The message being received.
+#[derive(Clone, Copy, Debug)]
+enum InMsg {
+    Send {
+        offset: u32,
+    },
+    Write {
+        va: u64,
+        rkey: u32,
+        len: u32,
+        offset: u32,
+    },
+}
+
+impl InMsg {
+    fn kind(&self) -> Kind {
+        match self {
+            Self::Send { .. } => Kind::Send,
+            Self::Write { .. } => Kind::Write,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum ReplyKind {
+    Read {
+        va: u64,
+        rkey: u32,
+        len: u32,
+        sent: u32,
+    },
+    Atomic {
+        orig: u64,
+    },
+}
+
+/// A READ response stream or an atomic ACK waiting to go out, in PSN order.
+#[derive(Clone, Copy, Debug)]
+struct Reply {
+    psn: Psn,
+    msn: Msn,
+    kind: ReplyKind,
+}
+
+#[derive(Debug)]
+pub(crate) struct Responder {
+    pub(crate) rq: VecDeque<RecvWqe>,
+    pub(crate) epsn: Psn,
+    msn: Msn,
+    msg: Option<InMsg>,
+    nak_outstanding: bool,
+    ack_pending: bool,
+    /// A NAK to send, with the PSN it names; `final_nak` when the QP went to ERR after it.
+    nak: Option<(Syndrome, Psn)>,
+    final_nak: bool,
+    replies: VecDeque<Reply>,
+    /// The atomic replay cache: (PSN, original value) of the latest atomics executed.
+    atomics: VecDeque<(Psn, u64)>,
+}
+
+impl Responder {
+    pub(crate) fn new(epsn: Psn) -> Self {
+        Self {
+            rq: VecDeque::new(),
+            epsn,
+            msn: Msn::new(0),
+            msg: None,
+            nak_outstanding: false,
+            ack_pending: false,
+            nak: None,
+            final_nak: false,
+            replies: VecDeque::new(),
+            atomics: VecDeque::new(),
+        }
+    }
+
+    pub(crate) fn has_output(&self) -> bool {
+        !self.replies.is_empty() || self.nak.is_some() || self.ack_pending
+    }
+
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.replies.capacity() * core::mem::size_of::<Reply>()
+            + self.atomics.capacity() * core::mem::size_of::<(Psn, u64)>()
+    }
+
+    pub(crate) fn clear_for_error(&mut self) {
+        self.replies.clear();
+        self.ack_pending = false;
+        self.msg = None;
+        if !self.final_nak {
+            self.nak = None;
+        }
+    }
+}
+
+/// How a request failed.
+enum Fault {
+    /// NAK with this code, complete the receive in progress (if any) with this status, and
+    /// move to ERR (RC); drop the message (UC).
+    Fatal(NakCode, Option<WcStatus>),
+    /// No receive WQE: RNR NAK (RC), drop (UC).
+    NoReceive,
+}
+
+impl Qp {
+    /// A request packet (RC, UC or UD) for the responder.
+    pub(crate) fn responder_rx(&mut self, pkt: &RocePacket<'_>, mem: &mut MrTable) {
+        match self.qp_type {
+            QpType::Ud => self.ud_rx(pkt, mem),
+            QpType::Rc => {
+                let psn = pkt.repr.bth.psn;
+                let d = psn.distance(self.resp.epsn);
+                if d > 0 {
+                    self.counters.out_of_sequence += 1;
+                    let epsn = self.resp.epsn;
+                    let outstanding = self.resp.nak_outstanding;
+                    if self.recovery.on_out_of_order(epsn, psn, outstanding)
+                        == OutOfOrder::NakAndDrop
+                    {
+                        self.resp.nak = Some((Syndrome::Nak(NakCode::PsnSequenceError), epsn));
+                        self.resp.nak_outstanding = true;
+                    }
+                } else if d < 0 {
+                    self.duplicate(pkt, mem);
+                } else {
+                    self.resp.nak_outstanding = false;
+                    if let Err(f) = self.execute(pkt, mem) {
+                        self.fault(psn, f);
+                    }
+                }
+            }
+            QpType::Uc => {
+                let psn = pkt.repr.bth.psn;
+                if psn != self.resp.epsn {
+                    // Lost packets: the message in progress is dropped; a new one may start
+                    // here (C9-? UC responder rules).
+                    if self.resp.msg.is_some() {
+                        self.counters.out_of_sequence += 1;
+                    }
+                    self.resp.msg = None;
+                    self.resp.epsn = psn;
+                }
+                if self.execute(pkt, mem).is_err() {
+                    self.resp.msg = None;
+                    self.resp.epsn = psn.add(1);
+                }
+            }
+        }
+    }
+
+    fn fault(&mut self, psn: Psn, f: Fault) {
+        match f {
+            Fault::NoReceive => {
+                self.counters.out_of_buffer += 1;
+                let timer = self.attr.min_rnr_timer;
+                self.resp.nak = Some((Syndrome::RnrNak { timer }, psn));
+            }
+            Fault::Fatal(code, recv_status) => {
+                if let Some(status) = recv_status {
+                    self.counters.resp_cqe_error += 1;
+                    if let Some(w) = self.resp.rq.pop_front() {
+                        self.completions.push_back(WorkCompletion::new(
+                            w.wr_id,
+                            status,
+                            WcOpcode::Recv,
+                            self.qpn,
+                        ));
+                    }
+                }
+                self.resp.nak = Some((Syndrome::Nak(code), psn));
+                self.resp.final_nak = true;
+                self.enter_error(None);
+            }
+        }
+    }
+
+    /// Checks and executes the expected request. Advances `epsn` on success.
+    fn execute(&mut self, pkt: &RocePacket<'_>, mem: &mut MrTable) -> Result<(), Fault> {
+        let rc = self.qp_type == QpType::Rc;
+        let bth = pkt.repr.bth;
+        let code = bth.opcode.0 & 0x1f;
+        let kind = match code {
+            0x00..=0x05 | 0x16 | 0x17 => Kind::Send,
+            0x06..=0x0b => Kind::Write,
+            0x0c => Kind::Read,
+            0x13 | 0x14 => Kind::Atomic,
+            _ => return Err(Fault::Fatal(NakCode::InvalidRequest, None)),
+        };
+        let pos = bth.opcode.info().map_or(Position::Only, |i| i.position);
+        let starts = matches!(pos, Position::First | Position::Only);
+        let last = matches!(pos, Position::Last | Position::Only);
+        match (self.resp.msg, starts) {
+            (None, true) => {}
+            (Some(m), false) if m.kind() == kind => {}
+            // UC: a new message aborts the one in progress.
+            (Some(_), true) if !rc => self.resp.msg = None,
+            _ => {
+                let in_send = matches!(self.resp.msg, Some(InMsg::Send { .. }));
+                return Err(Fault::Fatal(
+                    NakCode::InvalidRequest,
+                    in_send.then_some(WcStatus::RemInvReqErr),
+                ));
+            }
+        }
+        let plen = pkt.payload.len() as u32;
+        let len_ok = match pos {
+            Position::First | Position::Middle => plen == self.mtu,
+            Position::Last => plen > 0 && plen <= self.mtu,
+            Position::Only => plen <= self.mtu,
+        };
+        if !len_ok {
+            self.counters.resp_local_length_error += 1;
+            let in_send = kind == Kind::Send && !starts;
+            return Err(Fault::Fatal(
+                NakCode::InvalidRequest,
+                in_send.then_some(WcStatus::LocLenErr),
+            ));
+        }
+        let rights = self.attr.qp_access_flags;
+        let needed = match kind {
+            Kind::Send => Access::NONE,
+            Kind::Write => Access::REMOTE_WRITE,
+            Kind::Read => Access::REMOTE_READ,
+            Kind::Atomic => Access::REMOTE_ATOMIC,
+        };
+        if starts && !rights.contains(needed) {
+            return Err(Fault::Fatal(NakCode::InvalidRequest, None));
+        }
+        match kind {
+            Kind::Send => self.exec_send(pkt, mem, starts, last)?,
+            Kind::Write => self.exec_write(pkt, mem, starts, last)?,
+            Kind::Read | Kind::Atomic => return self.exec_read_atomic(pkt, mem, kind),
+        }
+        self.resp.epsn = self.resp.epsn.add(1);
+        if rc && bth.ack_req {
+            self.resp.ack_pending = true;
+        }
+        Ok(())
+    }
+
+    fn exec_send(
+        &mut self,
+        pkt: &RocePacket<'_>,
+        mem: &mut MrTable,
+        starts: bool,
+        last: bool,
+    ) -> Result<(), Fault> {
+        let Some(wqe) = self.resp.rq.front() else {
+            return Err(Fault::NoReceive);
+        };
+        let offset = match self.resp.msg {
+            Some(InMsg::Send { offset }) if !starts => offset,
+            _ => 0,
+        };
+        match sg::scatter(mem, self.pd, &wqe.sges, u64::from(offset), pkt.payload) {
+            Ok(()) => {}
+            Err(SgError::Length) => {
+                self.counters.resp_local_length_error += 1;
+                return Err(Fault::Fatal(
+                    NakCode::InvalidRequest,
+                    Some(WcStatus::LocLenErr),
+                ));
+            }
+            Err(SgError::Access(_)) => {
+                return Err(Fault::Fatal(
+                    NakCode::RemoteOperationalError,
+                    Some(WcStatus::LocProtErr),
+                ));
+            }
+        }
+        let offset = offset + pkt.payload.len() as u32;
+        if !last {
+            self.resp.msg = Some(InMsg::Send { offset });
+            return Ok(());
+        }
+        let ext = &pkt.repr.ext;
+        let mut flags = WcFlags(0);
+        let mut imm = 0;
+        if let Some(i) = ext.imm_dt {
+            flags = flags.with(WcFlags::WITH_IMM);
+            imm = i.imm;
+        }
+        if let Some(ieth) = ext.ieth {
+            if mem.invalidate(ieth.rkey, self.pd).is_err() {
+                return Err(Fault::Fatal(
+                    NakCode::InvalidRequest,
+                    Some(WcStatus::RemInvReqErr),
+                ));
+            }
+            flags = flags.with(WcFlags::WITH_INV);
+            imm = ieth.rkey;
+        }
+        let Some(w) = self.resp.rq.pop_front() else {
+            return Err(Fault::NoReceive);
+        };
+        let mut wc = WorkCompletion::new(w.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
+        wc.byte_len = offset;
+        wc.imm_data = imm;
+        wc.wc_flags = flags;
+        wc.solicited = pkt.repr.bth.solicited;
+        self.completions.push_back(wc);
+        self.resp.msg = None;
+        self.resp.msn = next_msn(self.resp.msn);
+        Ok(())
+    }
+
+    fn exec_write(
+        &mut self,
+        pkt: &RocePacket<'_>,
+        mem: &mut MrTable,
+        starts: bool,
+        last: bool,
+    ) -> Result<(), Fault> {
+        let rc = self.qp_type == QpType::Rc;
+        let (va, rkey, len, offset) = match (self.resp.msg, starts) {
+            (
+                Some(InMsg::Write {
+                    va,
+                    rkey,
+                    len,
+                    offset,
+                }),
+                false,
+            ) => (va, rkey, len, offset),
+            _ => {
+                let Some(reth) = pkt.repr.ext.reth else {
+                    return Err(Fault::Fatal(NakCode::InvalidRequest, None));
+                };
+                let plen = pkt.payload.len() as u32;
+                let consistent = if last {
+                    reth.dma_len == plen
+                } else {
+                    reth.dma_len > self.mtu
+                };
+                if !consistent {
+                    return Err(Fault::Fatal(NakCode::InvalidRequest, None));
+                }
+                let checked = mem.check_access(
+                    reth.rkey,
+                    self.pd,
+                    reth.va,
+                    u64::from(reth.dma_len),
+                    Access::REMOTE_WRITE,
+                );
+                if checked.is_err() {
+                    if rc {
+                        self.counters.resp_remote_access_errors += 1;
+                    }
+                    return Err(Fault::Fatal(NakCode::RemoteAccessError, None));
+                }
+                (reth.va, reth.rkey, reth.dma_len, 0)
+            }
+        };
+        let with_imm = pkt.repr.ext.imm_dt;
+        if last && with_imm.is_some() && self.resp.rq.is_empty() {
+            // Keep the message state: the retried packet continues it.
+            self.resp.msg = Some(InMsg::Write {
+                va,
+                rkey,
+                len,
+                offset,
+            });
+            return Err(Fault::NoReceive);
+        }
+        let end = offset + pkt.payload.len() as u32;
+        if end > len || (last && end != len) {
+            return Err(Fault::Fatal(NakCode::InvalidRequest, None));
+        }
+        let at = va.wrapping_add(u64::from(offset));
+        if mem
+            .write(rkey, self.pd, at, pkt.payload, Access::REMOTE_WRITE)
+            .is_err()
+        {
+            if rc {
+                self.counters.resp_remote_access_errors += 1;
+            }
+            return Err(Fault::Fatal(NakCode::RemoteAccessError, None));
+        }
+        if !last {
+            self.resp.msg = Some(InMsg::Write {
+                va,
+                rkey,
+                len,
+                offset: end,
+            });
+            return Ok(());
+        }
+        self.resp.msg = None;
+        self.resp.msn = next_msn(self.resp.msn);
+        self.counters.rx_write_requests += 1;
+        if let Some(i) = with_imm {
+            if let Some(w) = self.resp.rq.pop_front() {
+                let mut wc = WorkCompletion::new(
+                    w.wr_id,
+                    WcStatus::Success,
+                    WcOpcode::RecvRdmaWithImm,
+                    self.qpn,
+                );
+                wc.byte_len = len;
+                wc.imm_data = i.imm;
+                wc.wc_flags = WcFlags::WITH_IMM;
+                wc.solicited = pkt.repr.bth.solicited;
+                self.completions.push_back(wc);
+            }
+        }
+        Ok(())
+    }
+
+    fn reply_capacity(&self) -> usize {
+        usize::from(self.attr.max_dest_rd_atomic.max(1))
+    }
+
+    fn exec_read_atomic(
+        &mut self,
+        pkt: &RocePacket<'_>,
+        mem: &mut MrTable,
+        kind: Kind,
+    ) -> Result<(), Fault> {
+        let psn = pkt.repr.bth.psn;
+        if self.resp.replies.len() >= self.reply_capacity() {
+            // More outstanding than max_dest_rd_atomic allows (C9-? too many requests).
+            return Err(Fault::Fatal(NakCode::InvalidRequest, None));
+        }
+        let msn = next_msn(self.resp.msn);
+        if kind == Kind::Read {
+            let Some(reth) = pkt.repr.ext.reth else {
+                return Err(Fault::Fatal(NakCode::InvalidRequest, None));
+            };
+            if reth.dma_len > 1 << 31
+                || mem
+                    .check_access(
+                        reth.rkey,
+                        self.pd,
+                        reth.va,
+                        u64::from(reth.dma_len),
+                        Access::REMOTE_READ,
+                    )
+                    .is_err()
+            {
+                self.counters.resp_remote_access_errors += 1;
+                return Err(Fault::Fatal(NakCode::RemoteAccessError, None));
+            }
+            self.resp.replies.push_back(Reply {
+                psn,
+                msn,
+                kind: ReplyKind::Read {
+                    va: reth.va,
+                    rkey: reth.rkey,
+                    len: reth.dma_len,
+                    sent: 0,
+                },
+            });
+            self.resp.epsn = psn.add(reth.dma_len.div_ceil(self.mtu).max(1));
+            self.counters.rx_read_requests += 1;
+        } else {
+            let Some(a) = pkt.repr.ext.atomic_eth else {
+                return Err(Fault::Fatal(NakCode::InvalidRequest, None));
+            };
+            let result = if pkt.repr.bth.opcode.0 & 0x1f == 0x13 {
+                mem.compare_swap(a.rkey, self.pd, a.va, a.compare, a.swap_add)
+            } else {
+                mem.fetch_add(a.rkey, self.pd, a.va, a.swap_add)
+            };
+            let orig = match result {
+                Ok(v) => v,
+                Err(AccessError::Misaligned(_)) => {
+                    return Err(Fault::Fatal(NakCode::InvalidRequest, None))
+                }
+                Err(_) => {
+                    self.counters.resp_remote_access_errors += 1;
+                    return Err(Fault::Fatal(NakCode::RemoteAccessError, None));
+                }
+            };
+            if self.resp.atomics.len() >= self.reply_capacity() {
+                self.resp.atomics.pop_front();
+            }
+            self.resp.atomics.push_back((psn, orig));
+            self.resp.replies.push_back(Reply {
+                psn,
+                msn,
+                kind: ReplyKind::Atomic { orig },
+            });
+            self.resp.epsn = psn.add(1);
+            self.counters.rx_atomic_requests += 1;
+        }
+        self.resp.msn = msn;
+        // The response acknowledges everything before it.
+        self.resp.ack_pending = false;
+        Ok(())
+    }
+
+    /// A request with a PSN before the expected one (IBTA §9.7.5.1.3): SEND and WRITE are
+    /// acknowledged again without executing, READ is executed again, an atomic returns the
+    /// value of its one execution from the replay cache.
+    fn duplicate(&mut self, pkt: &RocePacket<'_>, mem: &MrTable) {
+        self.counters.duplicate_request += 1;
+        let psn = pkt.repr.bth.psn;
+        let code = pkt.repr.bth.opcode.0 & 0x1f;
+        let crowded = self.resp.replies.len() >= self.reply_capacity() + DUPLICATE_SLACK;
+        match code {
+            0x0c => {
+                let Some(reth) = pkt.repr.ext.reth else {
+                    return;
+                };
+                let npkts = reth.dma_len.div_ceil(self.mtu).max(1);
+                let inside = self.resp.epsn.distance(psn.add(npkts)) >= 0;
+                let allowed = mem
+                    .check_access(
+                        reth.rkey,
+                        self.pd,
+                        reth.va,
+                        u64::from(reth.dma_len),
+                        Access::REMOTE_READ,
+                    )
+                    .is_ok();
+                if inside && allowed && !crowded && reth.dma_len <= 1 << 31 {
+                    self.counters.rx_read_requests += 1;
+                    self.resp.replies.push_back(Reply {
+                        psn,
+                        msn: self.resp.msn,
+                        kind: ReplyKind::Read {
+                            va: reth.va,
+                            rkey: reth.rkey,
+                            len: reth.dma_len,
+                            sent: 0,
+                        },
+                    });
+                }
+            }
+            0x13 | 0x14 => {
+                let cached = self.resp.atomics.iter().find(|(p, _)| *p == psn);
+                if let (Some(&(_, orig)), false) = (cached, crowded) {
+                    self.counters.atomic_replays += 1;
+                    self.resp.replies.push_back(Reply {
+                        psn,
+                        msn: self.resp.msn,
+                        kind: ReplyKind::Atomic { orig },
+                    });
+                }
+            }
+            _ => self.resp.ack_pending = true,
+        }
+    }
+
+    /// The next response frame: queued READ responses and atomic ACKs first, then a NAK, then
+    /// a coalesced ACK for everything received so far.
+    pub(crate) fn responder_tx(&mut self, buf: &mut [u8], mem: &MrTable) -> Option<usize> {
+        if self.state == QpState::Err {
+            let (syndrome, psn) = self.resp.nak.take()?;
+            self.resp.final_nak = false;
+            return self.emit_ack(buf, syndrome, psn);
+        }
+        if self.qp_type != QpType::Rc
+            || !matches!(
+                self.state,
+                QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+            )
+        {
+            return None;
+        }
+        if let Some(reply) = self.resp.replies.front().copied() {
+            return self.emit_reply(reply, buf, mem);
+        }
+        if let Some((syndrome, psn)) = self.resp.nak.take() {
+            self.resp.ack_pending = false;
+            return self.emit_ack(buf, syndrome, psn);
+        }
+        if self.resp.ack_pending {
+            self.resp.ack_pending = false;
+            let syndrome = Syndrome::Ack {
+                credits: super::credit_code(self.resp.rq.len()),
+            };
+            return self.emit_ack(buf, syndrome, self.resp.epsn.sub(1));
+        }
+        None
+    }
+
+    fn emit_ack(&mut self, buf: &mut [u8], syndrome: Syndrome, psn: Psn) -> Option<usize> {
+        if matches!(syndrome, Syndrome::Ack { .. }) {
+            self.counters.acks_sent += 1;
+        } else {
+            self.counters.naks_sent += 1;
+        }
+        let mut r = self.repr(Opcode::RC_ACKNOWLEDGE, psn, 0);
+        r.ext = ExtHeaders {
+            aeth: Some(AethRepr {
+                syndrome: syndrome.to_byte(),
+                msn: self.resp.msn,
+            }),
+            ..ExtHeaders::default()
+        };
+        r.emit(buf, |_| {}).ok()
+    }
+
+    fn emit_reply(&mut self, reply: Reply, buf: &mut [u8], mem: &MrTable) -> Option<usize> {
+        let credits = super::credit_code(self.resp.rq.len());
+        let aeth = AethRepr {
+            syndrome: Syndrome::Ack { credits }.to_byte(),
+            msn: reply.msn,
+        };
+        match reply.kind {
+            ReplyKind::Atomic { orig } => {
+                self.resp.replies.pop_front();
+                let mut r = self.repr(Opcode::RC_ATOMIC_ACKNOWLEDGE, reply.psn, 0);
+                r.ext = ExtHeaders {
+                    aeth: Some(aeth),
+                    atomic_ack_eth: Some(AtomicAckEthRepr { orig_data: orig }),
+                    ..ExtHeaders::default()
+                };
+                r.emit(buf, |_| {}).ok()
+            }
+            ReplyKind::Read {
+                va,
+                rkey,
+                len,
+                sent,
+            } => {
+                let mtu = self.mtu;
+                let remaining = len - sent;
+                let plen = remaining.min(mtu);
+                let opcode = match (sent == 0, remaining <= mtu) {
+                    (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                    (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                    (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+                    (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+                };
+                let psn = reply.psn.add(sent / mtu);
+                let mut r = self.repr(opcode, psn, plen as usize);
+                if opcode != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
+                    r.ext.aeth = Some(aeth);
+                }
+                let pd = self.pd;
+                let mut failed = false;
+                let n = r.emit(buf, |dst| {
+                    let at = va.wrapping_add(u64::from(sent));
+                    failed = mem.read(rkey, pd, at, dst, Access::REMOTE_READ).is_err();
+                });
+                if failed || n.is_err() {
+                    // The region went away under a READ in progress.
+                    self.resp.replies.clear();
+                    self.counters.resp_remote_access_errors += 1;
+                    self.resp.nak = Some((Syndrome::Nak(NakCode::RemoteAccessError), psn));
+                    self.resp.final_nak = true;
+                    self.enter_error(None);
+                    return None;
+                }
+                let sent = sent + plen;
+                if sent >= len {
+                    self.resp.replies.pop_front();
+                } else if let Some(front) = self.resp.replies.front_mut() {
+                    front.kind = ReplyKind::Read {
+                        va,
+                        rkey,
+                        len,
+                        sent,
+                    };
+                }
+                n.ok()
+            }
+        }
+    }
+
+    /// A UD datagram: Q_Key check, then the GRH and payload into the next receive.
+    fn ud_rx(&mut self, pkt: &RocePacket<'_>, mem: &MrTable) {
+        let Some(deth) = pkt.repr.ext.deth else {
+            self.counters.rx_dropped += 1;
+            return;
+        };
+        if deth.qkey != self.attr.qkey {
+            self.counters.qkey_violations += 1;
+            return;
+        }
+        let Some(w) = self.resp.rq.pop_front() else {
+            self.counters.out_of_buffer += 1;
+            return;
+        };
+        // The GRH area holds the IP header as received: IPv6's 40 bytes, or 20 zero bytes
+        // then the IPv4 header (as mlx5 and rxe do for RoCEv2).
+        let mut grh = [0u8; GRH_LEN];
+        let ip = pkt
+            .icrc_input
+            .get(crate::wire::icrc::LRH_STAND_IN..)
+            .unwrap_or(&[]);
+        match pkt.repr.ip.version() {
+            4 => {
+                let n = 20.min(ip.len());
+                grh[20..20 + n].copy_from_slice(&ip[..n]);
+            }
+            _ => {
+                let n = GRH_LEN.min(ip.len());
+                grh[..n].copy_from_slice(&ip[..n]);
+            }
+        }
+        let placed = sg::scatter(mem, self.pd, &w.sges, 0, &grh)
+            .and_then(|()| sg::scatter(mem, self.pd, &w.sges, GRH_LEN as u64, pkt.payload));
+        let status = match placed {
+            Ok(()) => WcStatus::Success,
+            Err(SgError::Length) => {
+                self.counters.resp_local_length_error += 1;
+                WcStatus::LocLenErr
+            }
+            Err(SgError::Access(_)) => WcStatus::LocProtErr,
+        };
+        if status != WcStatus::Success {
+            self.counters.resp_cqe_error += 1;
+        }
+        let mut wc = WorkCompletion::new(w.wr_id, status, WcOpcode::Recv, self.qpn);
+        wc.byte_len = (GRH_LEN + pkt.payload.len()) as u32;
+        wc.wc_flags = WcFlags::GRH;
+        if let Some(i) = pkt.repr.ext.imm_dt {
+            wc.wc_flags = wc.wc_flags.with(WcFlags::WITH_IMM);
+            wc.imm_data = i.imm;
+        }
+        wc.src_qp = deth.src_qp;
+        wc.smac = pkt.repr.eth.src;
+        wc.solicited = pkt.repr.bth.solicited;
+        self.completions.push_back(wc);
+    }
+}

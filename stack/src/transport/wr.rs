@@ -1,0 +1,382 @@
+//! Work requests and work completions, shaped like libibverbs' `ibv_send_wr`, `ibv_recv_wr`
+//! and `ibv_wc` (same opcode, flag and status values), so the verbs layer and the libibverbs
+//! shim translate one to one.
+
+use core::fmt;
+
+use crate::wire::{MacAddr, Qpn};
+
+use super::qp::AddressVector;
+
+/// One scatter/gather element: `length` bytes at `addr` in the region of `lkey`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Sge {
+    /// Start address (the region's iova space).
+    pub addr: u64,
+    /// Bytes.
+    pub length: u32,
+    /// Local key of the region.
+    pub lkey: u32,
+}
+
+/// Send work request opcodes (`enum ibv_wr_opcode` values).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum WrOpcode {
+    /// RDMA WRITE.
+    Write = 0,
+    /// RDMA WRITE with immediate: also consumes a receive at the peer.
+    WriteWithImm = 1,
+    /// SEND.
+    Send = 2,
+    /// SEND with immediate.
+    SendWithImm = 3,
+    /// RDMA READ.
+    Read = 4,
+    /// Atomic compare-and-swap.
+    CmpSwp = 5,
+    /// Atomic fetch-and-add.
+    FetchAdd = 6,
+    /// SEND with invalidate: the peer invalidates `invalidate_rkey`.
+    SendWithInv = 9,
+}
+
+impl WrOpcode {
+    /// True for the operations that read back from the responder (READ and atomics); they
+    /// count against `max_rd_atomic`.
+    pub const fn is_read_or_atomic(self) -> bool {
+        matches!(self, Self::Read | Self::CmpSwp | Self::FetchAdd)
+    }
+
+    /// True for atomics.
+    pub const fn is_atomic(self) -> bool {
+        matches!(self, Self::CmpSwp | Self::FetchAdd)
+    }
+
+    /// True for operations that consume a receive WQE at the responder.
+    pub const fn consumes_recv(self) -> bool {
+        matches!(
+            self,
+            Self::Send | Self::SendWithImm | Self::SendWithInv | Self::WriteWithImm
+        )
+    }
+
+    /// The completion opcode this request reports.
+    pub const fn wc_opcode(self) -> WcOpcode {
+        match self {
+            Self::Write | Self::WriteWithImm => WcOpcode::RdmaWrite,
+            Self::Send | Self::SendWithImm | Self::SendWithInv => WcOpcode::Send,
+            Self::Read => WcOpcode::RdmaRead,
+            Self::CmpSwp => WcOpcode::CompSwap,
+            Self::FetchAdd => WcOpcode::FetchAdd,
+        }
+    }
+}
+
+/// Send flags (`IBV_SEND_*` bit values).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SendFlags(pub u32);
+
+impl SendFlags {
+    /// Wait for earlier READs and atomics to complete before starting.
+    pub const FENCE: Self = Self(1);
+    /// Generate a completion on success.
+    pub const SIGNALED: Self = Self(2);
+    /// Set the solicited-event bit on the last packet.
+    pub const SOLICITED: Self = Self(4);
+    /// The payload is carried in the request (copied at post time).
+    pub const INLINE: Self = Self(8);
+
+    /// Both sets.
+    pub const fn with(self, o: Self) -> Self {
+        Self(self.0 | o.0)
+    }
+
+    /// True when every flag of `o` is set.
+    pub const fn contains(self, o: Self) -> bool {
+        self.0 & o.0 == o.0
+    }
+}
+
+/// Where a UD send goes: the peer's address vector, QPN and Q_Key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdDest {
+    /// Addressing of the path to the peer.
+    pub av: AddressVector,
+    /// Destination QP.
+    pub remote_qpn: Qpn,
+    /// Q_Key to send; when its top bit is set the QP's own Q_Key is sent instead
+    /// (IBTA §10.2.5 "controlled Q_Key").
+    pub remote_qkey: u32,
+}
+
+/// The payload of a send: a gather list in registered memory, or inline bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Payload<'a> {
+    /// Gather from these elements (each checked against its lkey at transmit time).
+    Sges(&'a [Sge]),
+    /// Copy these bytes into the request now; they need no registration (`IBV_SEND_INLINE`).
+    Inline(&'a [u8]),
+}
+
+/// A send work request. Borrowed: `post_send` copies what it keeps, as a NIC reads the WQE
+/// out of the ring at post time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendWr<'a> {
+    /// Caller's id, returned in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub opcode: WrOpcode,
+    /// Flags.
+    pub flags: SendFlags,
+    /// What to send (for READ and atomics: where the result lands).
+    pub payload: Payload<'a>,
+    /// Immediate data (WITH_IMM) or the rkey to invalidate (SEND_WITH_INV).
+    pub imm_data: u32,
+    /// Remote address (WRITE, READ, atomics).
+    pub remote_addr: u64,
+    /// Remote key (WRITE, READ, atomics).
+    pub rkey: u32,
+    /// CMP_SWP's compare value or FETCH_ADD's addend.
+    pub compare_add: u64,
+    /// CMP_SWP's swap value.
+    pub swap: u64,
+    /// UD destination.
+    pub ud: Option<UdDest>,
+}
+
+impl<'a> SendWr<'a> {
+    /// A signaled request with everything else zero.
+    pub const fn new(wr_id: u64, opcode: WrOpcode, payload: Payload<'a>) -> Self {
+        Self {
+            wr_id,
+            opcode,
+            flags: SendFlags::SIGNALED,
+            payload,
+            imm_data: 0,
+            remote_addr: 0,
+            rkey: 0,
+            compare_add: 0,
+            swap: 0,
+            ud: None,
+        }
+    }
+
+    /// Sets the remote address and key.
+    pub const fn remote(mut self, addr: u64, rkey: u32) -> Self {
+        self.remote_addr = addr;
+        self.rkey = rkey;
+        self
+    }
+
+    /// Sets the immediate (or the rkey to invalidate).
+    pub const fn imm(mut self, imm: u32) -> Self {
+        self.imm_data = imm;
+        self
+    }
+
+    /// Sets the flags.
+    pub const fn flags(mut self, flags: SendFlags) -> Self {
+        self.flags = flags;
+        self
+    }
+}
+
+/// A receive work request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvWr<'a> {
+    /// Caller's id, returned in the completion.
+    pub wr_id: u64,
+    /// Where received data lands (needs LOCAL_WRITE).
+    pub sg_list: &'a [Sge],
+}
+
+/// Completion status (`enum ibv_wc_status` values).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum WcStatus {
+    /// Success.
+    Success = 0,
+    /// A message did not fit the receive buffer, or a UD send exceeded the MTU.
+    LocLenErr = 1,
+    /// Local QP operation error (malformed receive WQE).
+    LocQpOpErr = 2,
+    /// A local gather/scatter element failed its lkey, PD, rights or bounds check.
+    LocProtErr = 4,
+    /// Flushed because the QP is in the error state.
+    WrFlushErr = 5,
+    /// The responder refused the request as invalid (NAK invalid request).
+    RemInvReqErr = 9,
+    /// The responder refused the access (NAK remote access error).
+    RemAccessErr = 10,
+    /// The responder failed to complete the operation (NAK remote operational error).
+    RemOpErr = 11,
+    /// The transport retry counter ran out (no ACK within timeout, retry_cnt times).
+    RetryExcErr = 12,
+    /// The RNR retry counter ran out.
+    RnrRetryExcErr = 13,
+    /// An unexpected response (bad opcode sequence from the responder).
+    BadRespErr = 7,
+}
+
+impl WcStatus {
+    /// libibverbs' `ibv_wc_status_str` wording.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::LocLenErr => "local length error",
+            Self::LocQpOpErr => "local QP operation error",
+            Self::LocProtErr => "local protection error",
+            Self::WrFlushErr => "Work Request Flushed Error",
+            Self::BadRespErr => "bad response error",
+            Self::RemInvReqErr => "remote invalid request error",
+            Self::RemAccessErr => "remote access error",
+            Self::RemOpErr => "remote operation error",
+            Self::RetryExcErr => "transport retry counter exceeded",
+            Self::RnrRetryExcErr => "RNR retry counter exceeded",
+        }
+    }
+}
+
+impl fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Completion opcodes (`enum ibv_wc_opcode` values).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum WcOpcode {
+    /// A SEND finished.
+    Send = 0,
+    /// A WRITE finished.
+    RdmaWrite = 1,
+    /// A READ finished.
+    RdmaRead = 2,
+    /// A CMP_SWP finished.
+    CompSwap = 3,
+    /// A FETCH_ADD finished.
+    FetchAdd = 4,
+    /// A receive consumed by a SEND.
+    Recv = 128,
+    /// A receive consumed by a WRITE with immediate.
+    RecvRdmaWithImm = 129,
+}
+
+impl WcOpcode {
+    /// True for receive-queue completions.
+    pub const fn is_recv(self) -> bool {
+        self as u32 & 128 != 0
+    }
+}
+
+/// Completion flags (`IBV_WC_*` bit values).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct WcFlags(pub u32);
+
+impl WcFlags {
+    /// The first 40 bytes of the receive buffer hold the GRH (UD).
+    pub const GRH: Self = Self(1);
+    /// `imm_data` is valid.
+    pub const WITH_IMM: Self = Self(2);
+    /// `invalidated_rkey` is valid.
+    pub const WITH_INV: Self = Self(8);
+
+    /// Both sets.
+    pub const fn with(self, o: Self) -> Self {
+        Self(self.0 | o.0)
+    }
+
+    /// True when every flag of `o` is set.
+    pub const fn contains(self, o: Self) -> bool {
+        self.0 & o.0 == o.0
+    }
+}
+
+/// A work completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkCompletion {
+    /// The request's id.
+    pub wr_id: u64,
+    /// Outcome.
+    pub status: WcStatus,
+    /// What completed. For a flushed or failed WR it is still the WR's opcode.
+    pub opcode: WcOpcode,
+    /// The QP it belongs to.
+    pub qp_num: Qpn,
+    /// Bytes received (receives) or read (READ); 8 for atomics.
+    pub byte_len: u32,
+    /// Immediate data, or the invalidated rkey, per `wc_flags`.
+    pub imm_data: u32,
+    /// Flags.
+    pub wc_flags: WcFlags,
+    /// UD: the sender's QP.
+    pub src_qp: Qpn,
+    /// UD: the sender's MAC (as mlx5's `ibv_wc_read_smac`).
+    pub smac: MacAddr,
+    /// The solicited-event bit of the message's last packet.
+    pub solicited: bool,
+}
+
+impl WorkCompletion {
+    pub(crate) const fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: Qpn) -> Self {
+        Self {
+            wr_id,
+            status,
+            opcode,
+            qp_num,
+            byte_len: 0,
+            imm_data: 0,
+            wc_flags: WcFlags(0),
+            src_qp: Qpn::new(0),
+            smac: MacAddr([0; 6]),
+            solicited: false,
+        }
+    }
+}
+
+/// Why `post_send` / `post_recv` refused a request (the WR is not queued and produces no
+/// completion; libibverbs returns the errno and the bad WR).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PostError {
+    /// The QP's state does not accept this queue's requests yet (RESET, INIT or RTR for sends).
+    #[error("QP in state {0} does not accept this request")]
+    InvalidState(super::QpState),
+    /// The queue is full (ENOMEM).
+    #[error("queue full ({0} outstanding)")]
+    QueueFull(u32),
+    /// More gather/scatter elements than the QP's capability.
+    #[error("{got} scatter/gather elements, the QP allows {max}")]
+    TooManySges {
+        /// Elements given.
+        got: usize,
+        /// Capability.
+        max: u32,
+    },
+    /// Inline data longer than `max_inline_data`.
+    #[error("{got} bytes of inline data, the QP allows {max}")]
+    InlineTooLong {
+        /// Bytes given.
+        got: usize,
+        /// Capability.
+        max: u32,
+    },
+    /// The opcode is not valid on this QP type (READ on UC, WRITE on UD, ...).
+    #[error("{opcode:?} is not supported on a {qp_type:?} QP")]
+    UnsupportedOpcode {
+        /// The opcode.
+        opcode: WrOpcode,
+        /// The QP type.
+        qp_type: super::QpType,
+    },
+    /// A UD send without a destination, or a connected send with one.
+    #[error("UD sends need a destination, connected sends must not have one")]
+    Destination,
+    /// An atomic's local buffer is not exactly 8 bytes.
+    #[error("atomic operations need an 8-byte local buffer")]
+    AtomicLength,
+    /// A message longer than 2^31 bytes.
+    #[error("message of {0} bytes exceeds 2^31")]
+    MessageTooLong(u64),
+}
