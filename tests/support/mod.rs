@@ -17,7 +17,7 @@ use ferroce::stack::transport::{
 use ferroce::stack::wire::{Checks, Psn, Qpn, RoceRepr};
 
 /// Runs `f` for each seed (or only `FERROCE_SEED`), naming the seed if it fails.
-pub fn seeded(default: impl IntoIterator<Item = u64>, f: impl Fn(u64)) {
+pub fn seeded(default: impl IntoIterator<Item = u64>, mut f: impl FnMut(u64)) {
     let seeds: Vec<u64> = match std::env::var("FERROCE_SEED") {
         Ok(s) => vec![s.parse().expect("FERROCE_SEED is a number")],
         Err(_) => default.into_iter().collect(),

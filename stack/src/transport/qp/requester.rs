@@ -47,6 +47,11 @@ pub(crate) struct Requester {
     pub(crate) retries_left: u8,
     pub(crate) rnr_retries_left: u8,
     pub(crate) rnr_until: Option<u64>,
+    /// The PSN the last sequence-error rewind resumed from. Responses and NAKs the responder
+    /// sent before it saw the retransmission still point at that gap; acting on each of them
+    /// would rewind again and again (a retransmission storm), so a gap is acted on once until
+    /// `una` moves or the timer fires.
+    pub(crate) recovering: Option<Psn>,
 }
 
 impl Requester {
@@ -68,6 +73,7 @@ impl Requester {
             retries_left: 7,
             rnr_retries_left: 7,
             rnr_until: None,
+            recovering: None,
         }
     }
 
@@ -80,6 +86,7 @@ impl Requester {
         self.consumers_inflight = 0;
         self.retry_deadline = None;
         self.rnr_until = None;
+        self.recovering = None;
     }
 
     fn window(&self) -> SendWindow {
@@ -477,6 +484,7 @@ impl Qp {
         let req = &mut self.req;
         req.retries_left = self.attr.retry_cnt;
         req.rnr_retries_left = self.attr.rnr_retry;
+        req.recovering = None;
         req.retry_deadline = if req.una != req.nxt {
             self.ack_timeout_ns.map(|t| now + t)
         } else {
@@ -491,6 +499,10 @@ impl Qp {
     fn implied_nak(&mut self, now: u64) {
         self.counters.implied_nak_seq_err += 1;
         let una = self.req.una;
+        if self.req.recovering == Some(una) {
+            return;
+        }
+        self.req.recovering = Some(una);
         let to = self.recovery.on_sequence_error(una, self.req.window());
         self.req.rewind_to(to);
         self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t);
@@ -551,9 +563,10 @@ impl Qp {
         match code {
             NakCode::PsnSequenceError => {
                 self.counters.packet_seq_err += 1;
-                if psn == self.req.nxt {
+                if psn == self.req.nxt || self.req.recovering == Some(psn) {
                     return;
                 }
+                self.req.recovering = Some(psn);
                 if !moved {
                     if self.req.retries_left == 0 {
                         self.enter_error(Some((0, WcStatus::RetryExcErr)));
@@ -691,6 +704,7 @@ impl Qp {
             return;
         }
         self.req.retries_left -= 1;
+        self.req.recovering = None;
         let to = self.recovery.on_timeout(self.req.window());
         self.req.rewind_to(to);
         self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t);

@@ -77,6 +77,8 @@ struct Reply {
     psn: Psn,
     msn: Msn,
     kind: ReplyKind,
+    /// A re-execution for a duplicate request: does not count against max_dest_rd_atomic.
+    duplicate: bool,
 }
 
 #[derive(Debug)]
@@ -454,7 +456,8 @@ impl Qp {
         kind: Kind,
     ) -> Result<(), Fault> {
         let psn = pkt.repr.bth.psn;
-        if self.resp.replies.len() >= self.reply_capacity() {
+        let outstanding = self.resp.replies.iter().filter(|r| !r.duplicate).count();
+        if outstanding >= self.reply_capacity() {
             // More outstanding than max_dest_rd_atomic allows (C9-? too many requests).
             return Err(Fault::Fatal(NakCode::InvalidRequest, None));
         }
@@ -486,6 +489,7 @@ impl Qp {
                     len: reth.dma_len,
                     sent: 0,
                 },
+                duplicate: false,
             });
             self.resp.epsn = psn.add(reth.dma_len.div_ceil(self.mtu).max(1));
             self.counters.rx_read_requests += 1;
@@ -516,6 +520,7 @@ impl Qp {
                 psn,
                 msn,
                 kind: ReplyKind::Atomic { orig },
+                duplicate: false,
             });
             self.resp.epsn = psn.add(1);
             self.counters.rx_atomic_requests += 1;
@@ -561,6 +566,7 @@ impl Qp {
                             len: reth.dma_len,
                             sent: 0,
                         },
+                        duplicate: true,
                     });
                 }
             }
@@ -572,6 +578,7 @@ impl Qp {
                         psn,
                         msn: self.resp.msn,
                         kind: ReplyKind::Atomic { orig },
+                        duplicate: true,
                     });
                 }
             }
