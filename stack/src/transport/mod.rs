@@ -5,6 +5,7 @@
 //! timer encodings.
 
 pub mod counters;
+pub mod loopback;
 pub mod mr;
 pub mod qp;
 pub mod recovery;
