@@ -45,3 +45,24 @@ printf 'check-vectors: demo capture vs tshark: '
 python3 scripts/vectors/compare.py "$tmp/demo-tshark.jsonl" "$tmp/demo-decode.jsonl"
 printf 'check-vectors: demo capture vs scapy: '
 python3 scripts/vectors/compare.py "$tmp/demo-scapy.jsonl" "$tmp/demo-decode.jsonl"
+
+# 4. A mixed transport run (every RC operation, UC, UD, ACKs, NAKs, retransmissions),
+#    captured by tests/transport_pcap.rs: tshark and scapy must read what `ferroce decode`
+#    reads, and scapy must find every ICRC correct.
+mixed=target/tmp/transport-mixed.pcap
+[ -f "$mixed" ] || cargo test -q --test transport_pcap >/dev/null
+"$ferroce" decode "$mixed" >"$tmp/mixed-decode.jsonl"
+tshark -r "$mixed" -T json 2>/dev/null | python3 scripts/vectors/tshark_fields.py >"$tmp/mixed-tshark.jsonl"
+"$py" scripts/vectors/scapy_fields.py "$mixed" >"$tmp/mixed-scapy.jsonl"
+printf 'check-vectors: transport capture vs tshark: '
+python3 scripts/vectors/compare.py "$tmp/mixed-tshark.jsonl" "$tmp/mixed-decode.jsonl"
+printf 'check-vectors: transport capture vs scapy: '
+python3 scripts/vectors/compare.py "$tmp/mixed-scapy.jsonl" "$tmp/mixed-decode.jsonl"
+frames=$(wc -l <"$tmp/mixed-scapy.jsonl")
+good=$(grep -c '"icrc_ok":true' "$tmp/mixed-scapy.jsonl" || true)
+[ "$frames" -gt 0 ] && [ "$good" -eq "$frames" ] || { echo "check-vectors: scapy finds $good of $frames transport ICRCs correct"; exit 1; }
+bad_sum=$(tshark -r "$mixed" -o ip.check_checksum:TRUE -Y 'ip.checksum.status == "Bad"' 2>/dev/null | wc -l)
+[ "$bad_sum" -eq 0 ] || { echo "check-vectors: tshark finds $bad_sum bad IPv4 checksums in the transport capture"; exit 1; }
+malformed=$(tshark -r "$mixed" -Y '_ws.malformed || _ws.expert.severity >= "error"' 2>/dev/null | wc -l)
+[ "$malformed" -eq 0 ] || { echo "check-vectors: tshark flags $malformed transport frames as malformed"; exit 1; }
+echo "check-vectors: transport capture: $good/$frames ICRCs correct per scapy, tshark finds no malformed frame"

@@ -5,7 +5,8 @@
 # libclang-dev and pkg-config for the DPDK driver's build, tshark for wire checks,
 # python3-venv), scapy from PyPI into target/ci-venv, and cargo-fuzz from crates.io. Then:
 # format and lint, every test of the workspace, the wire cross-check against tshark and
-# scapy, a bounded fuzz run, the demo, and a build of every benchmark.
+# scapy, a bounded fuzz run, the demo, a build of every benchmark, and the 2^24-PSN run
+# optimized.
 #
 # Environment: FUZZ_SECONDS (default 60) bounds the fuzz run.
 set -euo pipefail
@@ -69,6 +70,9 @@ mkdir -p fuzz/corpus/parse_frame
 
 step "benchmarks build"
 cargo bench --workspace --no-run -q 2>&1 | tail -n 2
+
+step "a run through the whole 24-bit PSN space (optimized build; minutes in debug)"
+cargo test -q --profile bench --test transport_psn_wrap 2>&1 | grep -E "test result|panicked|FAILED"
 
 echo
 echo "test-all: every step passed"
