@@ -1,0 +1,400 @@
+//! Transport mechanics frame by frame, with two QPs back to back in memory and the test in
+//! the middle deciding what reaches whom: ACK coalescing, credits, READ/atomic depth,
+//! duplicate handling (atomic replay, READ re-execution, re-ACK), RNR timing and error flush.
+
+use ferroce_stack::transport::loopback::{connect, Loopback};
+use ferroce_stack::transport::{
+    Access, MrKeys, MrTable, Mtu, Payload, PdId, Qp, QpAttr, QpConfig, QpState, QpType, RecvWr,
+    SendFlags, SendWr, Sge, WcStatus, WrOpcode,
+};
+use ferroce_stack::wire::{Checks, Opcode, Psn, Qpn, RoceRepr, Syndrome};
+
+const PD: PdId = PdId(1);
+const ALL: Access = Access::LOCAL_WRITE
+    .with(Access::REMOTE_WRITE)
+    .with(Access::REMOTE_READ)
+    .with(Access::REMOTE_ATOMIC);
+
+struct Rig {
+    lo: Loopback,
+    ka: MrKeys,
+    kb: MrKeys,
+    a_buf: Vec<u64>,
+    b_buf: Vec<u64>,
+}
+
+fn rig(attr: QpAttr) -> Rig {
+    let mut a_buf = vec![0u64; 8192];
+    let mut b_buf = vec![0u64; 8192];
+    let (mut ma, mut mb) = (MrTable::new(1), MrTable::new(2));
+    // SAFETY: the Vec heap buffers live in the rig beside the tables and never move.
+    let ka = unsafe { ma.register(PD, a_buf.as_mut_ptr().cast(), 65536, 0, ALL) }.unwrap();
+    // SAFETY: as above.
+    let kb = unsafe { mb.register(PD, b_buf.as_mut_ptr().cast(), 65536, 0, ALL) }.unwrap();
+    let mut a = Qp::new(QpConfig::new(Qpn::new(1), QpType::Rc, PD));
+    let mut b = Qp::new(QpConfig::new(Qpn::new(2), QpType::Rc, PD));
+    connect(&mut a, &mut b, &attr).unwrap();
+    Rig {
+        lo: Loopback::new(a, b, ma, mb),
+        ka,
+        kb,
+        a_buf,
+        b_buf,
+    }
+}
+
+fn default_attr() -> QpAttr {
+    QpAttr {
+        qp_access_flags: ALL,
+        path_mtu: Mtu::Mtu1024,
+        sq_psn: Psn::new(100),
+        rq_psn: Psn::new(500),
+        timeout: 10,
+        min_rnr_timer: 1,
+        ..QpAttr::default()
+    }
+}
+
+/// Takes every frame `a` wants to send now.
+fn frames_from_a(r: &mut Rig) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 9000];
+    while let Some(n) = r.lo.a.poll_transmit(r.lo.now, &mut buf, &r.lo.mem_a) {
+        out.push(buf[..n].to_vec());
+    }
+    out
+}
+
+fn frames_from_b(r: &mut Rig) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 9000];
+    while let Some(n) = r.lo.b.poll_transmit(r.lo.now, &mut buf, &r.lo.mem_b) {
+        out.push(buf[..n].to_vec());
+    }
+    out
+}
+
+fn to_b(r: &mut Rig, f: &[u8]) {
+    r.lo.b.handle_frame(r.lo.now, f, &mut r.lo.mem_b).unwrap();
+}
+
+fn to_a(r: &mut Rig, f: &[u8]) {
+    r.lo.a.handle_frame(r.lo.now, f, &mut r.lo.mem_a).unwrap();
+}
+
+fn opcode(f: &[u8]) -> Opcode {
+    RoceRepr::parse(f, Checks::ALL).unwrap().repr.bth.opcode
+}
+
+fn write(r: &Rig, id: u64, at: u64, len: u32) -> SendWr<'static> {
+    let s = Box::leak(Box::new([Sge {
+        addr: 0,
+        length: len,
+        lkey: r.ka.lkey,
+    }]));
+    SendWr::new(id, WrOpcode::Write, Payload::Sges(s)).remote(at, r.kb.rkey)
+}
+
+#[test]
+fn a_burst_of_writes_gets_one_coalesced_ack() {
+    let mut r = rig(default_attr());
+    for i in 0..100 {
+        let wr = write(&r, i, 8 * i, 8).flags(SendFlags(0));
+        r.lo.a.post_send(&wr).unwrap();
+    }
+    let burst = frames_from_a(&mut r);
+    assert_eq!(burst.len(), 100);
+    for f in &burst {
+        to_b(&mut r, f);
+    }
+    let acks = frames_from_b(&mut r);
+    assert_eq!(acks.len(), 1, "one ACK for the whole burst");
+    let ack = RoceRepr::parse(&acks[0], Checks::ALL).unwrap();
+    assert_eq!(ack.repr.bth.psn, Psn::new(100 + 99));
+    // MSN counts the 100 messages.
+    assert_eq!(ack.repr.ext.aeth.unwrap().msn.value(), 100);
+    to_a(&mut r, &acks[0]);
+    assert_eq!(r.lo.a.send_queue_len(), 0);
+}
+
+#[test]
+fn credits_limit_sends_to_posted_receives() {
+    let mut r = rig(default_attr());
+    let s = [Sge {
+        addr: 0,
+        length: 16,
+        lkey: r.ka.lkey,
+    }];
+    for i in 0..10 {
+        r.lo.a
+            .post_send(&SendWr::new(i, WrOpcode::Send, Payload::Sges(&s)))
+            .unwrap();
+    }
+    // No credits known yet: one SEND goes out to learn the count.
+    assert_eq!(frames_from_a(&mut r).len(), 1);
+    // b has no receive: RNR NAK with credits... after the RNR wait, b posts 3 receives.
+    let rb = [Sge {
+        addr: 0x100,
+        length: 64,
+        lkey: r.kb.lkey,
+    }];
+    for i in 0..3 {
+        r.lo.b
+            .post_recv(&RecvWr {
+                wr_id: i,
+                sg_list: &rb,
+            })
+            .unwrap();
+    }
+    // Resend the first SEND by timing out (its frame was dropped by us above).
+    r.lo.now += 10_000_000;
+    r.lo.a.handle_timeout(r.lo.now);
+    let f = frames_from_a(&mut r);
+    assert_eq!(f.len(), 1);
+    to_b(&mut r, &f[0]);
+    let ack = frames_from_b(&mut r);
+    let aeth = RoceRepr::parse(&ack[0], Checks::ALL)
+        .unwrap()
+        .repr
+        .ext
+        .aeth
+        .unwrap();
+    // Two receives left: credit code 2.
+    assert_eq!(
+        Syndrome::from_byte(aeth.syndrome),
+        Syndrome::Ack { credits: 2 }
+    );
+    to_a(&mut r, &ack[0]);
+    // Now exactly two more SENDs may go.
+    assert_eq!(frames_from_a(&mut r).len(), 2);
+}
+
+#[test]
+fn read_depth_is_bounded_by_max_rd_atomic() {
+    let mut r = rig(QpAttr {
+        max_rd_atomic: 2,
+        ..default_attr()
+    });
+    let to = [Sge {
+        addr: 0x1000,
+        length: 8,
+        lkey: r.ka.lkey,
+    }];
+    for i in 0..5 {
+        let wr = SendWr::new(i, WrOpcode::Read, Payload::Sges(&to)).remote(0, r.kb.rkey);
+        r.lo.a.post_send(&wr).unwrap();
+    }
+    let reqs = frames_from_a(&mut r);
+    assert_eq!(reqs.len(), 2);
+    assert!(reqs
+        .iter()
+        .all(|f| opcode(f) == Opcode::RC_RDMA_READ_REQUEST));
+    r.lo.run();
+    let mut done = 0;
+    while let Some(c) = r.lo.a.poll_completion() {
+        assert_eq!(c.status, WcStatus::Success);
+        done += 1;
+    }
+    // The two frames taken above never reached b; the timer resends them.
+    assert_eq!(done, 0);
+    r.lo.now += 10_000_000;
+    r.lo.a.handle_timeout(r.lo.now);
+    r.lo.run();
+    while let Some(c) = r.lo.a.poll_completion() {
+        assert_eq!(c.status, WcStatus::Success);
+        done += 1;
+    }
+    assert_eq!(done, 5);
+}
+
+#[test]
+fn a_duplicated_atomic_executes_once_and_replays_its_result() {
+    let mut r = rig(default_attr());
+    r.b_buf[4] = 1000;
+    let res = [Sge {
+        addr: 0x2000,
+        length: 8,
+        lkey: r.ka.lkey,
+    }];
+    let wr = SendWr {
+        compare_add: 7,
+        ..SendWr::new(1, WrOpcode::FetchAdd, Payload::Sges(&res)).remote(32, r.kb.rkey)
+    };
+    r.lo.a.post_send(&wr).unwrap();
+    let req = frames_from_a(&mut r);
+    assert_eq!(req.len(), 1);
+    to_b(&mut r, &req[0]);
+    to_b(&mut r, &req[0]);
+    to_b(&mut r, &req[0]);
+    let acks = frames_from_b(&mut r);
+    assert_eq!(acks.len(), 3);
+    for f in &acks {
+        let p = RoceRepr::parse(f, Checks::ALL).unwrap();
+        assert_eq!(p.repr.bth.opcode, Opcode::RC_ATOMIC_ACKNOWLEDGE);
+        assert_eq!(p.repr.ext.atomic_ack_eth.unwrap().orig_data, 1000);
+    }
+    let c = *r.lo.b.counters();
+    assert_eq!(
+        (c.rx_atomic_requests, c.atomic_replays, c.duplicate_request),
+        (1, 2, 2)
+    );
+    to_a(&mut r, &acks[2]);
+    to_a(&mut r, &acks[0]);
+    let wc = r.lo.a.poll_completion().unwrap();
+    assert_eq!((wc.status, wc.byte_len), (WcStatus::Success, 8));
+    assert!(r.lo.a.poll_completion().is_none());
+    drop(r.lo);
+    assert_eq!(r.b_buf[4], 1007, "executed once");
+    assert_eq!(r.a_buf[0x2000 / 8], 1000);
+}
+
+#[test]
+fn duplicate_writes_are_acked_not_executed_and_reads_re_execute() {
+    let mut r = rig(default_attr());
+    r.lo.a.post_send(&write(&r, 1, 0x100, 8)).unwrap();
+    let w = frames_from_a(&mut r);
+    to_b(&mut r, &w[0]);
+    r.lo.run();
+    // b's memory changes after the WRITE; a replayed WRITE must not write again.
+    r.b_buf[0x100 / 8] = 0xfeed;
+    to_b(&mut r, &w[0]);
+    let ack = frames_from_b(&mut r);
+    assert_eq!(ack.len(), 1);
+    assert_eq!(opcode(&ack[0]), Opcode::RC_ACKNOWLEDGE);
+    assert_eq!(r.lo.b.counters().duplicate_request, 1);
+    // A READ answered, then asked again: executed again, on current memory.
+    let to = [Sge {
+        addr: 0x3000,
+        length: 8,
+        lkey: r.ka.lkey,
+    }];
+    let rd = SendWr::new(2, WrOpcode::Read, Payload::Sges(&to)).remote(0x100, r.kb.rkey);
+    r.lo.a.post_send(&rd).unwrap();
+    let req = frames_from_a(&mut r);
+    to_b(&mut r, &req[0]);
+    let first = frames_from_b(&mut r);
+    r.b_buf[0x100 / 8] = 0xbeef;
+    to_b(&mut r, &req[0]);
+    let again = frames_from_b(&mut r);
+    assert_eq!(
+        RoceRepr::parse(&first[0], Checks::ALL).unwrap().payload,
+        0xfeedu64.to_ne_bytes()
+    );
+    assert_eq!(
+        RoceRepr::parse(&again[0], Checks::ALL).unwrap().payload,
+        0xbeefu64.to_ne_bytes()
+    );
+    assert_eq!(r.lo.b.counters().rx_read_requests, 2);
+}
+
+#[test]
+fn a_gap_is_naked_once_and_go_back_n_resends_from_it() {
+    let mut r = rig(default_attr());
+    for i in 0..5 {
+        r.lo.a.post_send(&write(&r, i, 0, 8)).unwrap();
+    }
+    let f = frames_from_a(&mut r);
+    // PSN 100 is lost; 101..104 arrive.
+    for x in &f[1..] {
+        to_b(&mut r, x);
+    }
+    let naks = frames_from_b(&mut r);
+    assert_eq!(naks.len(), 1, "one NAK per gap");
+    let nak = RoceRepr::parse(&naks[0], Checks::ALL).unwrap();
+    assert_eq!(nak.repr.bth.psn, Psn::new(100));
+    assert!(matches!(
+        Syndrome::from_byte(nak.repr.ext.aeth.unwrap().syndrome),
+        Syndrome::Nak(_)
+    ));
+    assert_eq!(r.lo.b.counters().out_of_sequence, 4);
+    to_a(&mut r, &naks[0]);
+    let resent = frames_from_a(&mut r);
+    let psns: Vec<u32> = resent
+        .iter()
+        .map(|x| {
+            RoceRepr::parse(x, Checks::ALL)
+                .unwrap()
+                .repr
+                .bth
+                .psn
+                .value()
+        })
+        .collect();
+    assert_eq!(psns, [100, 101, 102, 103, 104]);
+    for x in &resent {
+        to_b(&mut r, x);
+    }
+    r.lo.run();
+    assert_eq!(r.lo.a.send_queue_len(), 0);
+}
+
+#[test]
+fn rnr_waits_the_timer_before_resending() {
+    let mut r = rig(QpAttr {
+        min_rnr_timer: 14, // 1.28 ms
+        ..default_attr()
+    });
+    let s = [Sge {
+        addr: 0,
+        length: 16,
+        lkey: r.ka.lkey,
+    }];
+    r.lo.a
+        .post_send(&SendWr::new(1, WrOpcode::Send, Payload::Sges(&s)))
+        .unwrap();
+    let f = frames_from_a(&mut r);
+    to_b(&mut r, &f[0]);
+    let rnr = frames_from_b(&mut r);
+    let aeth = RoceRepr::parse(&rnr[0], Checks::ALL)
+        .unwrap()
+        .repr
+        .ext
+        .aeth
+        .unwrap();
+    assert_eq!(
+        Syndrome::from_byte(aeth.syndrome),
+        Syndrome::RnrNak { timer: 14 }
+    );
+    to_a(&mut r, &rnr[0]);
+    assert!(frames_from_a(&mut r).is_empty());
+    assert_eq!(r.lo.a.poll_timeout(), Some(r.lo.now + 1_280_000));
+    r.lo.now += 1_279_999;
+    r.lo.a.handle_timeout(r.lo.now);
+    assert!(frames_from_a(&mut r).is_empty());
+    r.lo.now += 1;
+    r.lo.a.handle_timeout(r.lo.now);
+    assert_eq!(frames_from_a(&mut r).len(), 1);
+}
+
+#[test]
+fn modify_to_error_flushes_everything_in_order() {
+    let mut r = rig(default_attr());
+    for i in 0..3 {
+        r.lo.a.post_send(&write(&r, i, 0, 8)).unwrap();
+    }
+    let rb = [Sge {
+        addr: 0x100,
+        length: 64,
+        lkey: r.ka.lkey,
+    }];
+    r.lo.a
+        .post_recv(&RecvWr {
+            wr_id: 9,
+            sg_list: &rb,
+        })
+        .unwrap();
+    let _ = frames_from_a(&mut r);
+    let err = QpAttr {
+        qp_state: QpState::Err,
+        ..QpAttr::default()
+    };
+    r.lo.a
+        .modify(&err, ferroce_stack::transport::AttrMask::STATE)
+        .unwrap();
+    let got: Vec<_> = std::iter::from_fn(|| r.lo.a.poll_completion())
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(got, [0, 1, 2, 9].map(|i| (i, WcStatus::WrFlushErr)),);
+    assert_eq!(r.lo.a.poll_timeout(), None);
+    assert!(frames_from_a(&mut r).is_empty());
+}
