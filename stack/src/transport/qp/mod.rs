@@ -364,6 +364,8 @@ pub struct Qp {
     pub(crate) resp: responder::Responder,
     pub(crate) completions: VecDeque<WorkCompletion>,
     pub(crate) counters: Counters,
+    /// Every event this QP logs happens inside this span, so a subscriber can follow one QP.
+    pub(crate) span: tracing::Span,
 }
 
 impl core::fmt::Debug for Qp {
@@ -397,6 +399,7 @@ impl Qp {
             resp: responder::Responder::new(Psn::new(0)),
             completions: VecDeque::new(),
             counters: Counters::default(),
+            span: tracing::debug_span!("qp", qpn = config.qpn.value(), kind = ?config.qp_type),
         }
     }
 
@@ -498,7 +501,8 @@ impl Qp {
             _ => {}
         }
         self.state = to;
-        tracing::debug!(qpn = self.qpn.value(), %from, %to, "modify_qp");
+        self.span
+            .in_scope(|| tracing::debug!(%from, %to, "modify_qp"));
         Ok(())
     }
 
@@ -803,7 +807,8 @@ impl Qp {
     /// outstanding WR is flushed, in queue order. A final NAK the responder queued stays
     /// queued.
     pub(crate) fn enter_error(&mut self, failed: Option<(usize, WcStatus)>) {
-        tracing::debug!(qpn = self.qpn.value(), ?failed, "QP enters ERR");
+        self.span
+            .in_scope(|| tracing::debug!(?failed, "QP enters ERR"));
         self.state = QpState::Err;
         self.flush_send_queue(failed);
         let mut rq = core::mem::take(&mut self.resp.rq);
@@ -832,7 +837,8 @@ impl Qp {
             self.enter_error(Some((idx, status)));
             return;
         }
-        tracing::debug!(qpn = self.qpn.value(), ?status, "QP enters SQE");
+        self.span
+            .in_scope(|| tracing::debug!(?status, "QP enters SQE"));
         self.state = QpState::Sqe;
         self.flush_send_queue(Some((idx, status)));
     }
@@ -886,7 +892,7 @@ mod tests {
     #[test]
     fn credit_codes_follow_table_44() {
         assert_eq!(credit_code(0), 0);
-        assert_eq!(credit_code(5), 5);
+        assert_eq!(credit_code(5), 4);
         assert_eq!(credits_of(5), Some(6));
         assert_eq!(credit_code(6), 5);
         assert_eq!(credit_code(1000), 19);

@@ -534,6 +534,8 @@ impl Qp {
             return;
         }
         self.counters.rnr_naks_received += 1;
+        self.span
+            .in_scope(|| tracing::debug!(psn = psn.value(), timer, "RNR NAK"));
         if self.attr.rnr_retry != RNR_RETRY_INFINITE {
             if self.req.rnr_retries_left == 0 {
                 self.counters.rnr_nak_retry_err += 1;
@@ -563,6 +565,8 @@ impl Qp {
         match code {
             NakCode::PsnSequenceError => {
                 self.counters.packet_seq_err += 1;
+                self.span
+                    .in_scope(|| tracing::debug!(psn = psn.value(), "PSN sequence error NAK"));
                 if psn == self.req.nxt || self.req.recovering == Some(psn) {
                     return;
                 }
@@ -699,6 +703,9 @@ impl Qp {
             return;
         }
         self.counters.local_ack_timeout_err += 1;
+        let (una, left) = (self.req.una.value(), self.req.retries_left);
+        self.span
+            .in_scope(|| tracing::debug!(una, retries_left = left, "local ACK timeout"));
         if self.req.retries_left == 0 {
             self.enter_error(Some((0, WcStatus::RetryExcErr)));
             return;

@@ -195,6 +195,9 @@ impl Qp {
                 self.resp.nak = Some((Syndrome::RnrNak { timer }, psn));
             }
             Fault::Fatal(code, recv_status) => {
+                self.span.in_scope(|| {
+                    tracing::debug!(psn = psn.value(), ?code, ?recv_status, "request refused")
+                });
                 if let Some(status) = recv_status {
                     self.counters.resp_cqe_error += 1;
                     if let Some(w) = self.resp.rq.pop_front() {
