@@ -11,8 +11,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use ferroce::drivers::sim::{Fabric, FabricBuilder, HostId, LinkModel};
 use ferroce::drivers::Port;
 use ferroce::stack::transport::{
-    Access, AddressVector, AttrMask, MrKeys, MrTable, Mtu, PdId, Qp, QpAttr, QpConfig, QpState,
-    QpType, WorkCompletion,
+    required_mask, Access, AddressVector, MrKeys, MrTable, Mtu, PdId, Qp, QpAttr, QpConfig,
+    QpState, QpType, WorkCompletion,
 };
 use ferroce::stack::wire::{Checks, Psn, Qpn, RoceRepr};
 
@@ -278,63 +278,35 @@ pub fn bring_up<P: Port>(
     let av = w.hosts[h].av_to(peer_mac, peer_ip);
     let qp = w.hosts[h].qp(qpn);
     let t = qp.qp_type();
-    let mut a = QpAttr {
-        qp_state: QpState::Init,
+    let a = QpAttr {
         qp_access_flags: o.access,
         qkey: o.qkey,
+        ah_attr: av,
+        path_mtu: o.mtu,
+        dest_qp_num: Qpn::new(peer_qpn),
+        rq_psn: Psn::new(rq_psn),
+        max_dest_rd_atomic: o.max_rd_atomic,
+        min_rnr_timer: o.min_rnr_timer,
+        sq_psn: Psn::new(sq_psn),
+        timeout: o.timeout,
+        retry_cnt: o.retry_cnt,
+        rnr_retry: o.rnr_retry,
+        max_rd_atomic: o.max_rd_atomic,
         ..QpAttr::default()
     };
-    let init = AttrMask::STATE
-        .with(AttrMask::PKEY_INDEX)
-        .with(AttrMask::PORT);
-    let init = match t {
-        QpType::Ud => init.with(AttrMask::QKEY),
-        _ => init.with(AttrMask::ACCESS_FLAGS),
-    };
-    qp.modify(&a, init).unwrap();
-    a.qp_state = QpState::Rtr;
-    a.ah_attr = av;
-    a.path_mtu = o.mtu;
-    a.dest_qp_num = Qpn::new(peer_qpn);
-    a.rq_psn = Psn::new(rq_psn);
-    a.max_dest_rd_atomic = o.max_rd_atomic;
-    a.min_rnr_timer = o.min_rnr_timer;
-    let rtr = match t {
-        QpType::Ud => AttrMask::STATE,
-        QpType::Uc => AttrMask::STATE
-            .with(AttrMask::AV)
-            .with(AttrMask::PATH_MTU)
-            .with(AttrMask::DEST_QPN)
-            .with(AttrMask::RQ_PSN),
-        QpType::Rc => AttrMask::STATE
-            .with(AttrMask::AV)
-            .with(AttrMask::PATH_MTU)
-            .with(AttrMask::DEST_QPN)
-            .with(AttrMask::RQ_PSN)
-            .with(AttrMask::MAX_DEST_RD_ATOMIC)
-            .with(AttrMask::MIN_RNR_TIMER),
-    };
-    qp.modify(&a, rtr).unwrap();
+    for (from, to) in [
+        (QpState::Reset, QpState::Init),
+        (QpState::Init, QpState::Rtr),
+        (QpState::Rtr, QpState::Rts),
+    ] {
+        let mask = required_mask(t, from, to).unwrap();
+        qp.modify(&QpAttr { qp_state: to, ..a }, mask).unwrap();
+    }
     if t == QpType::Ud {
         // UD has no path; its MTU is the port's.
         qp.set_port_mtu(o.mtu);
     }
-    a.qp_state = QpState::Rts;
-    a.sq_psn = Psn::new(sq_psn);
-    a.timeout = o.timeout;
-    a.retry_cnt = o.retry_cnt;
-    a.rnr_retry = o.rnr_retry;
-    a.max_rd_atomic = o.max_rd_atomic;
-    let rts = match t {
-        QpType::Rc => AttrMask::STATE
-            .with(AttrMask::SQ_PSN)
-            .with(AttrMask::TIMEOUT)
-            .with(AttrMask::RETRY_CNT)
-            .with(AttrMask::RNR_RETRY)
-            .with(AttrMask::MAX_QP_RD_ATOMIC),
-        _ => AttrMask::STATE.with(AttrMask::SQ_PSN),
-    };
-    qp.modify(&a, rts).unwrap();
+
     assert_eq!(qp.state(), QpState::Rts);
 }
 

@@ -6,7 +6,7 @@ use core::net::{IpAddr, Ipv4Addr};
 
 use super::mr::MrTable;
 use super::qp::{AddressVector, Qp, QpAttr};
-use super::state::{AttrMask, ModifyError, QpState, QpType};
+use super::state::{required_mask, ModifyError, QpState};
 use crate::wire::{Checks, MacAddr, RoceRepr};
 
 /// Brings `a` and `b` (in RESET) to RTS connected to each other, as two hosts 10.0.0.1 and
@@ -34,45 +34,15 @@ pub fn connect(a: &mut Qp, b: &mut Qp, attr: &QpAttr) -> Result<(), ModifyError>
         };
         x.dest_qp_num = peer;
         let t = qp.qp_type();
-        x.qp_state = QpState::Init;
-        let init = AttrMask::STATE
-            .with(AttrMask::PKEY_INDEX)
-            .with(AttrMask::PORT);
-        let init = if t == QpType::Ud {
-            init.with(AttrMask::QKEY)
-        } else {
-            init.with(AttrMask::ACCESS_FLAGS)
-        };
-        qp.modify(&x, init)?;
-        x.qp_state = QpState::Rtr;
-        let rtr = match t {
-            QpType::Ud => AttrMask::STATE,
-            QpType::Uc => AttrMask::STATE
-                .with(AttrMask::AV)
-                .with(AttrMask::PATH_MTU)
-                .with(AttrMask::DEST_QPN)
-                .with(AttrMask::RQ_PSN),
-            QpType::Rc => AttrMask::STATE
-                .with(AttrMask::AV)
-                .with(AttrMask::PATH_MTU)
-                .with(AttrMask::DEST_QPN)
-                .with(AttrMask::RQ_PSN)
-                .with(AttrMask::MAX_DEST_RD_ATOMIC)
-                .with(AttrMask::MIN_RNR_TIMER),
-        };
-        qp.modify(&x, rtr)?;
-        x.qp_state = QpState::Rts;
-        let rts = if t == QpType::Rc {
-            AttrMask::STATE
-                .with(AttrMask::SQ_PSN)
-                .with(AttrMask::TIMEOUT)
-                .with(AttrMask::RETRY_CNT)
-                .with(AttrMask::RNR_RETRY)
-                .with(AttrMask::MAX_QP_RD_ATOMIC)
-        } else {
-            AttrMask::STATE.with(AttrMask::SQ_PSN)
-        };
-        qp.modify(&x, rts)?;
+        for (from, to) in [
+            (QpState::Reset, QpState::Init),
+            (QpState::Init, QpState::Rtr),
+            (QpState::Rtr, QpState::Rts),
+        ] {
+            x.qp_state = to;
+            let mask = required_mask(t, from, to).expect("legal transition");
+            qp.modify(&x, mask)?;
+        }
     }
     Ok(())
 }

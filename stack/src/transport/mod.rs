@@ -4,6 +4,24 @@
 //! ([`state`]), registered memory with its checked accessor ([`mr`]), counters and the spec's
 //! timer encodings.
 
+/// `with` and `contains` for a bit-set newtype over `u32` (access rights, attribute masks,
+/// send and completion flags), which all combine the same way.
+macro_rules! flag_set {
+    ($t:ident) => {
+        impl $t {
+            /// Both sets.
+            pub const fn with(self, o: Self) -> Self {
+                Self(self.0 | o.0)
+            }
+
+            /// True when every bit of `o` is in `self`.
+            pub const fn contains(self, o: Self) -> bool {
+                self.0 & o.0 == o.0
+            }
+        }
+    };
+}
+
 pub mod counters;
 pub mod loopback;
 pub mod mr;
@@ -18,7 +36,7 @@ pub use counters::Counters;
 pub use mr::{Access, AccessError, MrKeys, MrTable, PdId, RegisterError};
 pub use qp::{AddressVector, Mtu, Qp, QpAttr, QpCaps, QpConfig};
 pub use recovery::{GoBackN, OutOfOrder, Recovery, SendWindow};
-pub use state::{check_modify, AttrMask, ModifyError, QpState, QpType};
+pub use state::{check_modify, required_mask, AttrMask, ModifyError, QpState, QpType};
 pub use wr::{
     Payload, PostError, RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
     WorkCompletion, WrOpcode,

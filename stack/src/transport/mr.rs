@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Access(pub u32);
 
+flag_set!(Access);
+
 impl Access {
     /// No rights beyond local read (which every region has).
     pub const NONE: Self = Self(0);
@@ -29,16 +31,6 @@ impl Access {
     pub const REMOTE_READ: Self = Self(4);
     /// Peers may run atomics.
     pub const REMOTE_ATOMIC: Self = Self(8);
-
-    /// Both sets.
-    pub const fn with(self, o: Self) -> Self {
-        Self(self.0 | o.0)
-    }
-
-    /// True when every right of `o` is in `self`.
-    pub const fn contains(self, o: Self) -> bool {
-        self.0 & o.0 == o.0
-    }
 }
 
 /// A protection domain.

@@ -68,6 +68,8 @@ pub enum QpType {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct AttrMask(pub u32);
 
+flag_set!(AttrMask);
+
 macro_rules! attrs {
     ($($(#[$m:meta])* $name:ident = $bit:expr;)+) => {
         impl AttrMask {
@@ -128,19 +130,9 @@ impl AttrMask {
     /// No attribute.
     pub const NONE: Self = Self(0);
 
-    /// Both sets.
-    pub const fn with(self, o: Self) -> Self {
-        Self(self.0 | o.0)
-    }
-
     /// Attributes in `self` and not in `o`.
     pub const fn without(self, o: Self) -> Self {
         Self(self.0 & !o.0)
-    }
-
-    /// True when every attribute of `o` is in `self`.
-    pub const fn contains(self, o: Self) -> bool {
-        self.0 & o.0 == o.0
     }
 
     /// True for the empty set.
@@ -293,6 +285,13 @@ fn rule(t: QpType, from: QpState, to: QpState) -> Option<(AttrMask, AttrMask)> {
         },
         _ => return None,
     })
+}
+
+/// The smallest mask that takes a QP of type `t` from `from` to `to`: `STATE` plus the
+/// attributes the transition requires, or `None` when the transition is illegal. Connection
+/// setup code builds its three `modify` calls from this.
+pub fn required_mask(t: QpType, from: QpState, to: QpState) -> Option<AttrMask> {
+    rule(t, from, to).map(|(required, _)| required.with(AttrMask::STATE))
 }
 
 /// Checks a `modify_qp` from `from`. `mask` is the caller's attribute mask; a state change is

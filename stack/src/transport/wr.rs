@@ -77,6 +77,8 @@ impl WrOpcode {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SendFlags(pub u32);
 
+flag_set!(SendFlags);
+
 impl SendFlags {
     /// Wait for earlier READs and atomics to complete before starting.
     pub const FENCE: Self = Self(1);
@@ -86,16 +88,6 @@ impl SendFlags {
     pub const SOLICITED: Self = Self(4);
     /// The payload is carried in the request (copied at post time).
     pub const INLINE: Self = Self(8);
-
-    /// Both sets.
-    pub const fn with(self, o: Self) -> Self {
-        Self(self.0 | o.0)
-    }
-
-    /// True when every flag of `o` is set.
-    pub const fn contains(self, o: Self) -> bool {
-        self.0 & o.0 == o.0
-    }
 }
 
 /// Where a UD send goes: the peer's address vector, QPN and Q_Key.
@@ -275,6 +267,8 @@ impl WcOpcode {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct WcFlags(pub u32);
 
+flag_set!(WcFlags);
+
 impl WcFlags {
     /// The first 40 bytes of the receive buffer hold the GRH (UD).
     pub const GRH: Self = Self(1);
@@ -282,16 +276,6 @@ impl WcFlags {
     pub const WITH_IMM: Self = Self(2);
     /// `invalidated_rkey` is valid.
     pub const WITH_INV: Self = Self(8);
-
-    /// Both sets.
-    pub const fn with(self, o: Self) -> Self {
-        Self(self.0 | o.0)
-    }
-
-    /// True when every flag of `o` is set.
-    pub const fn contains(self, o: Self) -> bool {
-        self.0 & o.0 == o.0
-    }
 }
 
 /// A work completion.

@@ -597,19 +597,32 @@ impl Qp {
         }
     }
 
-    fn on_read_response(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &MrTable) {
-        let psn = pkt.repr.bth.psn;
+    /// The common start of READ response and atomic ACK handling: the response must name an
+    /// outstanding PSN, acknowledges the SEND/WRITEs before it, and is for the front WQE.
+    /// False when it was dropped or turned out to be an implied NAK.
+    fn response_target(&mut self, now: u64, psn: Psn) -> bool {
         if !self.outstanding(psn) {
             // Duplicates of responses already placed arrive after every READ re-issue.
             self.counters.ghost_responses += 1;
-            return;
+            return false;
         }
         if let Acked::ImpliedNak = self.ack_through(now, psn) {
             self.implied_nak(now);
+            return false;
+        }
+        if self.req.assigned == 0 {
+            self.counters.ghost_responses += 1;
+            return false;
+        }
+        true
+    }
+
+    fn on_read_response(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &MrTable) {
+        let psn = pkt.repr.bth.psn;
+        if !self.response_target(now, psn) {
             return;
         }
-        let Some(w) = self.req.sq.front().filter(|_| self.req.assigned > 0) else {
-            self.counters.ghost_responses += 1;
+        let Some(w) = self.req.sq.front() else {
             return;
         };
         if w.op != WrOpcode::Read || !w.contains(psn) {
@@ -656,16 +669,10 @@ impl Qp {
     }
 
     fn on_atomic_ack(&mut self, now: u64, psn: Psn, syndrome: u8, orig: u64, mem: &MrTable) {
-        if !self.outstanding(psn) {
-            self.counters.ghost_responses += 1;
+        if !self.response_target(now, psn) {
             return;
         }
-        if let Acked::ImpliedNak = self.ack_through(now, psn) {
-            self.implied_nak(now);
-            return;
-        }
-        let Some(w) = self.req.sq.front().filter(|_| self.req.assigned > 0) else {
-            self.counters.ghost_responses += 1;
+        let Some(w) = self.req.sq.front() else {
             return;
         };
         if !w.op.is_atomic() || w.first_psn != psn {
