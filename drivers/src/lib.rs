@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod pcap;
+pub mod pipe;
 mod port;
 pub mod sim;
 

@@ -1,6 +1,28 @@
-//! The verbs-like user API and the poll-mode engine.
+//! ferroce's verbs API and poll-mode engine: libibverbs' objects (device context, protection
+//! domain, memory region, completion queue and channel, queue pair, address handle) over the
+//! sans-IO transport of `ferroce-stack` and the ports of `ferroce-drivers`.
 //!
-//! This crate will expose device lists and contexts, protection domains, memory regions,
-//! completion queues and queue pairs shaped like libibverbs, plus the engine that polls ports,
-//! demultiplexes by destination QPN and runs the timers. Nothing is implemented yet: it arrives
-//! with issue 4, on top of the transport of issue 3.
+//! The engine ([`engine::Engine`]) is one device's poll loop: rx burst → parse → demux by QPN
+//! → QP; timers from a wheel; transmit; flush; completions to CQs. It runs either on the
+//! application's thread (run-to-completion: [`Context::progress`], and `poll` on a CQ turns it
+//! once) or on an engine thread ([`Context::start_engine_thread`]); in both, posting and polling
+//! go through lock-free queues. Deviations from libibverbs are listed in `docs/verbs.md`.
+
+pub mod connect;
+pub mod engine;
+pub mod sim;
+pub mod timer;
+
+mod device;
+mod verbs;
+
+pub use engine::{Engine, PortCounters};
+pub use ferroce_stack::transport::{
+    Access, AddressVector, AttrMask, Counters, Mtu, Payload, PostError, QpAttr, QpCaps, QpState,
+    QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    WrOpcode,
+};
+pub use verbs::{
+    AddressHandle, CompletionChannel, CompletionQueue, Context, DeviceAttr, Gid, MemoryRegion,
+    PortAttr, PortState, PostFailure, ProtectionDomain, QueuePair, VerbsError,
+};

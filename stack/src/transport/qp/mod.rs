@@ -589,7 +589,7 @@ impl Qp {
         let t = self.qp_type;
         let supported = match t {
             QpType::Rc => true,
-            QpType::Uc => !wr.opcode.is_read_or_atomic(),
+            QpType::Uc => !wr.opcode.is_read_or_atomic() && wr.opcode != WrOpcode::SendWithInv,
             QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
         };
         if !supported {

@@ -1,0 +1,229 @@
+//! Connecting QPs out of band, as perftest does: each side describes its end (QP number,
+//! first PSN, GID, MAC, and a memory region's address and rkey), the two swap descriptions
+//! over TCP, and each moves its QP through INIT, RTR and RTS towards the other.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use ferroce_stack::transport::{required_mask, Access, Mtu, QpAttr, QpState};
+use ferroce_stack::wire::{MacAddr, Psn, Qpn};
+
+use crate::verbs::{Context, Gid, QueuePair, VerbsError};
+
+/// One end of a connection, as exchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoint {
+    /// QP number.
+    pub qpn: u32,
+    /// First PSN it sends.
+    pub psn: u32,
+    /// Its GID.
+    pub gid: Gid,
+    /// Its MAC.
+    pub mac: MacAddr,
+    /// A memory region the peer may target: address, length, rkey.
+    pub addr: u64,
+    /// Length of that region.
+    pub len: u64,
+    /// Its rkey.
+    pub rkey: u32,
+}
+
+/// First bytes of an exchange message, so a peer speaking something else is caught.
+const MAGIC: &[u8; 8] = b"FERROCE1";
+/// Bytes of one encoded endpoint.
+pub const ENDPOINT_LEN: usize = 8 + 4 + 4 + 16 + 6 + 8 + 8 + 4;
+
+impl Endpoint {
+    /// The wire form: magic, then fields big-endian.
+    pub fn encode(&self) -> [u8; ENDPOINT_LEN] {
+        let mut b = [0u8; ENDPOINT_LEN];
+        b[..8].copy_from_slice(MAGIC);
+        b[8..12].copy_from_slice(&self.qpn.to_be_bytes());
+        b[12..16].copy_from_slice(&self.psn.to_be_bytes());
+        b[16..32].copy_from_slice(&self.gid.0);
+        b[32..38].copy_from_slice(&self.mac.0);
+        b[38..46].copy_from_slice(&self.addr.to_be_bytes());
+        b[46..54].copy_from_slice(&self.len.to_be_bytes());
+        b[54..58].copy_from_slice(&self.rkey.to_be_bytes());
+        b
+    }
+
+    /// Reads the wire form; `None` when the magic is wrong.
+    pub fn decode(b: &[u8; ENDPOINT_LEN]) -> Option<Self> {
+        if &b[..8] != MAGIC {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_be_bytes(b[i..i + 4].try_into().unwrap_or([0; 4]));
+        let u64_at = |i: usize| u64::from_be_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&b[16..32]);
+        let mut mac = [0u8; 6];
+        mac.copy_from_slice(&b[32..38]);
+        Some(Self {
+            qpn: u32_at(8),
+            psn: u32_at(12),
+            gid: Gid(gid),
+            mac: MacAddr(mac),
+            addr: u64_at(38),
+            len: u64_at(46),
+            rkey: u32_at(54),
+        })
+    }
+}
+
+/// Why an exchange failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    /// Nothing listens at the address, or the network failed.
+    #[error("cannot reach the peer at {addr}: {source}")]
+    Connect {
+        /// Where.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The connection broke or timed out mid-exchange.
+    #[error("exchange with the peer failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// The peer sent something that is not a ferroce endpoint.
+    #[error("the peer does not speak ferroce's connection exchange (got {0:02x?}...)")]
+    Protocol(Vec<u8>),
+}
+
+fn swap(stream: &mut TcpStream, mine: &Endpoint) -> Result<Endpoint, ExchangeError> {
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    stream.set_nodelay(true)?;
+    stream.write_all(&mine.encode())?;
+    let mut buf = [0u8; ENDPOINT_LEN];
+    stream.read_exact(&mut buf)?;
+    Endpoint::decode(&buf).ok_or_else(|| ExchangeError::Protocol(buf[..8].to_vec()))
+}
+
+/// Server side: accepts one peer on `listener` and swaps endpoints. The stream stays open
+/// for the caller's end-of-test handshake.
+pub fn exchange_server(
+    listener: &TcpListener,
+    mine: &Endpoint,
+) -> Result<(Endpoint, TcpStream), ExchangeError> {
+    let (mut s, _) = listener.accept()?;
+    let peer = swap(&mut s, mine)?;
+    Ok((peer, s))
+}
+
+/// Client side: connects to `addr` (retrying for `patience` while the server starts) and
+/// swaps endpoints.
+pub fn exchange_client(
+    addr: &str,
+    mine: &Endpoint,
+    patience: Duration,
+) -> Result<(Endpoint, TcpStream), ExchangeError> {
+    let start = std::time::Instant::now();
+    let target = addr
+        .to_socket_addrs()
+        .map_err(|source| ExchangeError::Connect {
+            addr: addr.into(),
+            source,
+        })?
+        .next()
+        .ok_or_else(|| ExchangeError::Connect {
+            addr: addr.into(),
+            source: std::io::Error::other("no address"),
+        })?;
+    let mut s = loop {
+        match TcpStream::connect_timeout(&target, Duration::from_secs(2)) {
+            Ok(s) => break s,
+            Err(e) if start.elapsed() >= patience => {
+                return Err(ExchangeError::Connect {
+                    addr: addr.into(),
+                    source: e,
+                })
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    };
+    let peer = swap(&mut s, mine)?;
+    Ok((peer, s))
+}
+
+/// Parameters both ends agree on.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectOpts {
+    /// Path MTU.
+    pub mtu: Mtu,
+    /// Remote access this QP grants.
+    pub access: Access,
+    /// Local ACK timeout exponent (perftest: 14).
+    pub timeout: u8,
+    /// Transport retries (perftest: 7).
+    pub retry_cnt: u8,
+    /// RNR retries (perftest: 7, infinite).
+    pub rnr_retry: u8,
+    /// RNR NAK timer this end sends (perftest: 12).
+    pub min_rnr_timer: u8,
+    /// READ/atomic depth, both directions.
+    pub rd_atomic: u8,
+    /// Q_Key (UD).
+    pub qkey: u32,
+}
+
+impl Default for ConnectOpts {
+    fn default() -> Self {
+        Self {
+            mtu: Mtu::Mtu1024,
+            access: Access::REMOTE_WRITE
+                .with(Access::REMOTE_READ)
+                .with(Access::REMOTE_ATOMIC),
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            rd_atomic: 16,
+            qkey: 0x1111_1111,
+        }
+    }
+}
+
+/// Moves `qp` (in RESET) to RTS towards `peer`: INIT, RTR with the peer's QPN, PSN, GID and
+/// MAC, RTS with `my_psn`.
+pub fn connect_qp(
+    ctx: &Context,
+    qp: &QueuePair,
+    my_psn: u32,
+    peer: &Endpoint,
+    o: &ConnectOpts,
+) -> Result<(), VerbsError> {
+    let attr = QpAttr {
+        qp_access_flags: o.access,
+        qkey: o.qkey,
+        ah_attr: ctx.path_to(peer.gid, peer.mac),
+        path_mtu: o.mtu,
+        dest_qp_num: Qpn::new(peer.qpn),
+        rq_psn: Psn::new(peer.psn),
+        max_dest_rd_atomic: o.rd_atomic,
+        min_rnr_timer: o.min_rnr_timer,
+        sq_psn: Psn::new(my_psn),
+        timeout: o.timeout,
+        retry_cnt: o.retry_cnt,
+        rnr_retry: o.rnr_retry,
+        max_rd_atomic: o.rd_atomic,
+        ..QpAttr::default()
+    };
+    let t = qp.qp_type();
+    for (from, to) in [
+        (QpState::Reset, QpState::Init),
+        (QpState::Init, QpState::Rtr),
+        (QpState::Rtr, QpState::Rts),
+    ] {
+        let mask = required_mask(t, from, to).ok_or(VerbsError::NoSuchQp(peer.qpn))?;
+        qp.modify(
+            &QpAttr {
+                qp_state: to,
+                ..attr
+            },
+            mask,
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,539 @@
+//! The poll-mode engine of one device: a port, its QPs, the device's registered memory and a
+//! timer wheel. One call to [`Engine::poll`] is one turn of the loop: take posted work from
+//! the lock-free inboxes, receive a burst and hand each packet to its QP, run due timers,
+//! let every QP with something to say transmit, flush the burst, and move completions to their
+//! CQs. The engine never blocks; who calls `poll` (the application thread, run-to-completion,
+//! or the engine thread) is the verbs layer's choice.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use crossbeam::queue::SegQueue;
+use ferroce_drivers::Port;
+use ferroce_stack::transport::{Counters, QpCaps, SendFlags};
+use ferroce_stack::transport::{
+    MrTable, Payload, Qp, QpState, QpType, RecvWr, SendWr, Sge, UdDest, WorkCompletion, WrOpcode,
+};
+use ferroce_stack::wire::{Checks, RoceRepr};
+use smallvec::SmallVec;
+
+use crate::timer::TimerWheel;
+
+/// Frames taken from the port per receive burst.
+pub const RX_BURST: usize = 32;
+
+/// Port-level counters (the per-QP ones are the transport's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortCounters {
+    /// Frames received.
+    pub rx_frames: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Frames sent.
+    pub tx_frames: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Frames that were not valid RoCEv2 (any parse or ICRC error).
+    pub rx_malformed: u64,
+    /// Of those, frames whose ICRC was wrong (Linux: `rx_icrc_encapsulated`).
+    pub rx_icrc_errors: u64,
+    /// Valid frames for a QP number this device does not have.
+    pub rx_unknown_qp: u64,
+    /// Frames the port refused to send (link down, ring full).
+    pub tx_errors: u64,
+}
+
+impl PortCounters {
+    /// Every counter with its name.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+        [
+            ("rx_frames", self.rx_frames),
+            ("rx_bytes", self.rx_bytes),
+            ("tx_frames", self.tx_frames),
+            ("tx_bytes", self.tx_bytes),
+            ("rx_malformed", self.rx_malformed),
+            ("rx_icrc_encapsulated", self.rx_icrc_errors),
+            ("rx_unknown_qp", self.rx_unknown_qp),
+            ("tx_errors", self.tx_errors),
+        ]
+        .into_iter()
+    }
+}
+
+/// A completion queue's shared half: the engine pushes, any thread pops, without a lock.
+#[derive(Debug)]
+pub struct CqShared {
+    pub(crate) id: u32,
+    pub(crate) queue: SegQueue<WorkCompletion>,
+    pub(crate) capacity: usize,
+    /// 0: not armed; 1: next completion; 2: next solicited completion.
+    pub(crate) armed: AtomicU8,
+    pub(crate) channel: Option<Arc<ChannelShared>>,
+    /// Completions dropped because the CQ was full (the CQ overran).
+    pub(crate) overruns: AtomicUsize,
+}
+
+impl CqShared {
+    pub(crate) fn new(id: u32, capacity: usize, channel: Option<Arc<ChannelShared>>) -> Self {
+        Self {
+            id,
+            queue: SegQueue::new(),
+            capacity,
+            armed: AtomicU8::new(0),
+            channel,
+            overruns: AtomicUsize::new(0),
+        }
+    }
+
+    fn push(&self, wc: WorkCompletion) {
+        if self.queue.len() >= self.capacity {
+            self.overruns.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let solicited = wc.solicited || wc.status != ferroce_stack::transport::WcStatus::Success;
+        self.queue.push(wc);
+        let fire = match self.armed.load(Ordering::Acquire) {
+            1 => true,
+            2 => solicited,
+            _ => false,
+        };
+        if fire && self.armed.swap(0, Ordering::AcqRel) != 0 {
+            if let Some(ch) = &self.channel {
+                ch.post(self.id);
+            }
+        }
+    }
+}
+
+/// A completion channel: CQ ids whose notification fired, for a thread that waits.
+#[derive(Debug, Default)]
+pub struct ChannelShared {
+    events: Mutex<std::collections::VecDeque<u32>>,
+    ready: Condvar,
+}
+
+impl ChannelShared {
+    fn post(&self, cq: u32) {
+        let mut q = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        q.push_back(cq);
+        self.ready.notify_all();
+    }
+
+    /// Waits up to `timeout` for a CQ event; returns the CQ's id.
+    pub(crate) fn wait(&self, timeout: std::time::Duration) -> Option<u32> {
+        let q = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut q, _) = self
+            .ready
+            .wait_timeout_while(q, timeout, |q| q.is_empty())
+            .unwrap_or_else(|e| e.into_inner());
+        q.pop_front()
+    }
+}
+
+/// A send WR copied out of the caller's structures, as a NIC reads a WQE at post time.
+#[derive(Clone, Debug)]
+pub(crate) struct OwnedSend {
+    pub(crate) wr_id: u64,
+    pub(crate) opcode: WrOpcode,
+    pub(crate) flags: SendFlags,
+    pub(crate) sges: SmallVec<[Sge; 2]>,
+    pub(crate) inline: Option<SmallVec<[u8; 64]>>,
+    pub(crate) imm_data: u32,
+    pub(crate) remote_addr: u64,
+    pub(crate) rkey: u32,
+    pub(crate) compare_add: u64,
+    pub(crate) swap: u64,
+    pub(crate) ud: Option<UdDest>,
+}
+
+impl OwnedSend {
+    pub(crate) fn from_wr(wr: &SendWr<'_>) -> Self {
+        let (sges, inline) = match wr.payload {
+            Payload::Sges(s) => (SmallVec::from_slice(s), None),
+            Payload::Inline(b) => (SmallVec::new(), Some(SmallVec::from_slice(b))),
+        };
+        Self {
+            wr_id: wr.wr_id,
+            opcode: wr.opcode,
+            flags: wr.flags,
+            sges,
+            inline,
+            imm_data: wr.imm_data,
+            remote_addr: wr.remote_addr,
+            rkey: wr.rkey,
+            compare_add: wr.compare_add,
+            swap: wr.swap,
+            ud: wr.ud,
+        }
+    }
+
+    fn as_wr(&self) -> SendWr<'_> {
+        SendWr {
+            wr_id: self.wr_id,
+            opcode: self.opcode,
+            flags: self.flags,
+            payload: match &self.inline {
+                Some(b) => Payload::Inline(b),
+                None => Payload::Sges(&self.sges),
+            },
+            imm_data: self.imm_data,
+            remote_addr: self.remote_addr,
+            rkey: self.rkey,
+            compare_add: self.compare_add,
+            swap: self.swap,
+            ud: self.ud,
+        }
+    }
+}
+
+/// Work posted by an application thread, waiting for the engine.
+#[derive(Debug)]
+pub(crate) enum Op {
+    Send(OwnedSend),
+    Recv(u64, SmallVec<[Sge; 2]>),
+}
+
+/// What application threads see of a QP without taking the engine lock.
+#[derive(Debug)]
+pub struct QpShared {
+    pub(crate) qpn: u32,
+    pub(crate) qp_type: QpType,
+    pub(crate) caps: QpCaps,
+    pub(crate) inbox: SegQueue<Op>,
+    /// The QP's state as of the engine's last turn (or the last modify).
+    pub(crate) state: AtomicU8,
+    /// Send and receive WRs outstanding in the engine as of its last turn.
+    pub(crate) sq_outstanding: AtomicU32,
+    pub(crate) rq_outstanding: AtomicU32,
+    /// Posts since the engine last drained the inbox.
+    pub(crate) sq_posted: AtomicU32,
+    pub(crate) rq_posted: AtomicU32,
+    rung: AtomicBool,
+}
+
+impl QpShared {
+    pub(crate) fn new(qpn: u32, qp_type: QpType, caps: QpCaps) -> Self {
+        Self {
+            qpn,
+            qp_type,
+            caps,
+            inbox: SegQueue::new(),
+            state: AtomicU8::new(state_code(QpState::Reset)),
+            sq_outstanding: AtomicU32::new(0),
+            rq_outstanding: AtomicU32::new(0),
+            sq_posted: AtomicU32::new(0),
+            rq_posted: AtomicU32::new(0),
+            rung: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn state(&self) -> QpState {
+        QpState::ALL[usize::from(self.state.load(Ordering::Acquire)).min(6)]
+    }
+
+    /// Queues `op` and rings the doorbell the engine watches.
+    pub(crate) fn submit(&self, op: Op, doorbells: &SegQueue<u32>) {
+        self.inbox.push(op);
+        if !self.rung.swap(true, Ordering::AcqRel) {
+            doorbells.push(self.qpn);
+        }
+    }
+}
+
+pub(crate) fn state_code(s: QpState) -> u8 {
+    QpState::ALL.iter().position(|&x| x == s).unwrap_or(0) as u8
+}
+
+struct Slot {
+    qp: Qp,
+    shared: Arc<QpShared>,
+    send_cq: Arc<CqShared>,
+    recv_cq: Arc<CqShared>,
+    /// The deadline the wheel holds for this QP.
+    armed: Option<u64>,
+    active: bool,
+}
+
+/// The engine of one device over port `P`.
+pub struct Engine<P> {
+    port: P,
+    pub(crate) mem: MrTable,
+    qps: HashMap<u32, Slot>,
+    wheel: TimerWheel,
+    active: Vec<u32>,
+    pub(crate) doorbells: Arc<SegQueue<u32>>,
+    frame: Box<[u8]>,
+    counters: PortCounters,
+    checks: Checks,
+}
+
+impl<P: Port> Engine<P> {
+    /// An engine over `port`, with memory keys derived from `key_seed`.
+    pub fn new(port: P, key_seed: u64) -> Self {
+        let now = port.now_ns();
+        let checks = port.capabilities().rx_checks;
+        Self {
+            port,
+            mem: MrTable::new(key_seed),
+            qps: HashMap::new(),
+            wheel: TimerWheel::new(now),
+            active: Vec::new(),
+            doorbells: Arc::new(SegQueue::new()),
+            frame: vec![0; 16 * 1024].into_boxed_slice(),
+            counters: PortCounters::default(),
+            checks,
+        }
+    }
+
+    /// The port.
+    pub fn port(&self) -> &P {
+        &self.port
+    }
+
+    /// The port, mutably (to finish a pcap tee, say).
+    pub fn port_mut(&mut self) -> &mut P {
+        &mut self.port
+    }
+
+    /// Port counters.
+    pub fn counters(&self) -> PortCounters {
+        self.counters
+    }
+
+    /// The transport counters of QP `qpn`.
+    pub fn qp_counters(&self, qpn: u32) -> Option<Counters> {
+        self.qps.get(&qpn).map(|s| *s.qp.counters())
+    }
+
+    /// Every QP's counters, summed.
+    pub fn qp_counters_total(&self) -> Counters {
+        let mut c = Counters::default();
+        for s in self.qps.values() {
+            c.accumulate(s.qp.counters());
+        }
+        c
+    }
+
+    /// The port's clock.
+    pub fn now(&self) -> u64 {
+        self.port.now_ns()
+    }
+
+    pub(crate) fn add_qp(
+        &mut self,
+        qp: Qp,
+        shared: Arc<QpShared>,
+        send_cq: Arc<CqShared>,
+        recv_cq: Arc<CqShared>,
+    ) {
+        let qpn = qp.qpn().value();
+        self.qps.insert(
+            qpn,
+            Slot {
+                qp,
+                shared,
+                send_cq,
+                recv_cq,
+                armed: None,
+                active: false,
+            },
+        );
+    }
+
+    pub(crate) fn remove_qp(&mut self, qpn: u32) -> bool {
+        self.qps.remove(&qpn).is_some()
+    }
+
+    /// Runs `f` on QP `qpn` (control path: modify, query), then publishes what changed.
+    pub(crate) fn with_qp<T>(&mut self, qpn: u32, f: impl FnOnce(&mut Qp) -> T) -> Option<T> {
+        let slot = self.qps.get_mut(&qpn)?;
+        let out = f(&mut slot.qp);
+        Self::settle(slot, &mut self.wheel);
+        if !slot.active {
+            slot.active = true;
+            self.active.push(qpn);
+        }
+        Some(out)
+    }
+
+    /// The earliest QP deadline, for a simulator deciding how far virtual time may jump.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.qps.values().filter_map(|s| s.qp.poll_timeout()).min()
+    }
+
+    /// True when some QP has work the next `poll` would do without new input.
+    pub fn has_pending_work(&self) -> bool {
+        !self.doorbells.is_empty() || !self.active.is_empty()
+    }
+
+    /// One turn of the loop. Returns how many things happened (frames received and sent,
+    /// WRs taken, timers run), so a caller can back off when it is zero.
+    pub fn poll(&mut self) -> usize {
+        let now = self.port.now_ns();
+        let mut work = 0;
+
+        // 1. Posted work.
+        while let Some(qpn) = self.doorbells.pop() {
+            let Some(slot) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            slot.shared.rung.store(false, Ordering::Release);
+            while let Some(op) = slot.shared.inbox.pop() {
+                work += 1;
+                let r = match &op {
+                    Op::Send(s) => {
+                        slot.shared.sq_posted.fetch_sub(1, Ordering::AcqRel);
+                        slot.qp.post_send(&s.as_wr())
+                    }
+                    Op::Recv(id, sges) => {
+                        slot.shared.rq_posted.fetch_sub(1, Ordering::AcqRel);
+                        slot.qp.post_recv(&RecvWr {
+                            wr_id: *id,
+                            sg_list: sges,
+                        })
+                    }
+                };
+                if let Err(e) = r {
+                    // Checked at post time; only a race with a state change gets here.
+                    tracing::debug!(qpn, %e, "engine refused a posted WR");
+                    let wr_id = match op {
+                        Op::Send(s) => s.wr_id,
+                        Op::Recv(id, _) => id,
+                    };
+                    let mut wc = WorkCompletion {
+                        wr_id,
+                        ..empty_wc(qpn)
+                    };
+                    wc.status = ferroce_stack::transport::WcStatus::LocQpOpErr;
+                    slot.send_cq.push(wc);
+                }
+            }
+            if !slot.active {
+                slot.active = true;
+                self.active.push(qpn);
+            }
+        }
+
+        // 2. Receive a burst.
+        let Self {
+            port,
+            mem,
+            qps,
+            active,
+            counters,
+            checks,
+            ..
+        } = self;
+        let checks = *checks;
+        work += port.rx_burst(RX_BURST, |frame| {
+            counters.rx_frames += 1;
+            counters.rx_bytes += frame.len() as u64;
+            match RoceRepr::parse(frame, checks) {
+                Ok(pkt) => {
+                    let qpn = pkt.repr.bth.dest_qpn.value();
+                    match qps.get_mut(&qpn) {
+                        Some(slot) => {
+                            slot.qp.handle_packet(now, &pkt, mem);
+                            if !slot.active {
+                                slot.active = true;
+                                active.push(qpn);
+                            }
+                        }
+                        None => counters.rx_unknown_qp += 1,
+                    }
+                }
+                Err(e) => {
+                    counters.rx_malformed += 1;
+                    if matches!(e, ferroce_stack::wire::Error::Icrc { .. }) {
+                        counters.rx_icrc_errors += 1;
+                    }
+                }
+            }
+        });
+
+        // 3. Timers.
+        let wheel = &mut self.wheel;
+        let mut due = Vec::new();
+        wheel.expire(now, |qpn| due.push(qpn));
+        for qpn in due {
+            if let Some(slot) = self.qps.get_mut(&qpn) {
+                slot.armed = None;
+                if slot.qp.poll_timeout().is_some_and(|t| t <= now) {
+                    slot.qp.handle_timeout(now);
+                    work += 1;
+                }
+                if !slot.active {
+                    slot.active = true;
+                    self.active.push(qpn);
+                }
+            }
+        }
+
+        // 4. Transmit, completions, re-arm.
+        let active = std::mem::take(&mut self.active);
+        for &qpn in &active {
+            let Some(slot) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            slot.active = false;
+            while let Some(n) = slot.qp.poll_transmit(now, &mut self.frame, &self.mem) {
+                let frame = &self.frame[..n];
+                match self.port.tx(n, |b| b.copy_from_slice(frame)) {
+                    Ok(()) => {
+                        self.counters.tx_frames += 1;
+                        self.counters.tx_bytes += n as u64;
+                    }
+                    Err(_) => self.counters.tx_errors += 1,
+                }
+                work += 1;
+            }
+            Self::settle(slot, &mut self.wheel);
+        }
+        self.active = active;
+        self.active.clear();
+        self.port.flush();
+        work
+    }
+
+    /// Moves a QP's completions to its CQs, publishes its state and queue depths, and keeps
+    /// its wheel entry in step with its deadline.
+    fn settle(slot: &mut Slot, wheel: &mut TimerWheel) {
+        while let Some(wc) = slot.qp.poll_completion() {
+            if wc.opcode.is_recv() {
+                slot.recv_cq.push(wc);
+            } else {
+                slot.send_cq.push(wc);
+            }
+        }
+        let sh = &slot.shared;
+        sh.state
+            .store(state_code(slot.qp.state()), Ordering::Release);
+        sh.sq_outstanding
+            .store(slot.qp.send_queue_len() as u32, Ordering::Release);
+        sh.rq_outstanding
+            .store(slot.qp.recv_queue_len() as u32, Ordering::Release);
+        let deadline = slot.qp.poll_timeout();
+        if let Some(d) = deadline {
+            if slot.armed.is_none_or(|a| d < a) {
+                wheel.insert(d, slot.qp.qpn().value());
+                slot.armed = Some(d);
+            }
+        }
+    }
+}
+
+fn empty_wc(qpn: u32) -> WorkCompletion {
+    WorkCompletion {
+        wr_id: 0,
+        status: ferroce_stack::transport::WcStatus::Success,
+        opcode: ferroce_stack::transport::WcOpcode::Send,
+        qp_num: ferroce_stack::wire::Qpn::new(qpn),
+        byte_len: 0,
+        imm_data: 0,
+        wc_flags: ferroce_stack::transport::WcFlags(0),
+        src_qp: ferroce_stack::wire::Qpn::new(0),
+        smac: ferroce_stack::wire::MacAddr([0; 6]),
+        solicited: false,
+    }
+}

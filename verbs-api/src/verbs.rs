@@ -1,0 +1,730 @@
+//! The verbs objects: Context, ProtectionDomain, MemoryRegion, CompletionQueue,
+//! CompletionChannel, QueuePair, AddressHandle — libibverbs' shapes with Rust ownership.
+//! Data-path calls (`post_send`, `post_recv`, `poll`) never take the engine's lock: work goes
+//! through lock-free inboxes and completions come back through lock-free queues.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferroce_drivers::LinkState;
+use ferroce_stack::transport::{
+    Access, AddressVector, AttrMask, Counters, ModifyError, Mtu, PdId, PostError, Qp, QpAttr,
+    QpCaps, QpConfig, QpState, QpType, RecvWr, SendWr, WorkCompletion,
+};
+use ferroce_stack::wire::{MacAddr, Qpn};
+use smallvec::SmallVec;
+
+use crate::device::Device;
+use crate::engine::{state_code, ChannelShared, CqShared, Op, OwnedSend, PortCounters, QpShared};
+
+/// A verbs-layer error (libibverbs reports these as errno values).
+#[derive(Debug, thiserror::Error)]
+pub enum VerbsError {
+    /// Registration refused (bad access flags, wrapping range).
+    #[error("memory registration failed: {0}")]
+    Register(#[from] ferroce_stack::transport::RegisterError),
+    /// `modify_qp` refused.
+    #[error("modify_qp failed: {0}")]
+    Modify(#[from] ModifyError),
+    /// The object belongs to another context.
+    #[error("{0} belongs to another device")]
+    WrongDevice(&'static str),
+    /// The QP is gone.
+    #[error("QP {0:#x} does not exist")]
+    NoSuchQp(u32),
+    /// A GID index other than 0.
+    #[error("GID index {0} is out of range (the port has one GID)")]
+    GidIndex(u32),
+    /// The device specification could not be opened.
+    #[error("{0}")]
+    Open(String),
+}
+
+/// A post that stopped at a bad WR: `index` of it in the list, and why (`bad_wr` in C).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("work request {index} refused: {error}")]
+pub struct PostFailure {
+    /// Index of the first refused WR; the ones before it were posted.
+    pub index: usize,
+    /// Why.
+    pub error: PostError,
+}
+
+/// Device attributes, as `ibv_query_device`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceAttr {
+    /// Vendor id: 0, which keeps libibverbs users on the generic verbs paths.
+    pub vendor_id: u32,
+    /// Most QPs.
+    pub max_qp: u32,
+    /// Most outstanding WRs per queue.
+    pub max_qp_wr: u32,
+    /// Most scatter/gather elements per WR.
+    pub max_sge: u32,
+    /// Most CQ entries.
+    pub max_cqe: u32,
+    /// Largest MR.
+    pub max_mr_size: u64,
+    /// Most outstanding READ/atomic per QP, either side.
+    pub max_qp_rd_atom: u32,
+    /// Physical ports.
+    pub phys_port_cnt: u8,
+}
+
+/// Port attributes, as `ibv_query_port`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortAttr {
+    /// ACTIVE when the link is up.
+    pub state: PortState,
+    /// Largest path MTU the port carries.
+    pub max_mtu: Mtu,
+    /// The active MTU (same).
+    pub active_mtu: Mtu,
+    /// Always Ethernet (RoCE).
+    pub link_layer_ethernet: bool,
+    /// GIDs in the table (one: RoCEv2 from the port's IP address).
+    pub gid_tbl_len: u32,
+}
+
+/// Port state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortState {
+    /// Link down.
+    Down,
+    /// Link up.
+    Active,
+}
+
+/// A 16-byte GID: for RoCEv2, the port's IPv6 address or `::ffff:a.b.c.d`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Gid(pub [u8; 16]);
+
+impl Gid {
+    /// The GID of an IP address.
+    pub fn from_ip(ip: IpAddr) -> Self {
+        Self(match ip {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            IpAddr::V6(v6) => v6.octets(),
+        })
+    }
+
+    /// The IP address it names.
+    pub fn ip(&self) -> IpAddr {
+        let v6 = std::net::Ipv6Addr::from(self.0);
+        match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        }
+    }
+}
+
+/// An open device (`ibv_context`). Cheap to clone; every object keeps its context alive.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) dev: Arc<Device>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("device", &self.dev.name)
+            .finish()
+    }
+}
+
+impl Context {
+    /// The device's name (its specification, e.g. `sim:a` or `afpacket:veth0`).
+    pub fn name(&self) -> &str {
+        &self.dev.name
+    }
+
+    /// `ibv_query_device`.
+    pub fn query_device(&self) -> DeviceAttr {
+        DeviceAttr {
+            vendor_id: 0,
+            max_qp: 1 << 16,
+            max_qp_wr: 1 << 15,
+            max_sge: 30,
+            max_cqe: 1 << 22,
+            max_mr_size: 1 << 40,
+            max_qp_rd_atom: 16,
+            phys_port_cnt: 1,
+        }
+    }
+
+    /// `ibv_query_port` (port 1).
+    pub fn query_port(&self) -> PortAttr {
+        let up = self.dev.engine().link_state() == LinkState::Up;
+        let mtu = Mtu::for_ethernet_mtu(self.dev.eth_mtu);
+        PortAttr {
+            state: if up {
+                PortState::Active
+            } else {
+                PortState::Down
+            },
+            max_mtu: mtu,
+            active_mtu: mtu,
+            link_layer_ethernet: true,
+            gid_tbl_len: 1,
+        }
+    }
+
+    /// `ibv_query_gid`: index 0 is the RoCEv2 GID of the port's IP address.
+    pub fn query_gid(&self, index: u32) -> Result<Gid, VerbsError> {
+        if index != 0 {
+            return Err(VerbsError::GidIndex(index));
+        }
+        Ok(Gid::from_ip(self.dev.ip))
+    }
+
+    /// The device's clock in nanoseconds (virtual time on a simulated fabric).
+    pub fn now(&self) -> u64 {
+        self.dev.engine().now()
+    }
+
+    /// The port's MAC address (what a peer puts in its address vector).
+    pub fn mac(&self) -> MacAddr {
+        self.dev.mac
+    }
+
+    /// `ibv_alloc_pd`.
+    pub fn alloc_pd(&self) -> ProtectionDomain {
+        ProtectionDomain {
+            ctx: self.clone(),
+            id: PdId(self.dev.next_id()),
+        }
+    }
+
+    /// `ibv_create_comp_channel`.
+    pub fn create_comp_channel(&self) -> CompletionChannel {
+        CompletionChannel {
+            ctx: self.clone(),
+            shared: Arc::new(ChannelShared::default()),
+        }
+    }
+
+    /// `ibv_create_cq` with room for `cqe` completions.
+    pub fn create_cq(&self, cqe: usize, channel: Option<&CompletionChannel>) -> CompletionQueue {
+        CompletionQueue {
+            ctx: self.clone(),
+            shared: Arc::new(CqShared::new(
+                self.dev.next_id(),
+                cqe.max(1),
+                channel.map(|c| c.shared.clone()),
+            )),
+        }
+    }
+
+    /// Runs the engine once on this thread (run-to-completion mode). Returns false only on a
+    /// simulated fabric with nothing left to happen. A no-op while an engine thread runs.
+    pub fn progress(&self) -> bool {
+        self.dev.progress()
+    }
+
+    /// Hands the loop to an engine thread: from now on posts and polls never run the engine
+    /// on the caller's thread. Not for simulated devices, whose virtual clock the caller
+    /// drives.
+    pub fn start_engine_thread(&self) -> Result<(), VerbsError> {
+        if self.dev.sim.is_some() {
+            return Err(VerbsError::Open(
+                "a simulated device runs on its caller's thread; use progress()".into(),
+            ));
+        }
+        let mut slot = self.dev.thread.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_some() {
+            return Ok(());
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let dev = self.dev.clone();
+        let flag = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("ferroce-engine-{}", self.dev.name))
+            .spawn(move || {
+                let mut idle = 0u32;
+                while !flag.load(Ordering::Acquire) {
+                    let work = dev.engine().poll();
+                    if work == 0 {
+                        idle = idle.saturating_add(1);
+                        if idle > 1024 {
+                            // Poll mode, but not at the expense of a machine with few cores.
+                            std::thread::yield_now();
+                        }
+                    } else {
+                        idle = 0;
+                    }
+                }
+            })
+            .map_err(|e| VerbsError::Open(format!("cannot spawn the engine thread: {e}")))?;
+        self.dev.threaded.store(true, Ordering::Release);
+        *slot = Some((stop, handle));
+        Ok(())
+    }
+
+    /// Stops the engine thread, if one runs; progress returns to the caller's thread.
+    pub fn stop_engine_thread(&self) {
+        let taken = self
+            .dev
+            .thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some((stop, handle)) = taken {
+            stop.store(true, Ordering::Release);
+            let _ = handle.join();
+            self.dev.threaded.store(false, Ordering::Release);
+        }
+    }
+
+    /// Port counters.
+    pub fn port_counters(&self) -> PortCounters {
+        self.dev.engine().counters()
+    }
+
+    /// Every QP's transport counters, summed.
+    pub fn qp_counters_total(&self) -> Counters {
+        self.dev.engine().qp_counters_total()
+    }
+
+    /// An address handle for UD sends to `gid` at `dmac` (RoCE resolves the MAC by ARP or
+    /// neighbour discovery; ferroce takes it from the caller or the connection exchange).
+    pub fn create_ah(&self, gid: Gid, dmac: MacAddr) -> AddressHandle {
+        AddressHandle {
+            av: AddressVector {
+                smac: self.dev.mac,
+                dmac,
+                src: self.dev.ip,
+                dst: gid.ip(),
+                ..AddressVector::default()
+            },
+        }
+    }
+
+    /// The address vector of a connected QP's path to (`gid`, `dmac`).
+    pub fn path_to(&self, gid: Gid, dmac: MacAddr) -> AddressVector {
+        self.create_ah(gid, dmac).av
+    }
+}
+
+/// A protection domain.
+#[derive(Debug, Clone)]
+pub struct ProtectionDomain {
+    ctx: Context,
+    id: PdId,
+}
+
+impl ProtectionDomain {
+    /// Its id.
+    pub fn id(&self) -> PdId {
+        self.id
+    }
+
+    /// `ibv_reg_mr` over caller memory: `len` bytes at `addr`, which peers address as
+    /// `addr` (the iova is the virtual address, as libibverbs' `ibv_reg_mr` does).
+    ///
+    /// # Safety
+    /// `addr .. addr + len` must stay valid for reads and writes until the returned region
+    /// is dropped, and the application must not rely on its contents while the device may
+    /// write them (as with any RDMA NIC).
+    pub unsafe fn reg_mr(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<MemoryRegion, VerbsError> {
+        let mut e = self.ctx.dev.engine();
+        // SAFETY: the caller's promise above, passed on.
+        let keys = unsafe { e.mem().register(self.id, addr, len, addr as u64, access) }?;
+        Ok(MemoryRegion {
+            ctx: self.ctx.clone(),
+            pd: self.id,
+            addr: addr as u64,
+            len,
+            lkey: keys.lkey,
+            rkey: keys.rkey,
+            access,
+            _buf: None,
+        })
+    }
+
+    /// Allocates `len` zeroed bytes and registers them: memory the region owns, which the
+    /// application reads and writes through [`MemoryRegion::read`] / [`MemoryRegion::write`].
+    pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {
+        let mut buf = vec![0u64; len.div_ceil(8).max(1)].into_boxed_slice();
+        let ptr = buf.as_mut_ptr().cast::<u8>();
+        // SAFETY: the allocation moves into the region and lives exactly as long as the
+        // registration; the region deregisters before freeing it (Drop order below).
+        let mut mr = unsafe { self.reg_mr(ptr, len, access) }?;
+        mr._buf = Some(buf);
+        Ok(mr)
+    }
+
+    /// `ibv_create_qp`: a QP of `qp_type` with `caps`, completing sends on `send_cq` and
+    /// receives on `recv_cq`.
+    pub fn create_qp(
+        &self,
+        qp_type: QpType,
+        caps: QpCaps,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+    ) -> Result<QueuePair, VerbsError> {
+        if !Arc::ptr_eq(&send_cq.ctx.dev, &self.ctx.dev)
+            || !Arc::ptr_eq(&recv_cq.ctx.dev, &self.ctx.dev)
+        {
+            return Err(VerbsError::WrongDevice("a CQ"));
+        }
+        let qpn = self.ctx.dev.next_qpn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff;
+        let mut config = QpConfig::new(Qpn::new(qpn), qp_type, self.id);
+        config.caps = caps;
+        let mut qp = Qp::new(config);
+        if qp_type == QpType::Ud {
+            qp.set_port_mtu(Mtu::for_ethernet_mtu(self.ctx.dev.eth_mtu));
+        }
+        let shared = Arc::new(QpShared::new(qpn, qp_type, caps));
+        self.ctx.dev.engine().add_qp(
+            qp,
+            shared.clone(),
+            send_cq.shared.clone(),
+            recv_cq.shared.clone(),
+        );
+        Ok(QueuePair {
+            ctx: self.ctx.clone(),
+            shared,
+        })
+    }
+}
+
+/// A registered memory region. Dropping it deregisters: later remote accesses with its keys
+/// fail cleanly with a remote access error.
+pub struct MemoryRegion {
+    ctx: Context,
+    pd: PdId,
+    addr: u64,
+    len: usize,
+    lkey: u32,
+    rkey: u32,
+    access: Access,
+    _buf: Option<Box<[u64]>>,
+}
+
+impl std::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("len", &self.len)
+            .field("lkey", &format_args!("{:#010x}", self.lkey))
+            .finish()
+    }
+}
+
+impl MemoryRegion {
+    /// Start address (and iova).
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// Access rights.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    /// A scatter/gather element for `len` bytes at `offset`.
+    pub fn sge(&self, offset: usize, len: usize) -> ferroce_stack::transport::Sge {
+        ferroce_stack::transport::Sge {
+            addr: self.addr + offset as u64,
+            length: len as u32,
+            lkey: self.lkey,
+        }
+    }
+
+    /// Copies out of the region through the same checked accessor the engine uses (for an
+    /// owned region from [`ProtectionDomain::alloc_mr`], the only way to read it).
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> bool {
+        self.ctx
+            .dev
+            .engine()
+            .mem()
+            .read(
+                self.lkey,
+                self.pd,
+                self.addr + offset as u64,
+                out,
+                Access::NONE,
+            )
+            .is_ok()
+    }
+
+    /// Copies into the region (needs LOCAL_WRITE).
+    pub fn write(&self, offset: usize, data: &[u8]) -> bool {
+        self.ctx
+            .dev
+            .engine()
+            .mem()
+            .write(
+                self.lkey,
+                self.pd,
+                self.addr + offset as u64,
+                data,
+                Access::LOCAL_WRITE,
+            )
+            .is_ok()
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        let keys = ferroce_stack::transport::MrKeys {
+            lkey: self.lkey,
+            rkey: self.rkey,
+        };
+        self.ctx.dev.engine().mem().deregister(keys);
+    }
+}
+
+/// A completion channel: a thread waits on it instead of spinning on CQs.
+#[derive(Debug, Clone)]
+pub struct CompletionChannel {
+    ctx: Context,
+    shared: Arc<ChannelShared>,
+}
+
+impl CompletionChannel {
+    /// `ibv_get_cq_event`: waits up to `timeout` for an armed CQ to get a completion;
+    /// returns that CQ's id. Needs an engine thread (or another thread calling progress).
+    pub fn get_event(&self, timeout: Duration) -> Option<u32> {
+        let _ = &self.ctx;
+        self.shared.wait(timeout)
+    }
+}
+
+/// A completion queue.
+#[derive(Debug, Clone)]
+pub struct CompletionQueue {
+    ctx: Context,
+    shared: Arc<CqShared>,
+}
+
+impl CompletionQueue {
+    /// Its id (what a completion channel event names).
+    pub fn id(&self) -> u32 {
+        self.shared.id
+    }
+
+    /// `ibv_poll_cq`: up to `max` completions appended to `out`, oldest first. In
+    /// run-to-completion mode this first turns the engine once.
+    pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
+        if self.shared.queue.is_empty() {
+            self.ctx.dev.progress();
+        }
+        let mut n = 0;
+        while n < max {
+            match self.shared.queue.pop() {
+                Some(wc) => {
+                    out.push(wc);
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n
+    }
+
+    /// One completion, if any.
+    pub fn poll_one(&self) -> Option<WorkCompletion> {
+        if self.shared.queue.is_empty() {
+            self.ctx.dev.progress();
+        }
+        self.shared.queue.pop()
+    }
+
+    /// `ibv_req_notify_cq`: the next completion (or the next solicited one) posts an event
+    /// on the CQ's channel.
+    pub fn req_notify(&self, solicited_only: bool) {
+        self.shared
+            .armed
+            .store(if solicited_only { 2 } else { 1 }, Ordering::Release);
+    }
+
+    /// Completions lost because the CQ was full.
+    pub fn overruns(&self) -> usize {
+        self.shared.overruns.load(Ordering::Relaxed)
+    }
+}
+
+/// A UD destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddressHandle {
+    /// The path.
+    pub av: AddressVector,
+}
+
+/// A queue pair.
+#[derive(Debug, Clone)]
+pub struct QueuePair {
+    ctx: Context,
+    shared: Arc<QpShared>,
+}
+
+impl QueuePair {
+    /// Its number.
+    pub fn qpn(&self) -> Qpn {
+        Qpn::new(self.shared.qpn)
+    }
+
+    /// Its type.
+    pub fn qp_type(&self) -> QpType {
+        self.shared.qp_type
+    }
+
+    /// The state as of the engine's last turn.
+    pub fn state(&self) -> QpState {
+        self.shared.state()
+    }
+
+    /// `ibv_modify_qp`.
+    pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<(), VerbsError> {
+        let mut result = Ok(());
+        let mut state = None;
+        let found = self.ctx.dev.engine().with_qp(self.shared.qpn, &mut |qp| {
+            result = qp.modify(attr, mask);
+            state = Some(qp.state());
+        });
+        if !found {
+            return Err(VerbsError::NoSuchQp(self.shared.qpn));
+        }
+        if let Some(s) = state {
+            self.shared.state.store(state_code(s), Ordering::Release);
+        }
+        Ok(result?)
+    }
+
+    /// `ibv_query_qp`.
+    pub fn query(&self) -> Result<QpAttr, VerbsError> {
+        let mut out = None;
+        self.ctx
+            .dev
+            .engine()
+            .with_qp(self.shared.qpn, &mut |qp| out = Some(qp.query()));
+        out.ok_or(VerbsError::NoSuchQp(self.shared.qpn))
+    }
+
+    /// This QP's transport counters.
+    pub fn counters(&self) -> Option<Counters> {
+        self.ctx.dev.engine().qp_counters(self.shared.qpn)
+    }
+
+    /// `ibv_post_send` for a list of WRs: each is checked and queued in order; the first
+    /// one refused stops the list and is reported with its index (libibverbs' `bad_wr`).
+    pub fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), PostFailure> {
+        let sh = &self.shared;
+        for (index, wr) in wrs.iter().enumerate() {
+            let fail = |error| PostFailure { index, error };
+            match sh.state() {
+                QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
+                s => return Err(fail(PostError::InvalidState(s))),
+            }
+            let outstanding =
+                sh.sq_outstanding.load(Ordering::Acquire) + sh.sq_posted.load(Ordering::Acquire);
+            if outstanding >= sh.caps.max_send_wr {
+                return Err(fail(PostError::QueueFull(sh.caps.max_send_wr)));
+            }
+            check_send(sh, wr).map_err(fail)?;
+            sh.sq_posted.fetch_add(1, Ordering::AcqRel);
+            sh.submit(Op::Send(OwnedSend::from_wr(wr)), &self.ctx.dev.doorbells);
+        }
+        Ok(())
+    }
+
+    /// `ibv_post_recv` for a list of WRs.
+    pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
+        let sh = &self.shared;
+        for (index, wr) in wrs.iter().enumerate() {
+            let fail = |error| PostFailure { index, error };
+            if sh.state() == QpState::Reset {
+                return Err(fail(PostError::InvalidState(QpState::Reset)));
+            }
+            if wr.sg_list.len() > sh.caps.max_recv_sge as usize {
+                return Err(fail(PostError::TooManySges {
+                    got: wr.sg_list.len(),
+                    max: sh.caps.max_recv_sge,
+                }));
+            }
+            let outstanding =
+                sh.rq_outstanding.load(Ordering::Acquire) + sh.rq_posted.load(Ordering::Acquire);
+            if outstanding >= sh.caps.max_recv_wr {
+                return Err(fail(PostError::QueueFull(sh.caps.max_recv_wr)));
+            }
+            sh.rq_posted.fetch_add(1, Ordering::AcqRel);
+            sh.submit(
+                Op::Recv(wr.wr_id, SmallVec::from_slice(wr.sg_list)),
+                &self.ctx.dev.doorbells,
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        // The last handle destroys the QP (`ibv_destroy_qp`).
+        if Arc::strong_count(&self.shared) == 2 {
+            self.ctx.dev.engine().remove_qp(self.shared.qpn);
+        }
+    }
+}
+
+/// The checks `post_send` makes before queuing (the engine's QP repeats them).
+fn check_send(sh: &QpShared, wr: &SendWr<'_>) -> Result<(), PostError> {
+    use ferroce_stack::transport::{Payload, WrOpcode};
+    let t = sh.qp_type;
+    let ok = match t {
+        QpType::Rc => true,
+        QpType::Uc => !wr.opcode.is_read_or_atomic() && wr.opcode != WrOpcode::SendWithInv,
+        QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
+    };
+    if !ok {
+        return Err(PostError::UnsupportedOpcode {
+            opcode: wr.opcode,
+            qp_type: t,
+        });
+    }
+    if (t == QpType::Ud) != wr.ud.is_some() {
+        return Err(PostError::Destination);
+    }
+    match wr.payload {
+        Payload::Inline(b) if b.len() > sh.caps.max_inline_data as usize => {
+            Err(PostError::InlineTooLong {
+                got: b.len(),
+                max: sh.caps.max_inline_data,
+            })
+        }
+        Payload::Sges(s) if s.len() > sh.caps.max_send_sge as usize => {
+            Err(PostError::TooManySges {
+                got: s.len(),
+                max: sh.caps.max_send_sge,
+            })
+        }
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,221 @@
+//! The verbs API end to end: on the simulated fabric (run-to-completion, virtual time) and
+//! on an in-memory pipe with engine threads (real time, lock-free posting from the test
+//! thread).
+
+use std::time::{Duration, Instant};
+
+use ferroce_drivers::sim::{LinkModel, Loss};
+use ferroce_verbs::connect::{connect_qp, ConnectOpts, Endpoint};
+use ferroce_verbs::sim::{pipe_pair, SimNet};
+use ferroce_verbs::*;
+
+struct End {
+    ctx: Context,
+    cq: CompletionQueue,
+    qp: QueuePair,
+    mr: MemoryRegion,
+    _pd: ProtectionDomain,
+}
+
+fn end(ctx: &Context, len: usize, t: QpType) -> End {
+    let pd = ctx.alloc_pd();
+    let all = Access::LOCAL_WRITE
+        .with(Access::REMOTE_WRITE)
+        .with(Access::REMOTE_READ)
+        .with(Access::REMOTE_ATOMIC);
+    let mr = pd.alloc_mr(len, all).unwrap();
+    let cq = ctx.create_cq(4096, None);
+    let qp = pd.create_qp(t, QpCaps::default(), &cq, &cq).unwrap();
+    End {
+        ctx: ctx.clone(),
+        cq,
+        qp,
+        mr,
+        _pd: pd,
+    }
+}
+
+fn endpoint(e: &End, psn: u32) -> Endpoint {
+    Endpoint {
+        qpn: e.qp.qpn().value(),
+        psn,
+        gid: e.ctx.query_gid(0).unwrap(),
+        mac: e.ctx.mac(),
+        addr: e.mr.addr(),
+        len: e.mr.len() as u64,
+        rkey: e.mr.rkey(),
+    }
+}
+
+fn wire(a: &End, b: &End) {
+    let o = ConnectOpts::default();
+    let (ea, eb) = (endpoint(a, 0x10), endpoint(b, 0xff_fff0));
+    connect_qp(&a.ctx, &a.qp, ea.psn, &eb, &o).unwrap();
+    connect_qp(&b.ctx, &b.qp, eb.psn, &ea, &o).unwrap();
+    assert_eq!(a.qp.state(), QpState::Rts);
+}
+
+#[test]
+fn device_queries() {
+    let (_net, a, _b) = SimNet::pair(1, LinkModel::default(), 1500, None).unwrap();
+    let p = a.query_port();
+    assert_eq!(p.state, PortState::Active);
+    assert_eq!(p.active_mtu, Mtu::Mtu1024);
+    let gid = a.query_gid(0).unwrap();
+    assert_eq!(&gid.0[..12], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
+    assert_eq!(&gid.0[12..], &[10, 0, 0, 1]);
+    assert!(a.query_gid(1).is_err());
+    assert_eq!(a.query_device().vendor_id, 0);
+}
+
+#[test]
+fn rc_traffic_on_the_sim_with_loss() {
+    let model = LinkModel {
+        loss: Loss::Bernoulli(0.02),
+        ..LinkModel::new(25_000_000_000, 2_000)
+    };
+    let (net, ca, cb) = SimNet::pair(3, model, 9000, None).unwrap();
+    let (a, b) = (end(&ca, 1 << 20, QpType::Rc), end(&cb, 1 << 20, QpType::Rc));
+    wire(&a, &b);
+    let data: Vec<u8> = (0..65536u32).map(|i| (i * 13) as u8).collect();
+    assert!(a.mr.write(0, &data));
+    // A receive on b, then SEND + WRITE + READ from a, as one chain.
+    b.qp.post_recv(&[RecvWr {
+        wr_id: 7,
+        sg_list: &[b.mr.sge(0x10000, 65536)],
+    }])
+    .unwrap();
+    let s = [a.mr.sge(0, 65536)];
+    let back = [a.mr.sge(0x20000, 65536)];
+    let wrs = [
+        SendWr::new(1, WrOpcode::Send, Payload::Sges(&s)),
+        SendWr::new(2, WrOpcode::Write, Payload::Sges(&s))
+            .remote(b.mr.addr() + 0x40000, b.mr.rkey()),
+        SendWr::new(3, WrOpcode::Read, Payload::Sges(&back))
+            .remote(b.mr.addr() + 0x40000, b.mr.rkey()),
+    ];
+    a.qp.post_send(&wrs).unwrap();
+    let mut got = Vec::new();
+    let mut got_b = Vec::new();
+    assert!(net.run_until(|| {
+        a.cq.poll(&mut got, 16);
+        b.cq.poll(&mut got_b, 16);
+        got.len() == 3 && got_b.len() == 1
+    }));
+    assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
+    assert_eq!(got.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!((got_b[0].wr_id, got_b[0].byte_len), (7, 65536));
+    let mut out = vec![0u8; 65536];
+    assert!(b.mr.read(0x10000, &mut out));
+    assert_eq!(out, data);
+    assert!(a.mr.read(0x20000, &mut out));
+    assert_eq!(out, data);
+    assert!(ca.qp_counters_total().retransmitted_packets > 0);
+}
+
+#[test]
+fn a_chain_stops_at_the_first_bad_wr() {
+    let (_net, ca, cb) = SimNet::pair(4, LinkModel::default(), 1500, None).unwrap();
+    let (a, b) = (end(&ca, 4096, QpType::Rc), end(&cb, 4096, QpType::Rc));
+    let s = [a.mr.sge(0, 8)];
+    let wr = SendWr::new(1, WrOpcode::Send, Payload::Sges(&s));
+    assert_eq!(
+        a.qp.post_send(&[wr]).unwrap_err(),
+        PostFailure {
+            index: 0,
+            error: PostError::InvalidState(QpState::Reset)
+        }
+    );
+    wire(&a, &b);
+    let too_many = [a.mr.sge(0, 1); 17];
+    let wrs = [
+        wr,
+        wr,
+        SendWr::new(3, WrOpcode::Send, Payload::Sges(&too_many)),
+        wr,
+    ];
+    let err = a.qp.post_send(&wrs).unwrap_err();
+    assert_eq!(err.index, 2);
+    assert!(matches!(
+        err.error,
+        PostError::TooManySges { got: 17, max: 16 }
+    ));
+}
+
+#[test]
+fn deregistered_memory_fails_remote_access_cleanly() {
+    let (net, ca, cb) = SimNet::pair(5, LinkModel::default(), 1500, None).unwrap();
+    let (a, b) = (end(&ca, 4096, QpType::Rc), end(&cb, 4096, QpType::Rc));
+    wire(&a, &b);
+    let pd = cb.alloc_pd();
+    let extra = b
+        ._pd
+        .alloc_mr(4096, Access::LOCAL_WRITE.with(Access::REMOTE_WRITE))
+        .unwrap();
+    let (addr, rkey) = (extra.addr(), extra.rkey());
+    drop(extra);
+    drop(pd);
+    let s = [a.mr.sge(0, 8)];
+    a.qp.post_send(&[SendWr::new(1, WrOpcode::Write, Payload::Sges(&s)).remote(addr, rkey)])
+        .unwrap();
+    let mut got = Vec::new();
+    assert!(net.run_until(|| a.cq.poll(&mut got, 4) > 0 || !got.is_empty()));
+    assert_eq!(got[0].status, WcStatus::RemAccessErr);
+}
+
+#[test]
+fn engine_threads_on_a_pipe_with_a_completion_channel() {
+    let (ca, cb) = pipe_pair(4200);
+    let (a, b) = (end(&ca, 1 << 20, QpType::Rc), end(&cb, 1 << 20, QpType::Rc));
+    // b waits on a channel instead of spinning.
+    let ch = cb.create_comp_channel();
+    let bcq = cb.create_cq(1024, Some(&ch));
+    let bqp = b
+        ._pd
+        .create_qp(QpType::Rc, QpCaps::default(), &bcq, &bcq)
+        .unwrap();
+    let b = End {
+        qp: bqp,
+        cq: bcq,
+        ..b
+    };
+    wire(&a, &b);
+    ca.start_engine_thread().unwrap();
+    cb.start_engine_thread().unwrap();
+    let n = 200u64;
+    for i in 0..n {
+        b.qp.post_recv(&[RecvWr {
+            wr_id: i,
+            sg_list: &[b.mr.sge(4096 * i as usize, 4096)],
+        }])
+        .unwrap();
+    }
+    b.cq.req_notify(false);
+    let s = [a.mr.sge(0, 4096)];
+    for i in 0..n {
+        let wr = SendWr::new(i, WrOpcode::SendWithImm, Payload::Sges(&s)).imm(i as u32);
+        while let Err(e) = a.qp.post_send(&[wr]) {
+            assert!(matches!(e.error, PostError::QueueFull(_)), "{e}");
+            std::thread::yield_now();
+        }
+    }
+    assert!(
+        ch.get_event(Duration::from_secs(10)).is_some(),
+        "no completion event"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
+    while (got_a.len() < n as usize || got_b.len() < n as usize) && Instant::now() < deadline {
+        a.cq.poll(&mut got_a, 64);
+        b.cq.poll(&mut got_b, 64);
+        std::thread::yield_now();
+    }
+    ca.stop_engine_thread();
+    cb.stop_engine_thread();
+    assert_eq!(got_a.len(), n as usize);
+    assert_eq!(got_b.len(), n as usize);
+    assert!(got_b
+        .iter()
+        .enumerate()
+        .all(|(i, c)| c.wr_id == i as u64 && c.imm_data == i as u32));
+}
