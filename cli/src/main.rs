@@ -6,6 +6,7 @@
 
 mod decode;
 mod demo;
+mod perf;
 
 use std::process::ExitCode;
 
@@ -25,6 +26,8 @@ enum Command {
     Decode(decode::Args),
     /// Push crafted RoCEv2 frames through an impaired simulated link and report what arrived.
     Demo(demo::Args),
+    /// perftest's tests on ferroce: `perf write bw`, `perf read lat`, ... (sim by default).
+    Perf(perf::Args),
 }
 
 /// A failure the user can act on, printed as one line.
@@ -61,6 +64,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Decode(args) => decode::run(&args),
         Command::Demo(args) => demo::run(&args),
+        Command::Perf(args) => perf::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 
 use ferroce_drivers::pcap::{Direction, PcapTee};
-use ferroce_drivers::sim::{Fabric, FabricBuilder, LinkModel};
+use ferroce_drivers::sim::{Fabric, FabricBuilder, LinkId, LinkModel};
 
 use crate::device::{Device, SimClock};
 use crate::verbs::{Context, VerbsError};
@@ -15,6 +15,7 @@ use crate::verbs::{Context, VerbsError};
 /// A simulated fabric and the devices on it.
 pub struct SimNet {
     clock: Arc<SimClock>,
+    link: LinkId,
 }
 
 impl SimNet {
@@ -30,7 +31,7 @@ impl SimNet {
         b.mtu(eth_mtu).rx_ring(1 << 16);
         let ha = b.host("a", 1);
         let hb = b.host("b", 1);
-        b.link((ha, 0), (hb, 0), model);
+        let link = b.link((ha, 0), (hb, 0), model);
         let fabric = b
             .build()
             .map_err(|e| VerbsError::Open(format!("cannot build the simulated fabric: {e}")))?;
@@ -54,12 +55,21 @@ impl SimNet {
             d.push(Arc::downgrade(&da));
             d.push(Arc::downgrade(&db));
         }
-        Ok((Self { clock }, Context { dev: da }, Context { dev: db }))
+        Ok((
+            Self { clock, link },
+            Context { dev: da },
+            Context { dev: db },
+        ))
     }
 
     /// Virtual time now, in nanoseconds.
     pub fn now(&self) -> u64 {
         self.clock.fabric.now()
+    }
+
+    /// The link between the two hosts.
+    pub fn link(&self) -> LinkId {
+        self.link
     }
 
     /// The fabric (link statistics, hooks).

@@ -1,0 +1,142 @@
+//! `ferroce perf` on the simulated fabric: all six tests finish with verified data and the
+//! promised JSON fields, impairments included; bad arguments are one line with exit 2.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn ferroce(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ferroce"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json_run(args: &[&str]) -> Value {
+    let out = ferroce(args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    v
+}
+
+#[test]
+fn all_six_tests_verify_their_data() {
+    for verb in ["write", "read", "send"] {
+        for kind in ["bw", "lat"] {
+            let v = json_run(&[
+                "perf", verb, kind, "--size", "5000", "--iters", "300", "--mtu", "1024", "--json",
+            ]);
+            assert_eq!(v["verified"], true, "{verb} {kind}: {v}");
+            assert_eq!(v["iterations"], 300, "{verb} {kind}");
+            assert_eq!(v["bytes"], 300 * 5000);
+            for key in ["bw_avg_gbps", "msg_rate_mpps", "wall_seconds"] {
+                assert!(
+                    v[key].as_f64().unwrap() > 0.0,
+                    "{verb} {kind}: {key} in {v}"
+                );
+            }
+            assert!(v["counters"]["client"]["tx_packets"].as_u64().unwrap() > 0);
+            if kind == "lat" {
+                let l = |k: &str| v[k].as_f64().unwrap();
+                assert!(l("lat_min_us") > 0.0);
+                assert!(l("lat_min_us") <= l("lat_p50_us"));
+                assert!(l("lat_p50_us") <= l("lat_p99_us"));
+                assert!(l("lat_p99_us") <= l("lat_p999_us"));
+            }
+        }
+    }
+}
+
+#[test]
+fn bandwidth_under_loss_and_reordering_still_verifies() {
+    let v = json_run(&[
+        "perf",
+        "send",
+        "bw",
+        "--size",
+        "64",
+        "--iters",
+        "5000",
+        "--loss",
+        "0.02",
+        "--reorder",
+        "0.01",
+        "--qps",
+        "2",
+        "--seed",
+        "9",
+        "--json",
+    ]);
+    assert_eq!(v["verified"], true, "{v}");
+    assert!(
+        v["counters"]["client"]["retransmitted_packets"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert!(v["link"]["lost"].as_u64().unwrap() > 0);
+    // The same seed replays the same virtual time.
+    let again = json_run(&[
+        "perf",
+        "send",
+        "bw",
+        "--size",
+        "64",
+        "--iters",
+        "5000",
+        "--loss",
+        "0.02",
+        "--reorder",
+        "0.01",
+        "--qps",
+        "2",
+        "--seed",
+        "9",
+        "--json",
+    ]);
+    assert_eq!(v["virtual_seconds"], again["virtual_seconds"]);
+}
+
+#[test]
+fn human_output_has_perftests_columns() {
+    let out = ferroce(&["perf", "write", "bw", "--iters", "100"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "#bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("virtual time"));
+    assert!(text.contains("wall clock"));
+    assert!(text.contains("data          : verified"));
+}
+
+#[test]
+fn bad_perf_arguments_are_one_line() {
+    for (args, starts) in [
+        (
+            &["perf", "write", "bw", "--mtu", "3000"][..],
+            "ferroce: --mtu 3000 is not a path MTU",
+        ),
+        (
+            &["perf", "write", "bw", "--device", "nic0"][..],
+            "ferroce: device 'nic0'",
+        ),
+        (
+            &["perf", "write", "sideways"][..],
+            "ferroce: invalid value 'sideways'",
+        ),
+        (
+            &["perf", "read", "lat", "--loss", "3"][..],
+            "ferroce: --loss and --reorder are probabilities",
+        ),
+    ] {
+        let out = ferroce(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with(starts), "{args:?}: {err}");
+    }
+}
