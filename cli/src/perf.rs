@@ -410,13 +410,13 @@ fn bw(
     let target = if limit.is_some() { u64::MAX } else { iters };
     let mut out = Outcome::default();
     if a.verb == Verb::Send {
-        for i in 0..qps {
+        for (i, n) in recv_posted.iter_mut().enumerate() {
             for _ in 0..depth.min(target) {
-                if let Err(e) = post_recv(a, server, i, recv_posted[i]) {
+                if let Err(e) = post_recv(a, server, i, *n) {
                     out.failed = Some(e);
                     return out;
                 }
-                recv_posted[i] += 1;
+                *n += 1;
             }
         }
     }
@@ -434,7 +434,7 @@ fn bw(
             let cap = stop_at.as_ref().map_or(target, |s| s[i]);
             while posted[i] < cap && posted[i] - done[i] < depth {
                 let n = posted[i];
-                let signaled = (n + 1) % cq_mod == 0 || n + 1 == cap;
+                let signaled = (n + 1).is_multiple_of(cq_mod) || n + 1 == cap;
                 if let Err(e) = post(a, client, i, n, signaled) {
                     out.failed = Some(e);
                     return out;
