@@ -8,6 +8,7 @@
 //! Drivers use `ferroce_stack::wire` and nothing else of the stack: they move Ethernet frames.
 #![warn(missing_docs)]
 
+pub mod afpacket;
 pub mod pcap;
 pub mod pipe;
 mod port;

@@ -92,7 +92,8 @@ pub enum ExchangeError {
     Protocol(Vec<u8>),
 }
 
-fn swap(stream: &mut TcpStream, mine: &Endpoint) -> Result<Endpoint, ExchangeError> {
+/// Sends `mine` and reads the peer's endpoint on an established stream.
+pub fn swap(stream: &mut TcpStream, mine: &Endpoint) -> Result<Endpoint, ExchangeError> {
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     stream.set_nodelay(true)?;
     stream.write_all(&mine.encode())?;

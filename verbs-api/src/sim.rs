@@ -110,3 +110,36 @@ pub fn pipe_pair(eth_mtu: usize) -> (Context, Context) {
         },
     )
 }
+
+/// Opens a device from its specification: `afpacket:IFACE` (a Linux interface through an
+/// AF_PACKET socket; needs root). `sim` devices come in pairs from [`SimNet::pair`].
+pub fn open_device(spec: &str) -> Result<Context, VerbsError> {
+    match spec.split_once(':') {
+        Some(("afpacket", iface)) if !iface.is_empty() => {
+            let port = ferroce_drivers::afpacket::AfPacketPort::open(iface)
+                .map_err(|e| VerbsError::Open(e.to_string()))?;
+            let ip = port.ip().ok_or_else(|| {
+                VerbsError::Open(format!(
+                    "interface {iface} has no IP address; RoCEv2 needs one for its GID (ip addr add ... dev {iface})"
+                ))
+            })?;
+            let seed = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64);
+            Ok(Context {
+                dev: Device::new(spec.into(), port, ip, seed, None),
+            })
+        }
+        _ => Err(VerbsError::Open(format!(
+            "unknown device '{spec}'; use sim, or afpacket:IFACE (e.g. afpacket:veth0)"
+        ))),
+    }
+}
+
+/// The devices named by `FERROCE_DEVICES` (comma-separated specifications), or `sim`.
+pub fn device_list() -> Vec<String> {
+    match std::env::var("FERROCE_DEVICES") {
+        Ok(v) if !v.trim().is_empty() => v.split(',').map(|s| s.trim().to_owned()).collect(),
+        _ => vec!["sim".into()],
+    }
+}

@@ -23,6 +23,8 @@ use serde_json::{json, Map, Value};
 
 use crate::Failure;
 
+mod net;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Verb {
     Write,
@@ -42,9 +44,19 @@ pub(crate) struct Args {
     verb: Verb,
     /// Bandwidth or latency.
     kind: Kind,
-    /// Device: `sim` (both ends in this process on a simulated fabric).
+    /// Device: `sim` (both ends in this process on a simulated fabric) or `afpacket:IFACE`
+    /// (one end per process: `--server` on one host, `--connect HOST` on the other).
     #[arg(long, default_value = "sim")]
     device: String,
+    /// Wait for a client (perftest's server side).
+    #[arg(long)]
+    server: bool,
+    /// Connect to the server at HOST (perftest's client side).
+    #[arg(long, value_name = "HOST", conflicts_with = "server")]
+    connect: Option<String>,
+    /// TCP port of the connection exchange.
+    #[arg(long, default_value_t = 18515)]
+    port: u16,
     /// Message size in bytes.
     #[arg(long, default_value_t = 65536)]
     size: usize,
@@ -117,9 +129,21 @@ fn check(a: &Args) -> Result<Mtu, Failure> {
             a.mtu
         ))
     })?;
-    if a.device != "sim" {
+    let two_sided = a.server || a.connect.is_some();
+    if a.device == "sim" {
+        if two_sided {
+            return Err(Failure(
+                "--server and --connect need a real device (--device afpacket:IFACE); sim runs both ends here".into(),
+            ));
+        }
+    } else if !a.device.starts_with("afpacket:") {
         return Err(Failure(format!(
-            "device '{}' is not available yet; use --device sim",
+            "device '{}' is unknown; use sim or afpacket:IFACE",
+            a.device
+        )));
+    } else if !two_sided {
+        return Err(Failure(format!(
+            "{} runs one end per process: add --server on one side and --connect HOST on the other",
             a.device
         )));
     }
@@ -246,6 +270,9 @@ struct Outcome {
 
 pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
     let mtu = check(a)?;
+    if a.device != "sim" {
+        return net::run(a, mtu);
+    }
     let mut model = LinkModel::new((a.gbps * 1e9) as u64, (a.delay_us * 1e3) as u64);
     model.loss = if a.loss > 0.0 {
         Loss::Bernoulli(a.loss)
@@ -326,7 +353,8 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
                 && dst.conns[i].mr.read(0, &mut y)
                 && x[..used] == y[..used]
         });
-    report(a, &out, &net, &client, &server);
+    let link = net.fabric().link_stats(net.link());
+    report(a, &out, Some(link), Some(&client), Some(&server));
     server.conns.clear();
     client.conns.clear();
     Ok(if out.verified {
@@ -683,7 +711,15 @@ fn counters(s: &Side) -> Map<String, Value> {
     m
 }
 
-fn report(a: &Args, o: &Outcome, net: &SimNet, client: &Side, server: &Side) {
+fn report(
+    a: &Args,
+    o: &Outcome,
+    link: Option<[ferroce_drivers::sim::LinkStats; 2]>,
+    client: Option<&Side>,
+    server: Option<&Side>,
+) {
+    let simulated = link.is_some();
+    let link = link.unwrap_or_default();
     let name = match (a.verb, a.kind) {
         (Verb::Write, Kind::Bw) => "RDMA_Write BW Test",
         (Verb::Read, Kind::Bw) => "RDMA_Read BW Test",
@@ -711,7 +747,6 @@ fn report(a: &Args, o: &Outcome, net: &SimNet, client: &Side, server: &Side) {
     } else {
         sorted.iter().sum::<u64>() as f64 / sorted.len() as f64 / 1e3
     };
-    let link = net.fabric().link_stats(net.link());
     if a.json {
         let mut obj = json!({
             "test": name,
@@ -735,7 +770,11 @@ fn report(a: &Args, o: &Outcome, net: &SimNet, client: &Side, server: &Side) {
                 "dropped_down": link[0].dropped_down + link[1].dropped_down,
                 "dropped_queue": link[0].dropped_queue + link[1].dropped_queue,
             },
-            "counters": {"client": counters(client), "server": counters(server)},
+            "counters": {
+                "client": client.map(counters).unwrap_or_default(),
+                "server": server.map(counters).unwrap_or_default(),
+            },
+            "simulated": simulated,
         });
         if a.kind == Kind::Lat {
             let m = obj.as_object_mut().expect("object");
@@ -766,10 +805,17 @@ fn report(a: &Args, o: &Outcome, net: &SimNet, client: &Side, server: &Side) {
             if a.kind == Kind::Lat { 1 } else { a.tx_depth },
             a.inline
         );
-        println!(
-            " Link (sim)      : {} Gb/s, {} us one way, loss {}, reorder {}",
-            a.gbps, a.delay_us, a.loss, a.reorder
-        );
+        if simulated {
+            println!(
+                " Link (sim)      : {} Gb/s, {} us one way, loss {}, reorder {}",
+                a.gbps, a.delay_us, a.loss, a.reorder
+            );
+        } else {
+            println!(
+                " Role            : {}",
+                if a.server { "server" } else { "client" }
+            );
+        }
         println!("{rule}");
         if a.kind == Kind::Bw {
             println!(
@@ -793,23 +839,29 @@ fn report(a: &Args, o: &Outcome, net: &SimNet, client: &Side, server: &Side) {
             );
         }
         println!("{rule}");
-        println!(
-            " figures above: virtual time on the simulated link ({:.6} s simulated)",
-            o.seconds
-        );
-        println!(
-            " wall clock    : {:.3} s; the stack processed {:.3} M messages/s and {:.2} Gbit/s of payload per wall-clock second (both ends on this CPU)",
-            o.wall_s, wall_mpps, wall_gbps
-        );
+        if simulated {
+            println!(
+                " figures above: virtual time on the simulated link ({:.6} s simulated)",
+                o.seconds
+            );
+            println!(
+                " wall clock    : {:.3} s; the stack processed {:.3} M messages/s and {:.2} Gbit/s of payload per wall-clock second (both ends on this CPU)",
+                o.wall_s, wall_mpps, wall_gbps
+            );
+        } else {
+            println!(" figures above: real time ({:.3} s)", o.seconds);
+        }
         let lost = link[0].dropped_loss
             + link[1].dropped_loss
             + link[0].dropped_down
             + link[1].dropped_down;
-        let c = client.ctx.qp_counters_total();
-        println!(
-            " transport     : {} frames lost on the link, {} retransmitted, {} timeouts, {} sequence NAKs",
-            lost, c.retransmitted_packets, c.local_ack_timeout_err, c.packet_seq_err
-        );
+        if let Some(me) = client.or(server) {
+            let c = me.ctx.qp_counters_total();
+            println!(
+                " transport     : {} frames lost on the link, {} retransmitted, {} timeouts, {} sequence NAKs",
+                lost, c.retransmitted_packets, c.local_ack_timeout_err, c.packet_seq_err
+            );
+        }
         match &o.failed {
             Some(f) => println!(" data          : NOT verified: {f}"),
             None if o.verified => {
