@@ -201,7 +201,7 @@ fn serve(a: &Args, me: &Side, stream: &mut TcpStream) -> Outcome {
     loop {
         me.ctx.progress();
         turns = turns.wrapping_add(1);
-        if turns % 256 == 0 && peer_done(stream) {
+        if turns.is_multiple_of(256) && peer_done(stream) {
             return out;
         }
         wcs.clear();
