@@ -57,6 +57,9 @@ pub(crate) struct Args {
     /// TCP port of the connection exchange.
     #[arg(long, default_value_t = 18515)]
     port: u16,
+    /// Client: seconds to keep trying to reach the server.
+    #[arg(long, default_value_t = 10.0)]
+    wait: f64,
     /// Message size in bytes.
     #[arg(long, default_value_t = 65536)]
     size: usize,
