@@ -109,18 +109,40 @@ impl AfPacketPort {
                 std::mem::size_of::<libc::c_int>() as u32,
             );
         }
-        let big: libc::c_int = 8 << 20;
-        for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
-            // SAFETY: as above; a smaller buffer is only slower.
-            unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    opt,
-                    (&raw const big).cast(),
-                    std::mem::size_of::<libc::c_int>() as u32,
-                );
+        // Socket buffers deep enough for a Go-Back-N window (the *FORCE options pass
+        // net.core.rmem_max as root; the plain ones are the fallback), and transmit straight
+        // to the driver without the qdisc layer.
+        let big: libc::c_int = 64 << 20;
+        for (force, plain) in [
+            (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+            (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+        ] {
+            for opt in [force, plain] {
+                // SAFETY: setsockopt with a pointer to an int of the size passed; a smaller
+                // buffer is only slower.
+                let rc = unsafe {
+                    libc::setsockopt(
+                        fd.as_raw_fd(),
+                        libc::SOL_SOCKET,
+                        opt,
+                        (&raw const big).cast(),
+                        std::mem::size_of::<libc::c_int>() as u32,
+                    )
+                };
+                if rc == 0 {
+                    break;
+                }
             }
+        }
+        // SAFETY: as above.
+        unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_QDISC_BYPASS,
+                (&raw const one).cast(),
+                std::mem::size_of::<libc::c_int>() as u32,
+            );
         }
         let (mac, mtu) = mac_and_mtu(fd.as_raw_fd(), ifname)?;
         let ip = interface_ip(ifname);
