@@ -63,6 +63,9 @@ r = json.load(sys.stdin)
 assert r["verified"] and r["iterations"] == 5000 and r["bw_avg_gbps"] > 50, r
 print("perf write bw:", round(r["bw_avg_gbps"], 2), "Gb/s virtual,", round(r["wall_gbps"], 2), "Gb/s processed per wall-clock second")'
 
+step "examples/rc_pingpong (ibv_rc_pingpong on ferroce's verbs API, simulated fabric)"
+cargo run -q --release --example rc_pingpong
+
 step "demo"
 target/release/ferroce demo --json | "$venv/bin/python" -c '
 import json, sys
