@@ -1,8 +1,12 @@
 //! AF_PACKET: raw Ethernet frames on any Linux interface (veth, TAP, a physical NIC), no
 //! DPDK needed, root (CAP_NET_RAW) required.
 //!
-//! This first version moves frames with `recvmmsg` / `sendmmsg` on a non-blocking socket bound
-//! to the interface, a burst per system call; PACKET_MMAP (TPACKET_V3) rings come next. The
+//! Frames move through PACKET_MMAP rings (TPACKET_V2, one receive ring and one transmit ring
+//! shared with the kernel): receiving is reading slots the kernel marked, with no system call
+//! when nothing arrived; transmitting fills slots in place and one `send` per burst hands them
+//! to the kernel. V2 rather than V3 because V3 hands over whole blocks, on a timer when traffic
+//! is light, which adds up to a millisecond to every ACK. If the rings cannot be set up (or
+//! `FERROCE_AFPACKET_NO_RING` is set), bursts of `recvmmsg` / `sendmmsg` do the same job. The
 //! socket ignores its own outgoing frames (PACKET_IGNORE_OUTGOING). To keep the kernel from
 //! answering RoCEv2 datagrams with ICMP port-unreachable, the port also holds UDP port 4791 on
 //! the interface's address with a socket it never reads.
@@ -31,6 +35,7 @@ pub struct AfPacketPort {
     mtu: usize,
     ip: Option<IpAddr>,
     rx_bufs: Vec<Vec<u8>>,
+    rings: Option<Rings>,
     pending: Vec<Vec<u8>>,
     spare: Vec<Vec<u8>>,
     epoch: Instant,
@@ -81,6 +86,13 @@ impl AfPacketPort {
         }
         // SAFETY: `raw` is a fresh descriptor we own from here on.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let (mac, mtu) = mac_and_mtu(fd.as_raw_fd(), ifname)?;
+        // Rings are set up before bind, so no frame arrives outside them.
+        let rings = if std::env::var_os("FERROCE_AFPACKET_NO_RING").is_some() {
+            None
+        } else {
+            Rings::new(fd.as_raw_fd(), mtu).ok()
+        };
         // SAFETY: sockaddr_ll is plain data; all-zero is a valid starting value.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
@@ -144,7 +156,6 @@ impl AfPacketPort {
                 std::mem::size_of::<libc::c_int>() as u32,
             );
         }
-        let (mac, mtu) = mac_and_mtu(fd.as_raw_fd(), ifname)?;
         let ip = interface_ip(ifname);
         let hold = ip.and_then(|ip| UdpSocket::bind((ip, 4791)).ok());
         Ok(Self {
@@ -154,13 +165,23 @@ impl AfPacketPort {
             mac,
             mtu,
             ip,
-            rx_bufs: (0..BURST).map(|_| vec![0; FRAME_BUF]).collect(),
+            rx_bufs: if rings.is_some() {
+                Vec::new()
+            } else {
+                (0..BURST).map(|_| vec![0; FRAME_BUF]).collect()
+            },
+            rings,
             pending: Vec::new(),
             spare: Vec::new(),
             epoch: Instant::now(),
             _hold_4791: hold,
             tx_dropped: 0,
         })
+    }
+
+    /// True when frames move through PACKET_MMAP rings (else `recvmmsg` / `sendmmsg`).
+    pub fn uses_rings(&self) -> bool {
+        self.rings.is_some()
     }
 
     /// The interface's name.
@@ -246,6 +267,9 @@ pub fn interface_ip(ifname: &str) -> Option<IpAddr> {
 
 impl Port for AfPacketPort {
     fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, mut f: F) -> usize {
+        if let Some(r) = &mut self.rings {
+            return r.rx(max, f);
+        }
         let n = max.min(BURST);
         if n == 0 {
             return 0;
@@ -286,6 +310,9 @@ impl Port for AfPacketPort {
         if len > max {
             return Err(TxError::TooLong { len, max });
         }
+        if let Some(r) = &mut self.rings {
+            return r.tx(self.fd.as_raw_fd(), len, fill);
+        }
         if self.pending.len() >= BURST {
             self.flush();
         }
@@ -298,6 +325,9 @@ impl Port for AfPacketPort {
     }
 
     fn flush(&mut self) -> usize {
+        if let Some(r) = &mut self.rings {
+            return r.flush(self.fd.as_raw_fd());
+        }
         let mut sent = 0;
         while !self.pending.is_empty() {
             let n = self.pending.len().min(BURST);
@@ -379,5 +409,196 @@ impl Port for AfPacketPort {
 
     fn now_ns(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
+    }
+}
+
+/// Where a transmit slot's frame starts: after the aligned V2 header. (TPACKET2_HDRLEN also
+/// counts a sockaddr_ll, which the kernel subtracts again for transmit slots.)
+const TX_DATA_OFFSET: usize = libc::TPACKET2_HDRLEN - std::mem::size_of::<libc::sockaddr_ll>();
+
+/// Bytes of one ring block (the kernel's allocation unit).
+const RING_BLOCK: usize = 1 << 20;
+/// Blocks per ring.
+const RING_BLOCKS: usize = 16;
+
+/// A TPACKET_V2 receive ring and transmit ring mapped from one socket.
+struct Rings {
+    map: *mut u8,
+    map_len: usize,
+    frame_size: usize,
+    frames: usize,
+    rx_next: usize,
+    tx_next: usize,
+    tx_pending: usize,
+}
+
+// SAFETY: the mapping belongs to this value alone; moving it to another thread moves the
+// only handle (the socket moves with the port).
+unsafe impl Send for Rings {}
+
+impl Rings {
+    fn new(fd: i32, mtu: usize) -> io::Result<Self> {
+        let version: libc::c_int = libc::tpacket_versions::TPACKET_V2 as libc::c_int;
+        // SAFETY: setsockopt with an int of the size passed.
+        if unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_PACKET,
+                libc::PACKET_VERSION,
+                (&raw const version).cast(),
+                std::mem::size_of::<libc::c_int>() as u32,
+            )
+        } < 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        // A slot holds the header, the kernel's sockaddr_ll and the largest frame.
+        let need = libc::TPACKET2_HDRLEN + std::mem::size_of::<libc::sockaddr_ll>() + mtu + 18 + 64;
+        let frame_size = need.next_power_of_two().max(2048);
+        if frame_size > RING_BLOCK {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "MTU too large for the ring",
+            ));
+        }
+        let frames = RING_BLOCK / frame_size * RING_BLOCKS;
+        let req = libc::tpacket_req {
+            tp_block_size: RING_BLOCK as u32,
+            tp_block_nr: RING_BLOCKS as u32,
+            tp_frame_size: frame_size as u32,
+            tp_frame_nr: frames as u32,
+        };
+        for opt in [libc::PACKET_RX_RING, libc::PACKET_TX_RING] {
+            // SAFETY: setsockopt with a tpacket_req of the size passed.
+            if unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_PACKET,
+                    opt,
+                    (&raw const req).cast(),
+                    std::mem::size_of::<libc::tpacket_req>() as u32,
+                )
+            } < 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        let map_len = 2 * RING_BLOCK * RING_BLOCKS;
+        // SAFETY: maps the two rings the kernel just allocated for this socket (receive ring
+        // first, then transmit ring, as packet_mmap lays them out); checked below.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self {
+            map: map.cast(),
+            map_len,
+            frame_size,
+            frames,
+            rx_next: 0,
+            tx_next: 0,
+            tx_pending: 0,
+        })
+    }
+
+    /// The header of receive slot `i` (`tx` false) or transmit slot `i`.
+    fn slot(&self, tx: bool, i: usize) -> *mut libc::tpacket2_hdr {
+        let ring = if tx { RING_BLOCK * RING_BLOCKS } else { 0 };
+        // Frames never straddle blocks: a block holds a whole number of them.
+        let per_block = RING_BLOCK / self.frame_size;
+        let offset = ring + (i / per_block) * RING_BLOCK + (i % per_block) * self.frame_size;
+        // SAFETY: `offset` is inside the mapping (i < frames, rings laid out as above).
+        unsafe { self.map.add(offset).cast() }
+    }
+
+    fn status(h: *mut libc::tpacket2_hdr) -> u32 {
+        // SAFETY: `h` points at a slot header inside the mapping; the kernel writes the status
+        // concurrently, hence the volatile read and the acquire fence after it.
+        let s = unsafe { std::ptr::read_volatile(&raw const (*h).tp_status) };
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        s
+    }
+
+    fn set_status(h: *mut libc::tpacket2_hdr, s: u32) {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        // SAFETY: as in `status`; the release fence orders our writes to the slot before it.
+        unsafe { std::ptr::write_volatile(&raw mut (*h).tp_status, s) };
+    }
+
+    fn rx<F: FnMut(&[u8])>(&mut self, max: usize, mut f: F) -> usize {
+        let mut n = 0;
+        while n < max {
+            let h = self.slot(false, self.rx_next);
+            if Self::status(h) & libc::TP_STATUS_USER == 0 {
+                break;
+            }
+            // SAFETY: the kernel handed this slot to us (TP_STATUS_USER): its header and the
+            // frame at tp_mac (tp_snaplen bytes, within the slot) are ours until we give it
+            // back below.
+            unsafe {
+                let mac = usize::from((*h).tp_mac);
+                let len = ((*h).tp_snaplen as usize).min(self.frame_size.saturating_sub(mac));
+                let frame = std::slice::from_raw_parts(h.cast::<u8>().add(mac), len);
+                f(frame);
+            }
+            Self::set_status(h, libc::TP_STATUS_KERNEL);
+            self.rx_next = (self.rx_next + 1) % self.frames;
+            n += 1;
+        }
+        n
+    }
+
+    fn tx<F: FnOnce(&mut [u8])>(&mut self, fd: i32, len: usize, fill: F) -> Result<(), TxError> {
+        let room = self.frame_size - TX_DATA_OFFSET;
+        if len > room {
+            return Err(TxError::TooLong { len, max: room });
+        }
+        let mut h = self.slot(true, self.tx_next);
+        if Self::status(h) != libc::TP_STATUS_AVAILABLE {
+            // The ring is full of frames the kernel has not sent: push them out, look again.
+            self.flush(fd);
+            h = self.slot(true, self.tx_next);
+            if Self::status(h) != libc::TP_STATUS_AVAILABLE {
+                return Err(TxError::RingFull);
+            }
+        }
+        // SAFETY: the slot is ours (TP_STATUS_AVAILABLE); its data area starts after the
+        // aligned header (the kernel's default for V2 without PACKET_TX_HAS_OFF) and `len`
+        // fits the slot, checked above.
+        unsafe {
+            let data = std::slice::from_raw_parts_mut(h.cast::<u8>().add(TX_DATA_OFFSET), len);
+            fill(data);
+            (*h).tp_len = len as u32;
+        }
+        Self::set_status(h, libc::TP_STATUS_SEND_REQUEST);
+        self.tx_next = (self.tx_next + 1) % self.frames;
+        self.tx_pending += 1;
+        Ok(())
+    }
+
+    fn flush(&mut self, fd: i32) -> usize {
+        if self.tx_pending == 0 {
+            return 0;
+        }
+        // SAFETY: a zero-length send on a packet socket with a TX ring transmits the slots
+        // marked SEND_REQUEST; no buffer is read.
+        unsafe { libc::send(fd, std::ptr::null(), 0, libc::MSG_DONTWAIT) };
+        std::mem::take(&mut self.tx_pending)
+    }
+}
+
+impl Drop for Rings {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `new`, once.
+        unsafe { libc::munmap(self.map.cast(), self.map_len) };
     }
 }

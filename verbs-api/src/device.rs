@@ -27,7 +27,6 @@ pub(crate) trait DeviceEngine: Send {
     fn next_deadline(&self) -> Option<u64>;
     fn has_pending_work(&self) -> bool;
     fn link_state(&self) -> LinkState;
-    fn now(&self) -> u64;
 }
 
 impl<P: Port + Send> DeviceEngine for Engine<P> {
@@ -63,9 +62,6 @@ impl<P: Port + Send> DeviceEngine for Engine<P> {
     }
     fn link_state(&self) -> LinkState {
         self.port().link_state()
-    }
-    fn now(&self) -> u64 {
-        Self::now(self)
     }
 }
 
@@ -125,6 +121,7 @@ pub(crate) struct Device {
     pub(crate) next_qpn: AtomicU32,
     pub(crate) next_id: AtomicU32,
     pub(crate) sim: Option<Arc<SimClock>>,
+    epoch: std::time::Instant,
     pub(crate) thread: Mutex<Option<(Arc<AtomicBool>, JoinHandle<()>)>>,
     pub(crate) threaded: AtomicBool,
 }
@@ -152,6 +149,7 @@ impl Device {
             next_qpn: AtomicU32::new(0x100 + (key_seed as u32 & 0xff) * 0x100),
             next_id: AtomicU32::new(1),
             sim,
+            epoch: std::time::Instant::now(),
             thread: Mutex::new(None),
             threaded: AtomicBool::new(false),
         })
@@ -159,6 +157,15 @@ impl Device {
 
     pub(crate) fn engine(&self) -> MutexGuard<'_, Box<dyn DeviceEngine>> {
         self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Nanoseconds on the device's clock without taking the engine's lock: virtual time on a
+    /// simulated fabric, else time since the device opened.
+    pub(crate) fn now(&self) -> u64 {
+        match &self.sim {
+            Some(clock) => clock.fabric.now(),
+            None => self.epoch.elapsed().as_nanos() as u64,
+        }
     }
 
     pub(crate) fn next_id(&self) -> u32 {

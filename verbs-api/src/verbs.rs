@@ -181,7 +181,7 @@ impl Context {
 
     /// The device's clock in nanoseconds (virtual time on a simulated fabric).
     pub fn now(&self) -> u64 {
-        self.dev.engine().now()
+        self.dev.now()
     }
 
     /// The port's MAC address (what a peer puts in its address vector).
