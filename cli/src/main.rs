@@ -7,6 +7,7 @@
 mod decode;
 mod demo;
 mod perf;
+mod stats;
 
 use std::process::ExitCode;
 
@@ -28,6 +29,8 @@ enum Command {
     Demo(demo::Args),
     /// perftest's tests on ferroce: `perf write bw`, `perf read lat`, ... (sim by default).
     Perf(perf::Args),
+    /// Counters of the ferroce processes running here, per port and per QP.
+    Stats(stats::Args),
 }
 
 /// A failure the user can act on, printed as one line.
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
         Command::Decode(args) => decode::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Perf(args) => perf::run(&args),
+        Command::Stats(args) => stats::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -140,3 +140,36 @@ fn bad_perf_arguments_are_one_line() {
         assert!(err.starts_with(starts), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn stats_shows_the_counters_a_run_exported() {
+    let dir = std::env::temp_dir().join(format!("ferroce-stats-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = Command::new(env!("CARGO_BIN_EXE_ferroce"))
+        .args(["perf", "send", "bw", "--iters", "200", "--size", "1000"])
+        .env("FERROCE_STATS_DIR", &dir)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let d = dir.to_str().unwrap();
+    // The run has exited: only --all shows it.
+    let live = ferroce(&["stats", "--dir", d, "--json"]);
+    assert_eq!(String::from_utf8_lossy(&live.stdout).trim(), "[]");
+    let all = ferroce(&["stats", "--dir", d, "--json", "--all"]);
+    let v: Value = serde_json::from_slice(&all.stdout).unwrap();
+    let devices: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["device"].as_str().unwrap())
+        .collect();
+    assert_eq!(devices, ["sim:a", "sim:b"]);
+    let b = &v[1];
+    assert_eq!(b["alive"], false);
+    assert!(b["port"]["rx_frames"].as_u64().unwrap() >= 200);
+    let qp = b["qps"].as_object().unwrap().values().next().unwrap();
+    assert!(qp["acks_sent"].as_u64().unwrap() > 0);
+    let text = ferroce(&["stats", "--dir", d, "--all"]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("sim:b (pid "));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -24,6 +24,7 @@ pub(crate) trait DeviceEngine: Send {
     fn counters(&self) -> PortCounters;
     fn qp_counters(&self, qpn: u32) -> Option<Counters>;
     fn qp_counters_total(&self) -> Counters;
+    fn qp_counters_all(&self) -> Vec<(u32, Counters)>;
     fn next_deadline(&self) -> Option<u64>;
     fn has_pending_work(&self) -> bool;
     fn link_state(&self) -> LinkState;
@@ -53,6 +54,9 @@ impl<P: Port + Send> DeviceEngine for Engine<P> {
     }
     fn qp_counters_total(&self) -> Counters {
         Self::qp_counters_total(self)
+    }
+    fn qp_counters_all(&self) -> Vec<(u32, Counters)> {
+        Self::qp_counters_all(self)
     }
     fn next_deadline(&self) -> Option<u64> {
         Self::next_deadline(self)

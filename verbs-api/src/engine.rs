@@ -306,6 +306,17 @@ impl<P: Port> Engine<P> {
         self.qps.get(&qpn).map(|s| *s.qp.counters())
     }
 
+    /// Every QP's number and counters.
+    pub fn qp_counters_all(&self) -> Vec<(u32, Counters)> {
+        let mut v: Vec<_> = self
+            .qps
+            .iter()
+            .map(|(&n, s)| (n, *s.qp.counters()))
+            .collect();
+        v.sort_by_key(|&(n, _)| n);
+        v
+    }
+
     /// Every QP's counters, summed.
     pub fn qp_counters_total(&self) -> Counters {
         let mut c = Counters::default();

@@ -287,6 +287,61 @@ impl Context {
         self.dev.engine().qp_counters_total()
     }
 
+    /// Each QP's number and transport counters.
+    pub fn qp_counters_all(&self) -> Vec<(u32, Counters)> {
+        self.dev.engine().qp_counters_all()
+    }
+
+    /// Writes this device's counters where `ferroce stats` finds them: one file per process
+    /// and device in `FERROCE_STATS_DIR` (default `/tmp/ferroce-stats`), replaced atomically.
+    /// A simple key=value text, so any tool can read it.
+    pub fn export_stats(&self) -> std::io::Result<std::path::PathBuf> {
+        let dir = std::env::var_os("FERROCE_STATS_DIR").map_or_else(
+            || std::path::PathBuf::from("/tmp/ferroce-stats"),
+            Into::into,
+        );
+        std::fs::create_dir_all(&dir)?;
+        let name: String = self
+            .dev
+            .name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let path = dir.join(format!("{}-{name}.stats", std::process::id()));
+        let mut text = format!("pid={}\ndevice={}\n", std::process::id(), self.dev.name);
+        for (k, v) in self.port_counters().iter() {
+            text.push_str(&format!("port.{k}={v}\n"));
+        }
+        for (qpn, c) in self.qp_counters_all() {
+            for (k, v) in c.iter() {
+                text.push_str(&format!("qp.{qpn:#x}.{k}={v}\n"));
+            }
+        }
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, &path)?;
+        // Forget exports of processes that are gone (all but the newest few), so the
+        // directory does not grow without bound.
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            let mut stale: Vec<_> = entries
+                .flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().into_string().ok()?;
+                    let pid = name.split('-').next()?.parse::<u32>().ok()?;
+                    let gone = !std::path::Path::new(&format!("/proc/{pid}")).exists();
+                    let modified = e.metadata().and_then(|m| m.modified()).ok()?;
+                    gone.then_some((modified, e.path()))
+                })
+                .collect();
+            stale.sort();
+            let excess = stale.len().saturating_sub(8);
+            for (_, p) in stale.into_iter().take(excess) {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+        Ok(path)
+    }
+
     /// An address handle for UD sends to `gid` at `dmac` (RoCE resolves the MAC by ARP or
     /// neighbour discovery; ferroce takes it from the caller or the connection exchange).
     pub fn create_ah(&self, gid: Gid, dmac: MacAddr) -> AddressHandle {

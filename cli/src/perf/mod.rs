@@ -356,6 +356,9 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
                 && dst.conns[i].mr.read(0, &mut y)
                 && x[..used] == y[..used]
         });
+    for s in [&client, &server] {
+        let _ = s.ctx.export_stats();
+    }
     let link = net.fabric().link_stats(net.link());
     report(a, &out, Some(link), Some(&client), Some(&server));
     server.conns.clear();

@@ -161,6 +161,7 @@ pub(super) fn run(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
         u32::from_be_bytes(theirs) == mine
     };
     out.verified = verified && out.failed.is_none();
+    let _ = me.ctx.export_stats();
     if a.server {
         out.seconds = out.wall_s;
         out.peak_gbps = out.bytes as f64 * 8.0 / out.seconds.max(1e-9) / 1e9;
@@ -198,11 +199,19 @@ fn serve(a: &Args, me: &Side, stream: &mut TcpStream) -> Outcome {
     let mut n = 0u64;
     let _ = stream.set_nonblocking(true);
     let mut turns = 0u32;
+    let mut last_export = me.ctx.now();
     loop {
         me.ctx.progress();
         turns = turns.wrapping_add(1);
-        if turns.is_multiple_of(256) && peer_done(stream) {
-            return out;
+        if turns.is_multiple_of(256) {
+            if peer_done(stream) {
+                return out;
+            }
+            let now = me.ctx.now();
+            if now - last_export >= 1_000_000_000 {
+                let _ = me.ctx.export_stats();
+                last_export = now;
+            }
         }
         wcs.clear();
         me.cq.poll(&mut wcs, 64);
@@ -304,6 +313,7 @@ fn client_bw(a: &Args, me: &Side) -> Outcome {
                 total as f64 * a.size as f64 * 8.0 / (now - start) as f64
             );
             last_report = now;
+            let _ = me.ctx.export_stats();
         }
         let finished = match &stop_at {
             Some(s) => (0..qps).all(|i| done[i] >= s[i]),
