@@ -209,6 +209,8 @@ pub struct QpShared {
     /// Posts since the engine last drained the inbox.
     pub(crate) sq_posted: AtomicU32,
     pub(crate) rq_posted: AtomicU32,
+    /// Receives come from a shared receive queue.
+    pub(crate) has_srq: bool,
     rung: AtomicBool,
 }
 
@@ -224,6 +226,7 @@ impl QpShared {
             rq_outstanding: AtomicU32::new(0),
             sq_posted: AtomicU32::new(0),
             rq_posted: AtomicU32::new(0),
+            has_srq: false,
             rung: AtomicBool::new(false),
         }
     }

@@ -24,5 +24,5 @@ pub use ferroce_stack::transport::{
 };
 pub use verbs::{
     AddressHandle, CompletionChannel, CompletionQueue, Context, DeviceAttr, Gid, MemoryRegion,
-    PortAttr, PortState, PostFailure, ProtectionDomain, QueuePair, VerbsError,
+    PortAttr, PortState, PostFailure, ProtectionDomain, QueuePair, SharedReceiveQueue, VerbsError,
 };

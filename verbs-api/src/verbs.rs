@@ -415,6 +415,26 @@ impl ProtectionDomain {
         Ok(mr)
     }
 
+    /// `ibv_create_srq`: a shared receive queue of `max_wr` receives of up to `max_sge`
+    /// elements, for QPs created with [`create_qp_with_srq`](Self::create_qp_with_srq).
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> SharedReceiveQueue {
+        SharedReceiveQueue {
+            srq: ferroce_stack::transport::Srq::new(max_wr, max_sge),
+        }
+    }
+
+    /// `ibv_create_qp` with `srq` set: receives come from the shared queue.
+    pub fn create_qp_with_srq(
+        &self,
+        qp_type: QpType,
+        caps: QpCaps,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        srq: &SharedReceiveQueue,
+    ) -> Result<QueuePair, VerbsError> {
+        self.create(qp_type, caps, send_cq, recv_cq, Some(srq.srq.clone()))
+    }
+
     /// `ibv_create_qp`: a QP of `qp_type` with `caps`, completing sends on `send_cq` and
     /// receives on `recv_cq`.
     pub fn create_qp(
@@ -424,6 +444,17 @@ impl ProtectionDomain {
         send_cq: &CompletionQueue,
         recv_cq: &CompletionQueue,
     ) -> Result<QueuePair, VerbsError> {
+        self.create(qp_type, caps, send_cq, recv_cq, None)
+    }
+
+    fn create(
+        &self,
+        qp_type: QpType,
+        caps: QpCaps,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        srq: Option<ferroce_stack::transport::Srq>,
+    ) -> Result<QueuePair, VerbsError> {
         if !Arc::ptr_eq(&send_cq.ctx.dev, &self.ctx.dev)
             || !Arc::ptr_eq(&recv_cq.ctx.dev, &self.ctx.dev)
         {
@@ -432,11 +463,15 @@ impl ProtectionDomain {
         let qpn = self.ctx.dev.next_qpn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff;
         let mut config = QpConfig::new(Qpn::new(qpn), qp_type, self.id);
         config.caps = caps;
+        let has_srq = srq.is_some();
+        config.srq = srq;
         let mut qp = Qp::new(config);
         if qp_type == QpType::Ud {
             qp.set_port_mtu(Mtu::for_ethernet_mtu(self.ctx.dev.eth_mtu));
         }
-        let shared = Arc::new(QpShared::new(qpn, qp_type, caps));
+        let mut shared = QpShared::new(qpn, qp_type, caps);
+        shared.has_srq = has_srq;
+        let shared = Arc::new(shared);
         self.ctx.dev.engine().add_qp(
             qp,
             shared.clone(),
@@ -627,6 +662,34 @@ impl CompletionQueue {
     }
 }
 
+/// A shared receive queue.
+#[derive(Debug, Clone)]
+pub struct SharedReceiveQueue {
+    srq: ferroce_stack::transport::Srq,
+}
+
+impl SharedReceiveQueue {
+    /// `ibv_post_srq_recv` for a list of WRs; the first refused one stops the list.
+    pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
+        for (index, wr) in wrs.iter().enumerate() {
+            self.srq
+                .post_recv(wr)
+                .map_err(|error| PostFailure { index, error })?;
+        }
+        Ok(())
+    }
+
+    /// Receives waiting.
+    pub fn len(&self) -> usize {
+        self.srq.len()
+    }
+
+    /// True when no receive waits.
+    pub fn is_empty(&self) -> bool {
+        self.srq.is_empty()
+    }
+}
+
 /// A UD destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AddressHandle {
@@ -718,6 +781,9 @@ impl QueuePair {
             let fail = |error| PostFailure { index, error };
             if sh.state() == QpState::Reset {
                 return Err(fail(PostError::InvalidState(QpState::Reset)));
+            }
+            if sh.has_srq {
+                return Err(fail(PostError::UsesSrq));
             }
             if wr.sg_list.len() > sh.caps.max_recv_sge as usize {
                 return Err(fail(PostError::TooManySges {

@@ -219,3 +219,113 @@ fn engine_threads_on_a_pipe_with_a_completion_channel() {
         .enumerate()
         .all(|(i, c)| c.wr_id == i as u64 && c.imm_data == i as u32));
 }
+
+#[test]
+fn two_qps_share_one_receive_queue_under_loss() {
+    let model = LinkModel {
+        loss: Loss::Bernoulli(0.01),
+        ..LinkModel::new(25_000_000_000, 2_000)
+    };
+    let (net, ca, cb) = SimNet::pair(8, model, 1500, None).unwrap();
+    let pa = ca.alloc_pd();
+    let pb = cb.alloc_pd();
+    let all = Access::LOCAL_WRITE.with(Access::REMOTE_WRITE);
+    let src = pa.alloc_mr(8192, all).unwrap();
+    let dst = pb.alloc_mr(100 * 4096, all).unwrap();
+    let (cqa, cqb) = (ca.create_cq(1024, None), cb.create_cq(1024, None));
+    let srq = pb.create_srq(128, 2);
+    for i in 0..100 {
+        srq.post_recv(&[RecvWr {
+            wr_id: i,
+            sg_list: &[dst.sge(4096 * i as usize, 4096)],
+        }])
+        .unwrap();
+    }
+    let o = ConnectOpts {
+        mtu: Mtu::Mtu1024,
+        ..ConnectOpts::default()
+    };
+    let mut senders = Vec::new();
+    for q in 0..2u8 {
+        let qa = pa
+            .create_qp(QpType::Rc, QpCaps::default(), &cqa, &cqa)
+            .unwrap();
+        let qb = pb
+            .create_qp_with_srq(QpType::Rc, QpCaps::default(), &cqb, &cqb, &srq)
+            .unwrap();
+        let ea = Endpoint {
+            qpn: qa.qpn().value(),
+            psn: 7,
+            gid: ca.query_gid(0).unwrap(),
+            mac: ca.mac(),
+            addr: 0,
+            len: 0,
+            rkey: 0,
+        };
+        let eb = Endpoint {
+            qpn: qb.qpn().value(),
+            psn: 9,
+            gid: cb.query_gid(0).unwrap(),
+            mac: cb.mac(),
+            addr: 0,
+            len: 0,
+            rkey: 0,
+        };
+        connect_qp(&ca, &qa, 7, &eb, &o).unwrap();
+        connect_qp(&cb, &qb, 9, &ea, &o).unwrap();
+        // A QP on a shared queue takes no receives of its own.
+        let err = qb
+            .post_recv(&[RecvWr {
+                wr_id: 0,
+                sg_list: &[dst.sge(0, 8)],
+            }])
+            .unwrap_err();
+        assert_eq!(err.error, PostError::UsesSrq);
+        src.write(4096 * q as usize, &vec![q + 1; 3000]);
+        senders.push((qa, qb));
+    }
+    // Interleave 40 three-packet SENDs from each QP.
+    for n in 0..40u64 {
+        for (q, (qa, _)) in senders.iter().enumerate() {
+            let s = [src.sge(4096 * q, 3000)];
+            qa.post_send(&[SendWr::new(n, WrOpcode::SendWithImm, Payload::Sges(&s)).imm(q as u32)])
+                .unwrap();
+        }
+    }
+    let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
+    assert!(net.run_until(|| {
+        cqa.poll(&mut got_a, 64);
+        cqb.poll(&mut got_b, 64);
+        got_a.len() == 80 && got_b.len() == 80
+    }));
+    assert!(got_a
+        .iter()
+        .chain(&got_b)
+        .all(|c| c.status == WcStatus::Success));
+    assert_eq!(srq.len(), 20);
+    let mut ids: Vec<u64> = got_b.iter().map(|c| c.wr_id).collect();
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        (0..80).collect::<Vec<_>>(),
+        "each shared receive used once"
+    );
+    for c in &got_b {
+        assert_eq!(c.byte_len, 3000);
+        let mut buf = vec![0u8; 3000];
+        assert!(dst.read(4096 * c.wr_id as usize, &mut buf));
+        assert!(
+            buf.iter().all(|&b| u32::from(b) == c.imm_data + 1),
+            "receive {} mixed data",
+            c.wr_id
+        );
+    }
+    for (q, (_, qb)) in senders.iter().enumerate() {
+        assert_eq!(
+            got_b.iter().filter(|c| c.qp_num == qb.qpn()).count(),
+            40,
+            "QP {q}"
+        );
+    }
+    assert!(ca.qp_counters_total().retransmitted_packets > 0);
+}

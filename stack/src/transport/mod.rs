@@ -28,6 +28,7 @@ pub mod mr;
 pub mod qp;
 pub mod recovery;
 pub(crate) mod sg;
+pub mod srq;
 pub mod state;
 pub mod timers;
 pub mod wr;
@@ -36,6 +37,7 @@ pub use counters::Counters;
 pub use mr::{Access, AccessError, MrKeys, MrTable, PdId, RegisterError};
 pub use qp::{AddressVector, Mtu, Qp, QpAttr, QpCaps, QpConfig};
 pub use recovery::{GoBackN, OutOfOrder, Recovery, SendWindow};
+pub use srq::Srq;
 pub use state::{check_modify, required_mask, AttrMask, ModifyError, QpState, QpType};
 pub use wr::{
     Payload, PostError, RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,

@@ -360,6 +360,9 @@ pub enum PostError {
     /// An atomic's local buffer is not exactly 8 bytes.
     #[error("atomic operations need an 8-byte local buffer")]
     AtomicLength,
+    /// Receives go to the QP's shared receive queue, not the QP.
+    #[error("the QP takes its receives from a shared receive queue; post there")]
+    UsesSrq,
     /// A message longer than 2^31 bytes.
     #[error("message of {0} bytes exceeds 2^31")]
     MessageTooLong(u64),

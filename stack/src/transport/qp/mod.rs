@@ -286,6 +286,8 @@ pub struct QpConfig {
     pub caps: QpCaps,
     /// Loss recovery policy; Go-Back-N when `None`.
     pub recovery: Option<Box<dyn Recovery>>,
+    /// Take receives from this shared receive queue instead of the QP's own.
+    pub srq: Option<super::srq::Srq>,
 }
 
 impl QpConfig {
@@ -297,6 +299,7 @@ impl QpConfig {
             pd,
             caps: QpCaps::default(),
             recovery: None,
+            srq: None,
         }
     }
 }
@@ -339,7 +342,7 @@ impl SendWqe {
     }
 }
 
-/// A posted receive WR.
+/// A posted receive WR (as a QP or SRQ keeps it).
 #[derive(Clone, Debug)]
 pub(crate) struct RecvWqe {
     pub(crate) wr_id: u64,
@@ -396,7 +399,7 @@ impl Qp {
             ack_timeout_ns: None,
             recovery: config.recovery.unwrap_or_else(|| Box::new(GoBackN)),
             req: requester::Requester::new(Psn::new(0)),
-            resp: responder::Responder::new(Psn::new(0)),
+            resp: responder::Responder::new(Psn::new(0), config.srq.clone()),
             completions: VecDeque::new(),
             counters: Counters::default(),
             span: tracing::debug_span!("qp", qpn = config.qpn.value(), kind = ?config.qp_type),
@@ -576,7 +579,8 @@ impl Qp {
     /// Back to RESET: queues emptied without completions, as the spec says.
     fn reset(&mut self) {
         self.req = requester::Requester::new(Psn::new(0));
-        self.resp = responder::Responder::new(Psn::new(0));
+        let srq = self.resp.srq.clone();
+        self.resp = responder::Responder::new(Psn::new(0), srq);
         self.completions.clear();
     }
 
@@ -663,6 +667,9 @@ impl Qp {
     pub fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
         if self.state == QpState::Reset {
             return Err(PostError::InvalidState(self.state));
+        }
+        if self.resp.srq.is_some() {
+            return Err(PostError::UsesSrq);
         }
         if wr.sg_list.len() > self.caps.max_recv_sge as usize {
             return Err(PostError::TooManySges {
@@ -812,6 +819,9 @@ impl Qp {
         self.state = QpState::Err;
         self.flush_send_queue(failed);
         let mut rq = core::mem::take(&mut self.resp.rq);
+        if let Some(w) = self.resp.cur_recv.take() {
+            rq.push_front(w);
+        }
         for w in rq.drain(..) {
             self.push_recv_flush(&w);
         }

@@ -13,6 +13,7 @@ use super::{next_msn, Qp, RecvWqe};
 use crate::transport::mr::{Access, AccessError, MrTable};
 use crate::transport::recovery::OutOfOrder;
 use crate::transport::sg::{self, SgError};
+use crate::transport::srq::Srq;
 use crate::transport::state::{QpState, QpType};
 use crate::transport::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::{
@@ -84,6 +85,11 @@ struct Reply {
 #[derive(Debug)]
 pub(crate) struct Responder {
     pub(crate) rq: VecDeque<RecvWqe>,
+    /// The shared receive queue receives come from instead of `rq`, if any.
+    pub(crate) srq: Option<Srq>,
+    /// The receive the SEND (or WRITE with immediate) in progress fills: taken at its first
+    /// packet, so packets of other QPs' messages cannot take it from a shared queue.
+    pub(crate) cur_recv: Option<RecvWqe>,
     pub(crate) epsn: Psn,
     msn: Msn,
     msg: Option<InMsg>,
@@ -98,9 +104,11 @@ pub(crate) struct Responder {
 }
 
 impl Responder {
-    pub(crate) fn new(epsn: Psn) -> Self {
+    pub(crate) fn new(epsn: Psn, srq: Option<Srq>) -> Self {
         Self {
             rq: VecDeque::new(),
+            srq,
+            cur_recv: None,
             epsn,
             msn: Msn::new(0),
             msg: None,
@@ -110,6 +118,45 @@ impl Responder {
             final_nak: false,
             replies: VecDeque::new(),
             atomics: VecDeque::new(),
+        }
+    }
+
+    fn take_recv(&mut self) -> Option<RecvWqe> {
+        match &self.srq {
+            Some(srq) => srq.pop(),
+            None => self.rq.pop_front(),
+        }
+    }
+
+    fn has_recv(&self) -> bool {
+        match &self.srq {
+            Some(srq) => !srq.is_empty(),
+            None => !self.rq.is_empty(),
+        }
+    }
+
+    /// Gives back the receive of a dropped message, first in line.
+    fn return_recv(&mut self) {
+        if let Some(w) = self.cur_recv.take() {
+            match &self.srq {
+                Some(srq) => srq.push_front(w),
+                None => self.rq.push_front(w),
+            }
+        }
+    }
+
+    /// Drops the message in progress (UC loss): its receive is reused by the next message.
+    fn abort_msg(&mut self) {
+        self.msg = None;
+        self.return_recv();
+    }
+
+    /// The AETH credit code: free receives, or 31 (no flow control) on a shared queue, as
+    /// the spec asks of SRQ-attached responders.
+    fn credits(&self) -> u8 {
+        match &self.srq {
+            Some(_) => 31,
+            None => super::credit_code(self.rq.len()),
         }
     }
 
@@ -176,11 +223,11 @@ impl Qp {
                     if self.resp.msg.is_some() {
                         self.counters.out_of_sequence += 1;
                     }
-                    self.resp.msg = None;
+                    self.resp.abort_msg();
                     self.resp.epsn = psn;
                 }
                 if self.execute(pkt, mem).is_err() {
-                    self.resp.msg = None;
+                    self.resp.abort_msg();
                     self.resp.epsn = psn.add(1);
                 }
             }
@@ -200,7 +247,11 @@ impl Qp {
                 });
                 if let Some(status) = recv_status {
                     self.counters.resp_cqe_error += 1;
-                    if let Some(w) = self.resp.rq.pop_front() {
+                    let w = match self.resp.cur_recv.take() {
+                        Some(w) => Some(w),
+                        None => self.resp.take_recv(),
+                    };
+                    if let Some(w) = w {
                         self.completions.push_back(WorkCompletion::new(
                             w.wr_id,
                             status,
@@ -235,7 +286,7 @@ impl Qp {
             (None, true) => {}
             (Some(m), false) if m.kind() == kind => {}
             // UC: a new message aborts the one in progress.
-            (Some(_), true) if !rc => self.resp.msg = None,
+            (Some(_), true) if !rc => self.resp.abort_msg(),
             _ => {
                 let in_send = matches!(self.resp.msg, Some(InMsg::Send { .. }));
                 return Err(Fault::Fatal(
@@ -287,7 +338,12 @@ impl Qp {
         starts: bool,
         last: bool,
     ) -> Result<(), Fault> {
-        let Some(wqe) = self.resp.rq.front() else {
+        if starts {
+            // A receive left from a message UC dropped goes back first.
+            self.resp.return_recv();
+            self.resp.cur_recv = self.resp.take_recv();
+        }
+        let Some(wqe) = self.resp.cur_recv.as_ref() else {
             return Err(Fault::NoReceive);
         };
         let offset = match self.resp.msg {
@@ -332,7 +388,7 @@ impl Qp {
             flags = flags.with(WcFlags::WITH_INV);
             imm = ieth.rkey;
         }
-        let Some(w) = self.resp.rq.pop_front() else {
+        let Some(w) = self.resp.cur_recv.take() else {
             return Err(Fault::NoReceive);
         };
         let mut wc = WorkCompletion::new(w.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
@@ -394,7 +450,7 @@ impl Qp {
             }
         };
         let with_imm = pkt.repr.ext.imm_dt;
-        if last && with_imm.is_some() && self.resp.rq.is_empty() {
+        if last && with_imm.is_some() && !self.resp.has_recv() {
             // Keep the message state: the retried packet continues it.
             self.resp.msg = Some(InMsg::Write {
                 va,
@@ -431,7 +487,7 @@ impl Qp {
         self.resp.msn = next_msn(self.resp.msn);
         self.counters.rx_write_requests += 1;
         if let Some(i) = with_imm {
-            if let Some(w) = self.resp.rq.pop_front() {
+            if let Some(w) = self.resp.take_recv() {
                 let mut wc = WorkCompletion::new(
                     w.wr_id,
                     WcStatus::Success,
@@ -615,7 +671,7 @@ impl Qp {
         if self.resp.ack_pending {
             self.resp.ack_pending = false;
             let syndrome = Syndrome::Ack {
-                credits: super::credit_code(self.resp.rq.len()),
+                credits: self.resp.credits(),
             };
             return self.emit_ack(buf, syndrome, self.resp.epsn.sub(1));
         }
@@ -640,7 +696,7 @@ impl Qp {
     }
 
     fn emit_reply(&mut self, reply: Reply, buf: &mut [u8], mem: &MrTable) -> Option<usize> {
-        let credits = super::credit_code(self.resp.rq.len());
+        let credits = self.resp.credits();
         let aeth = AethRepr {
             syndrome: Syndrome::Ack { credits }.to_byte(),
             msn: reply.msn,
@@ -717,7 +773,7 @@ impl Qp {
             self.counters.qkey_violations += 1;
             return;
         }
-        let Some(w) = self.resp.rq.pop_front() else {
+        let Some(w) = self.resp.take_recv() else {
             self.counters.out_of_buffer += 1;
             return;
         };
