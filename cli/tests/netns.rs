@@ -175,3 +175,96 @@ fn an_absent_or_foreign_peer_is_one_clear_line() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("does not speak ferroce"), "{err}");
 }
+
+/// Removes a namespace (and the TAP inside it) even if the test fails.
+struct Ns(String);
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+    }
+}
+
+#[test]
+fn tap_device_talks_to_afpacket_on_the_same_interface() {
+    if !root() {
+        return;
+    }
+    let ns = format!("ft{}", std::process::id() % 100_000);
+    let _ = Command::new("ip").args(["netns", "del", &ns]).output();
+    let sh = |args: &[&str]| {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    assert!(Command::new("ip")
+        .args(["netns", "add", &ns])
+        .status()
+        .unwrap()
+        .success());
+    let _guard = Ns(ns.clone());
+    sh(&[
+        "sysctl",
+        "-qw",
+        "net.ipv6.conf.all.disable_ipv6=1",
+        "net.ipv6.conf.default.disable_ipv6=1",
+    ]);
+    sh(&["ip", "tuntap", "add", "dev", "ftap0", "mode", "tap"]);
+    sh(&["ip", "link", "set", "ftap0", "mtu", "4200"]);
+    sh(&["ip", "addr", "add", "192.168.78.1/24", "dev", "ftap0"]);
+    sh(&["ip", "link", "set", "ftap0", "up"]);
+    sh(&["ip", "link", "set", "lo", "up"]);
+    let bin = env!("CARGO_BIN_EXE_ferroce");
+    for (verb, kind, port) in [("write", "bw", "20101"), ("send", "lat", "20102")] {
+        let common = [
+            "--size", "2000", "--iters", "300", "--mtu", "2048", "--port", port, "--json",
+        ];
+        let server = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns,
+                bin,
+                "perf",
+                verb,
+                kind,
+                "--device",
+                "afpacket:ftap0",
+                "--server",
+            ])
+            .args(common)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // ferroce's end of the TAP is 192.168.78.2; the exchange runs over loopback.
+        let client = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns,
+                bin,
+                "perf",
+                verb,
+                kind,
+                "--device",
+                "tap:ftap0@192.168.78.2",
+            ])
+            .args(["--connect", "127.0.0.1"])
+            .args(common)
+            .output()
+            .unwrap();
+        let server = server.wait_with_output().unwrap();
+        let (c, s) = (json_of(&client), json_of(&server));
+        assert_eq!(c["verified"], true, "{verb} {kind}: {c}");
+        assert_eq!(s["verified"], true, "{verb} {kind}: {s}");
+        assert_eq!(c["iterations"], 300);
+    }
+}

@@ -13,5 +13,6 @@ pub mod pcap;
 pub mod pipe;
 mod port;
 pub mod sim;
+pub mod tap;
 
 pub use port::{LinkState, Port, PortCapabilities, TxError};

@@ -112,7 +112,8 @@ pub fn pipe_pair(eth_mtu: usize) -> (Context, Context) {
 }
 
 /// Opens a device from its specification: `afpacket:IFACE` (a Linux interface through an
-/// AF_PACKET socket; needs root). `sim` devices come in pairs from [`SimNet::pair`].
+/// AF_PACKET socket) or `tap:NAME[@IP]` (the far end of a TAP interface, with ferroce's own
+/// address on it); both need root. `sim` devices come in pairs from [`SimNet::pair`].
 pub fn open_device(spec: &str) -> Result<Context, VerbsError> {
     match spec.split_once(':') {
         Some(("afpacket", iface)) if !iface.is_empty() => {
@@ -130,8 +131,25 @@ pub fn open_device(spec: &str) -> Result<Context, VerbsError> {
                 dev: Device::new(spec.into(), port, ip, seed, None),
             })
         }
+        Some(("tap", rest)) if !rest.is_empty() => {
+            let (name, ip) = match rest.split_once('@') {
+                Some((n, ip)) => {
+                    let ip = ip.parse::<IpAddr>().map_err(|_| {
+                        VerbsError::Open(format!("'{ip}' in {spec} is not an IP address"))
+                    })?;
+                    (n, Some(ip))
+                }
+                None => (rest, None),
+            };
+            let port = ferroce_drivers::tap::TapPort::open(name, ip)
+                .map_err(|e| VerbsError::Open(e.to_string()))?;
+            let ip = port.ip();
+            Ok(Context {
+                dev: Device::new(spec.into(), port, ip, 0x7a9, None),
+            })
+        }
         _ => Err(VerbsError::Open(format!(
-            "unknown device '{spec}'; use sim, or afpacket:IFACE (e.g. afpacket:veth0)"
+            "unknown device '{spec}'; use sim, afpacket:IFACE (e.g. afpacket:veth0) or tap:NAME[@IP]"
         ))),
     }
 }

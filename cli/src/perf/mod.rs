@@ -44,8 +44,8 @@ pub(crate) struct Args {
     verb: Verb,
     /// Bandwidth or latency.
     kind: Kind,
-    /// Device: `sim` (both ends in this process on a simulated fabric) or `afpacket:IFACE`
-    /// (one end per process: `--server` on one host, `--connect HOST` on the other).
+    /// Device: `sim` (both ends in this process on a simulated fabric), `afpacket:IFACE` or
+    /// `tap:NAME[@IP]` (one end per process: `--server` on one, `--connect HOST` on the other).
     #[arg(long, default_value = "sim")]
     device: String,
     /// Wait for a client (perftest's server side).
@@ -139,9 +139,9 @@ fn check(a: &Args) -> Result<Mtu, Failure> {
                 "--server and --connect need a real device (--device afpacket:IFACE); sim runs both ends here".into(),
             ));
         }
-    } else if !a.device.starts_with("afpacket:") {
+    } else if !a.device.starts_with("afpacket:") && !a.device.starts_with("tap:") {
         return Err(Failure(format!(
-            "device '{}' is unknown; use sim or afpacket:IFACE",
+            "device '{}' is unknown; use sim, afpacket:IFACE or tap:NAME[@IP]",
             a.device
         )));
     } else if !two_sided {
