@@ -266,5 +266,17 @@ fn tap_device_talks_to_afpacket_on_the_same_interface() {
         assert_eq!(c["verified"], true, "{verb} {kind}: {c}");
         assert_eq!(s["verified"], true, "{verb} {kind}: {s}");
         assert_eq!(c["iterations"], 300);
+        // The capture of the TAP end decodes cleanly, every frame.
+        let d = Command::new(bin)
+            .args(["decode", pcap.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&d.stdout);
+        let summary = text.lines().last().unwrap_or_default();
+        assert!(
+            summary.ends_with("decoded, 0 rejected") && !summary.starts_with("0 "),
+            "{summary}"
+        );
+        let _ = std::fs::remove_file(&pcap);
     }
 }

@@ -115,6 +115,31 @@ pub fn pipe_pair(eth_mtu: usize) -> (Context, Context) {
 /// AF_PACKET socket) or `tap:NAME[@IP]` (the far end of a TAP interface, with ferroce's own
 /// address on it); both need root. `sim` devices come in pairs from [`SimNet::pair`].
 pub fn open_device(spec: &str) -> Result<Context, VerbsError> {
+    open_device_with_pcap(spec, None)
+}
+
+/// [`open_device`], recording the port's traffic both ways to `pcap` when given.
+pub fn open_device_with_pcap(
+    spec: &str,
+    pcap: Option<Box<dyn Write + Send>>,
+) -> Result<Context, VerbsError> {
+    fn device<P: ferroce_drivers::Port + Send + 'static>(
+        spec: &str,
+        port: P,
+        ip: IpAddr,
+        seed: u64,
+        pcap: Option<Box<dyn Write + Send>>,
+    ) -> Result<Context, VerbsError> {
+        let dev = match pcap {
+            Some(sink) => {
+                let tee = PcapTee::new(port, BufWriter::new(sink), Direction::Both)
+                    .map_err(|e| VerbsError::Open(format!("cannot write the pcap: {e}")))?;
+                Device::new(spec.into(), tee, ip, seed, None)
+            }
+            None => Device::new(spec.into(), port, ip, seed, None),
+        };
+        Ok(Context { dev })
+    }
     match spec.split_once(':') {
         Some(("afpacket", iface)) if !iface.is_empty() => {
             let port = ferroce_drivers::afpacket::AfPacketPort::open(iface)
@@ -127,9 +152,7 @@ pub fn open_device(spec: &str) -> Result<Context, VerbsError> {
             let seed = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(1, |d| d.as_nanos() as u64);
-            Ok(Context {
-                dev: Device::new(spec.into(), port, ip, seed, None),
-            })
+            device(spec, port, ip, seed, pcap)
         }
         Some(("tap", rest)) if !rest.is_empty() => {
             let (name, ip) = match rest.split_once('@') {
@@ -144,9 +167,7 @@ pub fn open_device(spec: &str) -> Result<Context, VerbsError> {
             let port = ferroce_drivers::tap::TapPort::open(name, ip)
                 .map_err(|e| VerbsError::Open(e.to_string()))?;
             let ip = port.ip();
-            Ok(Context {
-                dev: Device::new(spec.into(), port, ip, 0x7a9, None),
-            })
+            device(spec, port, ip, 0x7a9, pcap)
         }
         _ => Err(VerbsError::Open(format!(
             "unknown device '{spec}'; use sim, afpacket:IFACE (e.g. afpacket:veth0) or tap:NAME[@IP]"

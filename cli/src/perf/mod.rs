@@ -99,7 +99,7 @@ pub(crate) struct Args {
     /// Seed of every random choice on sim.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Record the client's port to this pcap file.
+    /// Record this process's port (on sim: the client's) to this pcap file.
     #[arg(long)]
     pcap: Option<PathBuf>,
     /// One JSON object instead of the table.
@@ -714,6 +714,17 @@ fn counters(s: &Side) -> Map<String, Value> {
     for (k, v) in s.ctx.qp_counters_total().iter() {
         m.insert(k.to_string(), json!(v));
     }
+    let per_qp: Map<String, Value> = s
+        .ctx
+        .qp_counters_all()
+        .into_iter()
+        .map(|(qpn, c)| {
+            let obj: Map<String, Value> =
+                c.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+            (format!("{qpn:#x}"), Value::Object(obj))
+        })
+        .collect();
+    m.insert("per_qp".into(), Value::Object(per_qp));
     m
 }
 

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use ferroce_verbs::connect::{connect_qp, exchange_client, exchange_server, swap, ConnectOpts};
-use ferroce_verbs::sim::open_device;
+use ferroce_verbs::sim::open_device_with_pcap;
 use ferroce_verbs::Mtu;
 
 use super::{
@@ -80,7 +80,15 @@ fn peer_done(s: &mut TcpStream) -> bool {
 }
 
 pub(super) fn run(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
-    let ctx = open_device(&a.device)?;
+    let pcap: Option<Box<dyn Write + Send>> = match &a.pcap {
+        Some(p) => {
+            Some(Box::new(std::fs::File::create(p).map_err(|e| {
+                Failure(format!("cannot create {}: {e}", p.display()))
+            })?))
+        }
+        None => None,
+    };
+    let ctx = open_device_with_pcap(&a.device, pcap)?;
     let buf_len = a.size * SLOTS;
     let depth = if a.kind == Kind::Lat { 2 } else { a.tx_depth };
     let mut me = side(&ctx, a.qps, buf_len, depth)?;
