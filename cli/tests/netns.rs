@@ -245,6 +245,7 @@ fn tap_device_talks_to_afpacket_on_the_same_interface() {
             .spawn()
             .unwrap();
         // ferroce's end of the TAP is 192.168.78.2; the exchange runs over loopback.
+        let pcap = std::env::temp_dir().join(format!("{ns}-{verb}.pcap"));
         let client = Command::new("ip")
             .args([
                 "netns",
@@ -257,7 +258,7 @@ fn tap_device_talks_to_afpacket_on_the_same_interface() {
                 "--device",
                 "tap:ftap0@192.168.78.2",
             ])
-            .args(["--connect", "127.0.0.1"])
+            .args(["--connect", "127.0.0.1", "--pcap", pcap.to_str().unwrap()])
             .args(common)
             .output()
             .unwrap();
