@@ -399,20 +399,27 @@ impl ProtectionDomain {
             lkey: keys.lkey,
             rkey: keys.rkey,
             access,
-            _buf: None,
         })
     }
 
     /// Allocates `len` zeroed bytes and registers them: memory the region owns, which the
     /// application reads and writes through [`MemoryRegion::read`] / [`MemoryRegion::write`].
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {
-        let mut buf = vec![0u64; len.div_ceil(8).max(1)].into_boxed_slice();
-        let ptr = buf.as_mut_ptr().cast::<u8>();
-        // SAFETY: the allocation moves into the region and lives exactly as long as the
-        // registration; the region deregisters before freeing it (Drop order below).
-        let mut mr = unsafe { self.reg_mr(ptr, len, access) }?;
-        mr._buf = Some(buf);
-        Ok(mr)
+        let (keys, addr) = self
+            .ctx
+            .dev
+            .engine()
+            .mem()
+            .register_owned(self.id, len, access)?;
+        Ok(MemoryRegion {
+            ctx: self.ctx.clone(),
+            pd: self.id,
+            addr,
+            len,
+            lkey: keys.lkey,
+            rkey: keys.rkey,
+            access,
+        })
     }
 
     /// `ibv_create_srq`: a shared receive queue of `max_wr` receives of up to `max_sge`
@@ -495,7 +502,6 @@ pub struct MemoryRegion {
     lkey: u32,
     rkey: u32,
     access: Access,
-    _buf: Option<Box<[u64]>>,
 }
 
 impl std::fmt::Debug for MemoryRegion {

@@ -101,6 +101,8 @@ struct Region {
     len: usize,
     iova: u64,
     access: Access,
+    /// Memory the table allocated for the region (see `register_owned`), freed with it.
+    _owned: Option<Box<[u64]>>,
 }
 
 // SAFETY: a Region is a pointer plus bounds. The registrant promised (see
@@ -167,12 +169,36 @@ impl MrTable {
                 len,
                 iova,
                 access,
+                _owned: None,
             },
         );
         Ok(MrKeys {
             lkey: key,
             rkey: key,
         })
+    }
+
+    /// Allocates `len` zeroed bytes (8-byte aligned, so atomics work anywhere aligned in
+    /// them) and registers them; the memory lives exactly as long as the registration.
+    /// Returns the keys and the region's address, which is also its iova. The safe way to get
+    /// registered memory: the application reads and writes it through [`read`](Self::read)
+    /// and [`write`](Self::write).
+    pub fn register_owned(
+        &mut self,
+        pd: PdId,
+        len: usize,
+        access: Access,
+    ) -> Result<(MrKeys, u64), RegisterError> {
+        let mut buf = vec![0u64; len.div_ceil(8).max(1)].into_boxed_slice();
+        let base = buf.as_mut_ptr().cast::<u8>();
+        let iova = base as u64;
+        // SAFETY: the allocation moves into the region below and is freed only when the
+        // region is removed from the table, so it outlives every access through these keys.
+        let keys = unsafe { self.register(pd, base, len, iova, access) }?;
+        if let Some(r) = self.regions.get_mut(&keys.lkey) {
+            r._owned = Some(buf);
+        }
+        Ok((keys, iova))
     }
 
     /// Forgets a region: every later access with its keys fails with `InvalidKey`.
@@ -192,6 +218,11 @@ impl MrTable {
         needed: Access,
     ) -> Result<(), AccessError> {
         self.check(key, pd, va, len, needed).map(|_| ())
+    }
+
+    /// The protection domain of the region with key `key`.
+    pub fn pd_of(&self, key: u32) -> Option<PdId> {
+        self.regions.get(&key).map(|r| r.pd)
     }
 
     /// Invalidates `key` on behalf of a SEND_WITH_INVALIDATE that arrived on a QP of `pd`:
