@@ -190,6 +190,16 @@ struct Side {
     _pd: ProtectionDomain,
 }
 
+impl Side {
+    /// Which of this side's QPs a completion belongs to.
+    fn index_of(&self, wc: &WorkCompletion) -> usize {
+        self.conns
+            .iter()
+            .position(|c| c.qp.qpn() == wc.qp_num)
+            .unwrap_or(0)
+    }
+}
+
 /// Slots per QP buffer: messages cycle through them, as perftest cycles its buffers.
 const SLOTS: usize = 4;
 
@@ -483,11 +493,7 @@ fn bw(
                 out.failed = Some(e);
                 return out;
             }
-            let i = client
-                .conns
-                .iter()
-                .position(|c| c.qp.qpn() == wc.qp_num)
-                .unwrap_or(0);
+            let i = client.index_of(wc);
             done[i] = done[i].max(wc.wr_id + 1);
         }
         if a.verb == Verb::Send {
@@ -498,11 +504,7 @@ fn bw(
                     out.failed = Some(e);
                     return out;
                 }
-                let i = server
-                    .conns
-                    .iter()
-                    .position(|c| c.qp.qpn() == wc.qp_num)
-                    .unwrap_or(0);
+                let i = server.index_of(wc);
                 received[i] += 1;
                 if recv_posted[i] < target {
                     if let Err(e) = post_recv(a, server, i, recv_posted[i]) {

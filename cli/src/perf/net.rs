@@ -228,11 +228,7 @@ fn serve(a: &Args, me: &Side, stream: &mut TcpStream) -> Outcome {
                 out.failed = Some(e);
             }
             if wc.opcode.is_recv() {
-                let i = me
-                    .conns
-                    .iter()
-                    .position(|c| c.qp.qpn() == wc.qp_num)
-                    .unwrap_or(0);
+                let i = me.index_of(wc);
                 if a.kind == Kind::Lat {
                     // Pong.
                     if let Err(e) = post(a, me, 0, n, true) {
@@ -301,11 +297,7 @@ fn client_bw(a: &Args, me: &Side) -> Outcome {
                 out.failed = Some(e);
                 return out;
             }
-            let i = me
-                .conns
-                .iter()
-                .position(|c| c.qp.qpn() == wc.qp_num)
-                .unwrap_or(0);
+            let i = me.index_of(wc);
             done[i] = done[i].max(wc.wr_id + 1);
         }
         let total: u64 = done.iter().sum();
