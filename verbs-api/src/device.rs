@@ -140,7 +140,10 @@ impl Device {
     ) -> Arc<Self> {
         let mac = port.mac();
         let eth_mtu = port.mtu();
-        let engine = Engine::new(port, key_seed);
+        let mut engine = Engine::new(port, key_seed);
+        if sim.is_none() {
+            engine.set_clock_stride(32);
+        }
         let doorbells = engine.doorbells.clone();
         Arc::new(Self {
             name,
