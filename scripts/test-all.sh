@@ -8,7 +8,8 @@
 # scapy, a bounded fuzz run, the demo, a build of every benchmark, and the 2^24-PSN run
 # optimized.
 #
-# Environment: FUZZ_SECONDS (default 60) bounds the fuzz run.
+# Environment: FUZZ_SECONDS (default 60) bounds the frame-parser fuzz run; the QP target gets
+# half of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -73,11 +74,15 @@ r = json.load(sys.stdin)
 assert r["frames_sent"] == 20000 and r["receiver"]["valid"] > 0, r
 print("demo:", r["receiver"]["valid"], "valid frames of", r["frames_sent"])'
 
-step "fuzz the frame parser for ${FUZZ_SECONDS:-60} s"
-mkdir -p fuzz/corpus/parse_frame
-(cd fuzz && cargo fuzz run parse_frame -s none corpus/parse_frame seeds/parse_frame -- \
-  -max_total_time="${FUZZ_SECONDS:-60}" -print_final_stats=1 2>&1 | grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|Done )|ERROR|panicked" ) || {
-  echo "fuzzing found a failing input (see fuzz/artifacts/)"; exit 1; }
+step "fuzz the frame parser for ${FUZZ_SECONDS:-60} s and the QP for half that"
+mkdir -p fuzz/corpus/parse_frame fuzz/corpus/qp_frames
+fuzz_run() {
+  (cd fuzz && cargo fuzz run "$1" -s none "corpus/$1" "seeds/$1" -- \
+    -max_total_time="$2" -print_final_stats=1 2>&1 | grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|Done )|ERROR|panicked" ) || {
+    echo "fuzzing $1 found a failing input (see fuzz/artifacts/$1/)"; exit 1; }
+}
+fuzz_run parse_frame "${FUZZ_SECONDS:-60}"
+fuzz_run qp_frames "$(( ${FUZZ_SECONDS:-60} / 2 ))"
 
 step "benchmarks build"
 cargo bench --workspace --no-run -q 2>&1 | tail -n 2
