@@ -80,22 +80,18 @@ impl SimClock {
     /// One step: every device polls; if none had work, time jumps to the next frame arrival
     /// or QP deadline. Returns false when nothing is left to happen at all.
     pub(crate) fn step(&self) -> bool {
-        let devices: Vec<Arc<Device>> = self
-            .devices
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .filter_map(Weak::upgrade)
-            .collect();
         let mut work = 0;
         let mut deadline: Option<u64> = None;
         let mut pending = false;
-        for d in &devices {
-            let mut e = d.engine();
-            work += e.poll();
-            pending |= e.has_pending_work();
-            if let Some(t) = e.next_deadline() {
-                deadline = Some(deadline.map_or(t, |x: u64| x.min(t)));
+        {
+            let devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+            for d in devices.iter().filter_map(Weak::upgrade) {
+                let mut e = d.engine();
+                work += e.poll();
+                pending |= e.has_pending_work();
+                if let Some(t) = e.next_deadline() {
+                    deadline = Some(deadline.map_or(t, |x: u64| x.min(t)));
+                }
             }
         }
         if work > 0 || pending {
