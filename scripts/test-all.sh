@@ -48,9 +48,14 @@ cargo fuzz --version
 step "format and lint"
 cargo fmt --all -- --check
 cargo clippy -q --workspace --all-targets -- -D warnings
+cargo clippy -q --workspace --all-targets --features dpdk -- -D warnings
 
 step "tests"
 cargo test --workspace
+
+step "DPDK driver (bindgen + shim against the system libdpdk; net_ring vdevs, no hugepages)"
+cargo test -q -p ferroce-drivers --features dpdk --test dpdk 2>&1 | grep -E "test result|panicked|FAILED"
+cargo test -q -p ferroce-verbs --features dpdk --test dpdk 2>&1 | grep -E "test result|panicked|FAILED"
 
 step "wire cross-check with tshark and scapy"
 cargo build -q --release -p ferroce-cli

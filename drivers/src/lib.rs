@@ -9,6 +9,8 @@
 #![warn(missing_docs)]
 
 pub mod afpacket;
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
 pub mod pcap;
 pub mod pipe;
 mod port;

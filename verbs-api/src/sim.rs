@@ -169,8 +169,31 @@ pub fn open_device_with_pcap(
             let ip = port.ip();
             device(spec, port, ip, 0x7a9, pcap)
         }
+        #[cfg(feature = "dpdk")]
+        Some(("dpdk", rest)) => {
+            // EAL arguments pass through verbatim; a last token `@IP` gives the port's
+            // address (DPDK ports have none of their own).
+            let (eal, ip) = match rest.rsplit_once(" @") {
+                Some((eal, ip)) => (
+                    eal,
+                    ip.trim().parse::<IpAddr>().map_err(|_| {
+                        VerbsError::Open(format!("'{ip}' in {spec} is not an IP address"))
+                    })?,
+                ),
+                None => {
+                    return Err(VerbsError::Open(format!(
+                        "{spec}: end it with ' @IP', the port's RoCEv2 address (e.g. ' @10.0.0.1')"
+                    )))
+                }
+            };
+            ferroce_drivers::dpdk::eal_init(eal).map_err(|e| VerbsError::Open(e.to_string()))?;
+            let port = ferroce_drivers::dpdk::DpdkPort::open(0, 1024, 1024)
+                .map_err(|e| VerbsError::Open(e.to_string()))?;
+            device(spec, port, ip, 0xd9d, pcap)
+        }
         _ => Err(VerbsError::Open(format!(
-            "unknown device '{spec}'; use sim, afpacket:IFACE (e.g. afpacket:veth0) or tap:NAME[@IP]"
+            "unknown device '{spec}'; use sim, afpacket:IFACE (e.g. afpacket:veth0), tap:NAME[@IP]{}",
+            if cfg!(feature = "dpdk") { " or dpdk:EAL ARGS @IP" } else { " (dpdk: needs the dpdk feature)" }
         ))),
     }
 }

@@ -139,9 +139,12 @@ fn check(a: &Args) -> Result<Mtu, Failure> {
                 "--server and --connect need a real device (--device afpacket:IFACE); sim runs both ends here".into(),
             ));
         }
-    } else if !a.device.starts_with("afpacket:") && !a.device.starts_with("tap:") {
+    } else if !["afpacket:", "tap:", "dpdk:"]
+        .iter()
+        .any(|p| a.device.starts_with(p))
+    {
         return Err(Failure(format!(
-            "device '{}' is unknown; use sim, afpacket:IFACE or tap:NAME[@IP]",
+            "device '{}' is unknown; use sim, afpacket:IFACE, tap:NAME[@IP] or dpdk:EAL ARGS @IP",
             a.device
         )));
     } else if !two_sided {
