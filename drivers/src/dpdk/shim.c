@@ -7,6 +7,9 @@ int fr_port_start(uint16_t port, struct rte_mempool *pool, uint16_t rx_desc, uin
     int rc = rte_eth_dev_configure(port, 1, 1, &conf);
     if (rc < 0)
         return rc;
+    /* Jumbo frames where the PMD allows them (RoCEv2 at 4 KiB path MTU needs ~4.2 KB);
+     * a PMD that refuses keeps its MTU, which the port reports. */
+    (void)rte_eth_dev_set_mtu(port, 9000);
     int socket = rte_eth_dev_socket_id(port);
     if (socket < 0)
         socket = 0;

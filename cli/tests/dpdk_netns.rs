@@ -1,0 +1,127 @@
+//! Two processes, each with DPDK (net_af_packet on its end of a veth pair in its own
+//! namespace, separate --file-prefix, --no-huge, different cores), run all six perf tests with
+//! verified data; and a mixed pair, DPDK on one side and the afpacket driver on the other,
+//! shows the two drivers speak the same wire. Needs root and the `dpdk` feature; skipped,
+//! saying so, without root.
+#![cfg(feature = "dpdk")]
+
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn root() -> bool {
+    let ok = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n");
+    if !ok {
+        eprintln!("skipped: needs root (network namespaces, DPDK's AF_PACKET vdev)");
+    }
+    ok
+}
+
+struct Pair(String);
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/netns-pair.sh");
+        let _ = Command::new(script).args(["down", &self.0]).output();
+    }
+}
+
+fn pair(prefix: &str) -> Pair {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/netns-pair.sh");
+    let _ = Command::new(script).args(["down", prefix]).output();
+    let out = Command::new(script).args(["up", prefix]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Pair(prefix.into())
+}
+
+fn json_of(out: &Output) -> Value {
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "{e}: stdout {text} stderr {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn dpdk(core: u32, tag: &str, iface: &str, ip: &str) -> String {
+    format!(
+        "dpdk:-l {core} --no-pci --no-huge -m 256 --file-prefix=ferroce-{tag}-{} --log-level=error --vdev=net_af_packet0,iface={iface} @{ip}",
+        std::process::id()
+    )
+}
+
+/// Runs `verb kind` with the server on `server_dev` in namespace B and the client on
+/// `client_dev` in namespace A; both must verify.
+fn run(p: &str, verb: &str, kind: &str, port: u16, server_dev: &str, client_dev: &str) {
+    let bin = env!("CARGO_BIN_EXE_ferroce");
+    let port = port.to_string();
+    let common = [
+        "--size", "3000", "--iters", "300", "--mtu", "1024", "--port", &port, "--json",
+    ];
+    let server = Command::new("ip")
+        .args(["netns", "exec", &format!("{p}-b"), bin, "perf", verb, kind])
+        .args(["--device", server_dev, "--server"])
+        .args(common)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = Command::new("ip")
+        .args(["netns", "exec", &format!("{p}-a"), bin, "perf", verb, kind])
+        .args([
+            "--device",
+            client_dev,
+            "--connect",
+            "192.168.77.2",
+            "--wait",
+            "20",
+        ])
+        .args(common)
+        .output()
+        .unwrap();
+    let server = server.wait_with_output().unwrap();
+    let (c, s) = (json_of(&client), json_of(&server));
+    assert_eq!(c["verified"], true, "{verb} {kind} client: {c}");
+    assert_eq!(s["verified"], true, "{verb} {kind} server: {s}");
+    assert_eq!(c["iterations"], 300, "{verb} {kind}");
+}
+
+#[test]
+fn six_perf_tests_between_two_dpdk_processes() {
+    if !root() {
+        return;
+    }
+    let p = format!("fd{}", std::process::id() % 100_000);
+    let _pair = pair(&p);
+    let short = &p[..p.len().min(8)];
+    let a = dpdk(0, "a", &format!("{short}-va"), "192.168.77.1");
+    let b = dpdk(1, "b", &format!("{short}-vb"), "192.168.77.2");
+    for (i, verb) in ["write", "read", "send"].into_iter().enumerate() {
+        for (j, kind) in ["bw", "lat"].into_iter().enumerate() {
+            run(&p, verb, kind, 21_000 + 2 * i as u16 + j as u16, &b, &a);
+        }
+    }
+}
+
+#[test]
+fn dpdk_and_afpacket_speak_the_same_wire() {
+    if !root() {
+        return;
+    }
+    let p = format!("fm{}", std::process::id() % 100_000);
+    let _pair = pair(&p);
+    let short = &p[..p.len().min(8)];
+    let a = dpdk(0, "m", &format!("{short}-va"), "192.168.77.1");
+    let b = format!("afpacket:{short}-vb");
+    run(&p, "write", "bw", 21_100, &b, &a);
+    run(&p, "send", "lat", 21_101, &b, &a);
+    run(&p, "read", "bw", 21_102, &b, &a);
+}
