@@ -58,6 +58,8 @@ cargo test -q -p ferroce-drivers --features dpdk --test dpdk 2>&1 | grep -E "tes
 cargo test -q -p ferroce-verbs --features dpdk --test dpdk 2>&1 | grep -E "test result|panicked|FAILED"
 # Two DPDK processes (net_af_packet on a veth pair in two namespaces), and DPDK against AF_PACKET.
 cargo test -q -p ferroce-cli --features dpdk --test dpdk_netns -- --test-threads=1 2>&1 | grep -E "test result|panicked|FAILED|skipped"
+# EAL keeps a runtime directory per --file-prefix; the tests' prefixes all start ferroce-.
+rm -rf /var/run/dpdk/ferroce-* 2>/dev/null || true
 
 step "wire cross-check with tshark and scapy"
 cargo build -q --release -p ferroce-cli

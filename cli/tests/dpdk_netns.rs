@@ -26,6 +26,11 @@ impl Drop for Pair {
     fn drop(&mut self) {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/netns-pair.sh");
         let _ = Command::new(script).args(["down", &self.0]).output();
+        // EAL leaves its runtime directory per --file-prefix behind; remove this test's.
+        let pid = std::process::id();
+        for tag in ["a", "b", "m"] {
+            let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/ferroce-{tag}-{pid}"));
+        }
     }
 }
 
