@@ -130,3 +130,66 @@ fn dpdk_and_afpacket_speak_the_same_wire() {
     run(&p, "send", "lat", 21_101, &b, &a);
     run(&p, "read", "bw", 21_102, &b, &a);
 }
+
+#[test]
+fn memif_pair_between_two_processes() {
+    if !root() {
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_ferroce");
+    let pid = std::process::id();
+    let sock = format!("/tmp/ferroce-memif-{pid}.sock");
+    let dev = |core: u32, role: &str, ip: &str| {
+        format!(
+            "dpdk:-l {core} --no-pci --no-huge -m 256 --file-prefix=ferroce-{role}-{pid} --log-level=error --vdev=net_memif0,role={role},socket={sock},socket-abstract=no @{ip}"
+        )
+    };
+    let (server_dev, client_dev) = (dev(1, "server", "10.1.0.2"), dev(0, "client", "10.1.0.1"));
+    for (verb, kind, port) in [
+        ("write", "bw", "21200"),
+        ("send", "lat", "21201"),
+        ("read", "bw", "21202"),
+    ] {
+        let _ = std::fs::remove_file(&sock);
+        let common = [
+            "--size", "2000", "--iters", "500", "--mtu", "1024", "--port", port, "--json",
+        ];
+        let server = Command::new(bin)
+            .args(["perf", verb, kind, "--device", &server_dev, "--server"])
+            .args(common)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The memif client connects to the server's socket when it starts: wait for it.
+        for _ in 0..500 {
+            if std::path::Path::new(&sock).exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let client = Command::new(bin)
+            .args([
+                "perf",
+                verb,
+                kind,
+                "--device",
+                &client_dev,
+                "--connect",
+                "127.0.0.1",
+                "--wait",
+                "20",
+            ])
+            .args(common)
+            .output()
+            .unwrap();
+        let server = server.wait_with_output().unwrap();
+        let (c, s) = (json_of(&client), json_of(&server));
+        assert_eq!(c["verified"], true, "{verb} {kind} client: {c}");
+        assert_eq!(s["verified"], true, "{verb} {kind} server: {s}");
+    }
+    let _ = std::fs::remove_file(&sock);
+    for role in ["server", "client"] {
+        let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/ferroce-{role}-{pid}"));
+    }
+}

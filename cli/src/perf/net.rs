@@ -132,7 +132,19 @@ pub(super) fn run(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
             me.conns[i].mr.write(0, &pattern(a.seed, i, buf_len));
         }
     }
-    // Both ends are at RTS: go.
+    // Both ends are at RTS; wait for the link (a memif or a real port comes up a little after
+    // it starts: frames sent before that are lost and cost a retransmission timeout), then go.
+    let up = Instant::now();
+    while ctx.query_port().state != ferroce_verbs::PortState::Active {
+        if up.elapsed() > Duration::from_secs(10) {
+            return Err(Failure(format!(
+                "{}: the link did not come up within 10 s",
+                a.device
+            )));
+        }
+        ctx.progress();
+        std::thread::sleep(Duration::from_millis(1));
+    }
     stream.write_all(b"G")?;
     let mut go = [0u8; 1];
     stream.read_exact(&mut go)?;
