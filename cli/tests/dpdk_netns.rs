@@ -193,3 +193,80 @@ fn memif_pair_between_two_processes() {
         let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/ferroce-{role}-{pid}"));
     }
 }
+
+#[test]
+fn dpdk_net_tap_against_afpacket() {
+    if !root() {
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_ferroce");
+    let pid = std::process::id();
+    let ns = format!("fdt{}", pid % 100_000);
+    let iface = format!("fdt{}", pid % 100_000);
+    let _ = Command::new("ip").args(["netns", "del", &ns]).output();
+    assert!(Command::new("ip")
+        .args(["netns", "add", &ns])
+        .status()
+        .unwrap()
+        .success());
+    struct Gone(String, u32);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+            let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/ferroce-t-{}", self.1));
+        }
+    }
+    let _gone = Gone(ns.clone(), pid);
+    let sh = |args: &[&str]| {
+        Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    sh(&["ip", "link", "set", "lo", "up"]);
+    sh(&[
+        "sysctl",
+        "-qw",
+        "net.ipv6.conf.all.disable_ipv6=1",
+        "net.ipv6.conf.default.disable_ipv6=1",
+    ]);
+    let common = [
+        "--size", "3000", "--iters", "500", "--mtu", "1024", "--port", "21400", "--json",
+    ];
+    // DPDK's TAP PMD creates the interface; the client starts first and retries the exchange.
+    let dpdk = format!(
+        "dpdk:-l 0 --no-pci --no-huge -m 256 --file-prefix=ferroce-t-{pid} --log-level=error --vdev=net_tap0,iface={iface} @192.168.79.2"
+    );
+    let client = Command::new("ip")
+        .args([
+            "netns", "exec", &ns, bin, "perf", "write", "bw", "--device", &dpdk,
+        ])
+        .args(["--connect", "127.0.0.1", "--wait", "20"])
+        .args(common)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut up = false;
+    for _ in 0..400 {
+        if sh(&["ip", "link", "show", &iface]).status.success() {
+            up = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    assert!(up, "DPDK did not create {iface}");
+    sh(&["ip", "addr", "add", "192.168.79.1/24", "dev", &iface]);
+    sh(&["ip", "link", "set", &iface, "up"]);
+    let server = Command::new("ip")
+        .args(["netns", "exec", &ns, bin, "perf", "write", "bw"])
+        .args(["--device", &format!("afpacket:{iface}"), "--server"])
+        .args(common)
+        .output()
+        .unwrap();
+    let client = client.wait_with_output().unwrap();
+    let (c, s) = (json_of(&client), json_of(&server));
+    assert_eq!(c["verified"], true, "client: {c}");
+    assert_eq!(s["verified"], true, "server: {s}");
+}
