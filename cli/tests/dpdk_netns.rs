@@ -270,3 +270,61 @@ fn dpdk_net_tap_against_afpacket() {
     assert_eq!(c["verified"], true, "client: {c}");
     assert_eq!(s["verified"], true, "server: {s}");
 }
+
+#[test]
+fn virtio_user_and_vhost_between_two_processes() {
+    if !root() {
+        return;
+    }
+    // vhost-user shares the guest's memory by file descriptor: hugepages, reserved here and
+    // given back after (EAL's in-memory mode needs no hugetlbfs mount and leaves no files).
+    struct Hugepages(String);
+    impl Drop for Hugepages {
+        fn drop(&mut self) {
+            let _ = std::fs::write("/proc/sys/vm/nr_hugepages", &self.0);
+        }
+    }
+    let old = std::fs::read_to_string("/proc/sys/vm/nr_hugepages").unwrap();
+    let _restore = Hugepages(old.clone());
+    let want = old.trim().parse::<u64>().unwrap_or(0).max(512);
+    std::fs::write("/proc/sys/vm/nr_hugepages", want.to_string()).unwrap();
+    let bin = env!("CARGO_BIN_EXE_ferroce");
+    let sock = format!("/tmp/ferroce-vhost-{}.sock", std::process::id());
+    let server_dev = format!(
+        "dpdk:-l 1 --no-pci -m 256 --in-memory --single-file-segments --log-level=error --vdev=net_vhost0,iface={sock},queues=1 @10.2.0.2"
+    );
+    let client_dev = format!(
+        "dpdk:-l 0 --no-pci -m 256 --in-memory --single-file-segments --log-level=error --vdev=net_virtio_user0,path={sock},queues=1 @10.2.0.1"
+    );
+    for (verb, kind, port) in [("write", "bw", "21500"), ("read", "lat", "21501")] {
+        let _ = std::fs::remove_file(&sock);
+        let common = [
+            "--size", "3000", "--iters", "500", "--mtu", "1024", "--port", port, "--json",
+        ];
+        let server = Command::new(bin)
+            .args(["perf", verb, kind, "--device", &server_dev, "--server"])
+            .args(common)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // virtio-user connects to the vhost socket when it starts: wait for the socket.
+        for _ in 0..500 {
+            if std::path::Path::new(&sock).exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let client = Command::new(bin)
+            .args(["perf", verb, kind, "--device", &client_dev])
+            .args(["--connect", "127.0.0.1", "--wait", "20"])
+            .args(common)
+            .output()
+            .unwrap();
+        let server = server.wait_with_output().unwrap();
+        let (c, s) = (json_of(&client), json_of(&server));
+        assert_eq!(c["verified"], true, "{verb} {kind} client: {c}");
+        assert_eq!(s["verified"], true, "{verb} {kind} server: {s}");
+    }
+    let _ = std::fs::remove_file(&sock);
+}
