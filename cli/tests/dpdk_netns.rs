@@ -289,12 +289,13 @@ fn virtio_user_and_vhost_between_two_processes() {
     let want = old.trim().parse::<u64>().unwrap_or(0).max(512);
     std::fs::write("/proc/sys/vm/nr_hugepages", want.to_string()).unwrap();
     let bin = env!("CARGO_BIN_EXE_ferroce");
-    let sock = format!("/tmp/ferroce-vhost-{}.sock", std::process::id());
+    let pid = std::process::id();
+    let sock = format!("/tmp/ferroce-vhost-{pid}.sock");
     let server_dev = format!(
-        "dpdk:-l 1 --no-pci -m 256 --in-memory --single-file-segments --log-level=error --vdev=net_vhost0,iface={sock},queues=1 @10.2.0.2"
+        "dpdk:-l 1 --no-pci -m 256 --in-memory --single-file-segments --file-prefix=ferroce-vh-{pid} --log-level=error --vdev=net_vhost0,iface={sock},queues=1 @10.2.0.2"
     );
     let client_dev = format!(
-        "dpdk:-l 0 --no-pci -m 256 --in-memory --single-file-segments --log-level=error --vdev=net_virtio_user0,path={sock},queues=1 @10.2.0.1"
+        "dpdk:-l 0 --no-pci -m 256 --in-memory --single-file-segments --file-prefix=ferroce-vu-{pid} --log-level=error --vdev=net_virtio_user0,path={sock},queues=1 @10.2.0.1"
     );
     for (verb, kind, port) in [("write", "bw", "21500"), ("read", "lat", "21501")] {
         let _ = std::fs::remove_file(&sock);
@@ -327,4 +328,7 @@ fn virtio_user_and_vhost_between_two_processes() {
         assert_eq!(s["verified"], true, "{verb} {kind} server: {s}");
     }
     let _ = std::fs::remove_file(&sock);
+    for tag in ["vh", "vu"] {
+        let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/ferroce-{tag}-{pid}"));
+    }
 }
