@@ -63,29 +63,72 @@ fn dpdk(core: u32, tag: &str, iface: &str, ip: &str) -> String {
     )
 }
 
-/// Runs `verb kind` with the server on `server_dev` in namespace B and the client on
-/// `client_dev` in namespace A; both must verify.
-fn run(p: &str, verb: &str, kind: &str, port: u16, server_dev: &str, client_dev: &str) {
+/// Where a perf process runs: in a namespace, or here.
+#[derive(Clone, Copy)]
+enum At<'a> {
+    Ns(&'a str),
+    Here,
+}
+
+fn perf_cmd(at: At<'_>) -> Command {
     let bin = env!("CARGO_BIN_EXE_ferroce");
+    match at {
+        At::Ns(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, bin, "perf"]);
+            c
+        }
+        At::Here => {
+            let mut c = Command::new(bin);
+            c.arg("perf");
+            c
+        }
+    }
+}
+
+/// Runs `verb kind` with a server on `server_dev` and a client on `client_dev` connecting to
+/// `host`; both must verify 300 messages of 3000 bytes. When the client's device needs a file
+/// the server's creates first (a memif or vhost socket), `wait_for` names it.
+#[allow(clippy::too_many_arguments)]
+fn perf_pair(
+    (server_at, server_dev): (At<'_>, &str),
+    (client_at, client_dev): (At<'_>, &str),
+    host: &str,
+    verb: &str,
+    kind: &str,
+    port: u16,
+    wait_for: Option<&str>,
+) {
     let port = port.to_string();
     let common = [
         "--size", "3000", "--iters", "300", "--mtu", "1024", "--port", &port, "--json",
     ];
-    let server = Command::new("ip")
-        .args(["netns", "exec", &format!("{p}-b"), bin, "perf", verb, kind])
-        .args(["--device", server_dev, "--server"])
+    if let Some(f) = wait_for {
+        let _ = std::fs::remove_file(f);
+    }
+    let server = perf_cmd(server_at)
+        .args([verb, kind, "--device", server_dev, "--server"])
         .args(common)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let client = Command::new("ip")
-        .args(["netns", "exec", &format!("{p}-a"), bin, "perf", verb, kind])
+    if let Some(f) = wait_for {
+        for _ in 0..500 {
+            if std::path::Path::new(f).exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+    let client = perf_cmd(client_at)
         .args([
+            verb,
+            kind,
             "--device",
             client_dev,
             "--connect",
-            "192.168.77.2",
+            host,
             "--wait",
             "20",
         ])
@@ -97,6 +140,24 @@ fn run(p: &str, verb: &str, kind: &str, port: u16, server_dev: &str, client_dev:
     assert_eq!(c["verified"], true, "{verb} {kind} client: {c}");
     assert_eq!(s["verified"], true, "{verb} {kind} server: {s}");
     assert_eq!(c["iterations"], 300, "{verb} {kind}");
+    if let Some(f) = wait_for {
+        let _ = std::fs::remove_file(f);
+    }
+}
+
+/// Runs `verb kind` with the server on `server_dev` in namespace B and the client on
+/// `client_dev` in namespace A.
+fn run(p: &str, verb: &str, kind: &str, port: u16, server_dev: &str, client_dev: &str) {
+    let (na, nb) = (format!("{p}-a"), format!("{p}-b"));
+    perf_pair(
+        (At::Ns(&nb), server_dev),
+        (At::Ns(&na), client_dev),
+        "192.168.77.2",
+        verb,
+        kind,
+        port,
+        None,
+    );
 }
 
 #[test]
@@ -136,7 +197,6 @@ fn memif_pair_between_two_processes() {
     if !root() {
         return;
     }
-    let bin = env!("CARGO_BIN_EXE_ferroce");
     let pid = std::process::id();
     let sock = format!("/tmp/ferroce-memif-{pid}.sock");
     let dev = |core: u32, role: &str, ip: &str| {
@@ -146,47 +206,19 @@ fn memif_pair_between_two_processes() {
     };
     let (server_dev, client_dev) = (dev(1, "server", "10.1.0.2"), dev(0, "client", "10.1.0.1"));
     for (verb, kind, port) in [
-        ("write", "bw", "21200"),
-        ("send", "lat", "21201"),
-        ("read", "bw", "21202"),
+        ("write", "bw", 21200),
+        ("send", "lat", 21201),
+        ("read", "bw", 21202),
     ] {
-        let _ = std::fs::remove_file(&sock);
-        let common = [
-            "--size", "2000", "--iters", "500", "--mtu", "1024", "--port", port, "--json",
-        ];
-        let server = Command::new(bin)
-            .args(["perf", verb, kind, "--device", &server_dev, "--server"])
-            .args(common)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // The memif client connects to the server's socket when it starts: wait for it.
-        for _ in 0..500 {
-            if std::path::Path::new(&sock).exists() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        let client = Command::new(bin)
-            .args([
-                "perf",
-                verb,
-                kind,
-                "--device",
-                &client_dev,
-                "--connect",
-                "127.0.0.1",
-                "--wait",
-                "20",
-            ])
-            .args(common)
-            .output()
-            .unwrap();
-        let server = server.wait_with_output().unwrap();
-        let (c, s) = (json_of(&client), json_of(&server));
-        assert_eq!(c["verified"], true, "{verb} {kind} client: {c}");
-        assert_eq!(s["verified"], true, "{verb} {kind} server: {s}");
+        perf_pair(
+            (At::Here, &server_dev),
+            (At::Here, &client_dev),
+            "127.0.0.1",
+            verb,
+            kind,
+            port,
+            Some(&sock),
+        );
     }
     let _ = std::fs::remove_file(&sock);
     for role in ["server", "client"] {
@@ -288,7 +320,6 @@ fn virtio_user_and_vhost_between_two_processes() {
     let _restore = Hugepages(old.clone());
     let want = old.trim().parse::<u64>().unwrap_or(0).max(512);
     std::fs::write("/proc/sys/vm/nr_hugepages", want.to_string()).unwrap();
-    let bin = env!("CARGO_BIN_EXE_ferroce");
     let pid = std::process::id();
     let sock = format!("/tmp/ferroce-vhost-{pid}.sock");
     let server_dev = format!(
@@ -297,35 +328,16 @@ fn virtio_user_and_vhost_between_two_processes() {
     let client_dev = format!(
         "dpdk:-l 0 --no-pci -m 256 --in-memory --single-file-segments --file-prefix=ferroce-vu-{pid} --log-level=error --vdev=net_virtio_user0,path={sock},queues=1 @10.2.0.1"
     );
-    for (verb, kind, port) in [("write", "bw", "21500"), ("read", "lat", "21501")] {
-        let _ = std::fs::remove_file(&sock);
-        let common = [
-            "--size", "3000", "--iters", "500", "--mtu", "1024", "--port", port, "--json",
-        ];
-        let server = Command::new(bin)
-            .args(["perf", verb, kind, "--device", &server_dev, "--server"])
-            .args(common)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // virtio-user connects to the vhost socket when it starts: wait for the socket.
-        for _ in 0..500 {
-            if std::path::Path::new(&sock).exists() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        let client = Command::new(bin)
-            .args(["perf", verb, kind, "--device", &client_dev])
-            .args(["--connect", "127.0.0.1", "--wait", "20"])
-            .args(common)
-            .output()
-            .unwrap();
-        let server = server.wait_with_output().unwrap();
-        let (c, s) = (json_of(&client), json_of(&server));
-        assert_eq!(c["verified"], true, "{verb} {kind} client: {c}");
-        assert_eq!(s["verified"], true, "{verb} {kind} server: {s}");
+    for (verb, kind, port) in [("write", "bw", 21500), ("read", "lat", 21501)] {
+        perf_pair(
+            (At::Here, &server_dev),
+            (At::Here, &client_dev),
+            "127.0.0.1",
+            verb,
+            kind,
+            port,
+            Some(&sock),
+        );
     }
     let _ = std::fs::remove_file(&sock);
     for tag in ["vh", "vu"] {
