@@ -5,55 +5,26 @@
 //! saying so, without root.
 #![cfg(feature = "dpdk")]
 
-use std::process::{Command, Output, Stdio};
+mod common;
 
-use serde_json::Value;
+use std::process::{Command, Stdio};
+
+use common::{json_of, Pair};
 
 fn root() -> bool {
-    let ok = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout == b"0\n");
-    if !ok {
-        eprintln!("skipped: needs root (network namespaces, DPDK's AF_PACKET vdev)");
-    }
-    ok
+    common::root("network namespaces and DPDK's AF_PACKET vdev")
 }
 
-struct Pair(String);
+/// EAL's runtime directories of this test process's `--file-prefix`es, removed on drop.
+struct EalDirs(&'static [&'static str]);
 
-impl Drop for Pair {
+impl Drop for EalDirs {
     fn drop(&mut self) {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/netns-pair.sh");
-        let _ = Command::new(script).args(["down", &self.0]).output();
-        // EAL leaves its runtime directory per --file-prefix behind; remove this test's.
         let pid = std::process::id();
-        for tag in ["a", "b", "m"] {
+        for tag in self.0 {
             let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/ferroce-{tag}-{pid}"));
         }
     }
-}
-
-fn pair(prefix: &str) -> Pair {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/netns-pair.sh");
-    let _ = Command::new(script).args(["down", prefix]).output();
-    let out = Command::new(script).args(["up", prefix]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Pair(prefix.into())
-}
-
-fn json_of(out: &Output) -> Value {
-    let text = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(text.trim()).unwrap_or_else(|e| {
-        panic!(
-            "{e}: stdout {text} stderr {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
 }
 
 fn dpdk(core: u32, tag: &str, iface: &str, ip: &str) -> String {
@@ -166,7 +137,8 @@ fn six_perf_tests_between_two_dpdk_processes() {
         return;
     }
     let p = format!("fd{}", std::process::id() % 100_000);
-    let _pair = pair(&p);
+    let _pair = Pair::up(&p);
+    let _eal = EalDirs(&["a", "b", "m"]);
     let short = &p[..p.len().min(8)];
     let a = dpdk(0, "a", &format!("{short}-va"), "192.168.77.1");
     let b = dpdk(1, "b", &format!("{short}-vb"), "192.168.77.2");
@@ -183,7 +155,8 @@ fn dpdk_and_afpacket_speak_the_same_wire() {
         return;
     }
     let p = format!("fm{}", std::process::id() % 100_000);
-    let _pair = pair(&p);
+    let _pair = Pair::up(&p);
+    let _eal = EalDirs(&["a", "b", "m"]);
     let short = &p[..p.len().min(8)];
     let a = dpdk(0, "m", &format!("{short}-va"), "192.168.77.1");
     let b = format!("afpacket:{short}-vb");

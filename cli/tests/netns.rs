@@ -3,55 +3,16 @@
 //! fails with one clear line. Needs root (namespaces, raw sockets): skipped, saying so,
 //! otherwise. The namespaces are removed even when a test fails.
 
+mod common;
+
 use std::io::Write;
 use std::net::TcpListener;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
-use serde_json::Value;
+use common::{json_of, Pair};
 
 fn root() -> bool {
-    let ok = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout == b"0\n")
-        && Command::new("ip").arg("-V").output().is_ok();
-    if !ok {
-        eprintln!("skipped: needs root and iproute2 (network namespaces and AF_PACKET)");
-    }
-    ok
-}
-
-struct Pair(String);
-
-impl Pair {
-    fn up(prefix: &str) -> Self {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/netns-pair.sh");
-        let _ = Command::new(script).args(["down", prefix]).output();
-        let out = Command::new(script).args(["up", prefix]).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Self(prefix.into())
-    }
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/netns-pair.sh");
-        let _ = Command::new(script).args(["down", &self.0]).output();
-    }
-}
-
-fn json_of(out: &Output) -> Value {
-    let text = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(text.trim()).unwrap_or_else(|e| {
-        panic!(
-            "{e}: stdout {text} stderr {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    common::root("network namespaces and AF_PACKET")
 }
 
 #[test]

@@ -30,7 +30,6 @@ const FRAME_BUF: usize = 9216 + 18;
 pub struct AfPacketPort {
     fd: OwnedFd,
     ifname: String,
-    ifindex: i32,
     mac: MacAddr,
     mtu: usize,
     ip: Option<IpAddr>,
@@ -161,7 +160,6 @@ impl AfPacketPort {
         Ok(Self {
             fd,
             ifname: ifname.into(),
-            ifindex,
             mac,
             mtu,
             ip,
@@ -384,7 +382,6 @@ impl Port for AfPacketPort {
         }
         // SAFETY: the ioctl initialised the flags member.
         let flags = i32::from(unsafe { req.ifr_ifru.ifru_flags });
-        let _ = self.ifindex;
         if flags & libc::IFF_UP != 0 && flags & libc::IFF_RUNNING != 0 {
             LinkState::Up
         } else {

@@ -55,23 +55,22 @@ fn default_attr() -> QpAttr {
     }
 }
 
-/// Takes every frame `a` wants to send now.
-fn frames_from_a(r: &mut Rig) -> Vec<Vec<u8>> {
+/// Takes every frame `qp` wants to send now.
+fn frames(qp: &mut Qp, mem: &MrTable, now: u64) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut buf = vec![0u8; 9000];
-    while let Some(n) = r.lo.a.poll_transmit(r.lo.now, &mut buf, &r.lo.mem_a) {
+    while let Some(n) = qp.poll_transmit(now, &mut buf, mem) {
         out.push(buf[..n].to_vec());
     }
     out
 }
 
+fn frames_from_a(r: &mut Rig) -> Vec<Vec<u8>> {
+    frames(&mut r.lo.a, &r.lo.mem_a, r.lo.now)
+}
+
 fn frames_from_b(r: &mut Rig) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut buf = vec![0u8; 9000];
-    while let Some(n) = r.lo.b.poll_transmit(r.lo.now, &mut buf, &r.lo.mem_b) {
-        out.push(buf[..n].to_vec());
-    }
-    out
+    frames(&mut r.lo.b, &r.lo.mem_b, r.lo.now)
 }
 
 fn to_b(r: &mut Rig, f: &[u8]) {
@@ -80,6 +79,15 @@ fn to_b(r: &mut Rig, f: &[u8]) {
 
 fn to_a(r: &mut Rig, f: &[u8]) {
     r.lo.a.handle_frame(r.lo.now, f, &mut r.lo.mem_a).unwrap();
+}
+
+fn aeth_of(f: &[u8]) -> ferroce_stack::wire::AethRepr {
+    RoceRepr::parse(f, Checks::ALL)
+        .unwrap()
+        .repr
+        .ext
+        .aeth
+        .unwrap()
 }
 
 fn opcode(f: &[u8]) -> Opcode {
@@ -153,12 +161,7 @@ fn credits_limit_sends_to_posted_receives() {
     assert_eq!(f.len(), 1);
     to_b(&mut r, &f[0]);
     let ack = frames_from_b(&mut r);
-    let aeth = RoceRepr::parse(&ack[0], Checks::ALL)
-        .unwrap()
-        .repr
-        .ext
-        .aeth
-        .unwrap();
+    let aeth = aeth_of(&ack[0]);
     // Two receives left: credit code 2.
     assert_eq!(
         Syndrome::from_byte(aeth.syndrome),
@@ -345,12 +348,7 @@ fn rnr_waits_the_timer_before_resending() {
     let f = frames_from_a(&mut r);
     to_b(&mut r, &f[0]);
     let rnr = frames_from_b(&mut r);
-    let aeth = RoceRepr::parse(&rnr[0], Checks::ALL)
-        .unwrap()
-        .repr
-        .ext
-        .aeth
-        .unwrap();
+    let aeth = aeth_of(&rnr[0]);
     assert_eq!(
         Syndrome::from_byte(aeth.syndrome),
         Syndrome::RnrNak { timer: 14 }

@@ -220,11 +220,6 @@ impl MrTable {
         self.check(key, pd, va, len, needed).map(|_| ())
     }
 
-    /// The protection domain of the region with key `key`.
-    pub fn pd_of(&self, key: u32) -> Option<PdId> {
-        self.regions.get(&key).map(|r| r.pd)
-    }
-
     /// Invalidates `key` on behalf of a SEND_WITH_INVALIDATE that arrived on a QP of `pd`:
     /// the region is deregistered, so later accesses fail with `InvalidKey`.
     pub fn invalidate(&mut self, key: u32, pd: PdId) -> Result<(), AccessError> {

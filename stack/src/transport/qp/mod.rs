@@ -31,8 +31,8 @@ use super::wr::{
     WrOpcode,
 };
 use crate::wire::{
-    BthRepr, Checks, Ecn, EthernetRepr, ExtHeaders, IpRepr, Ipv4Repr, Ipv6Repr, MacAddr, Msn,
-    Opcode, Psn, Qpn, RocePacket, RoceRepr, VlanTag, DEFAULT_PKEY, ETHERTYPE_IPV4,
+    BthRepr, Checks, Ecn, EthernetRepr, ExtHeaders, IpRepr, Ipv4Repr, Ipv6Repr, MacAddr, Opcode,
+    Psn, Qpn, RocePacket, RoceRepr, VlanTag, DEFAULT_PKEY, ETHERTYPE_IPV4,
 };
 
 pub use requester::ACK_REQ_EVERY;
@@ -866,11 +866,6 @@ impl Qp {
 /// True for the opcodes a requester receives (ACK, READ responses, atomic ACK).
 fn is_response(op: Opcode) -> bool {
     matches!(op.0 & 0x1f, 0x0d..=0x12) && op.transport() == crate::wire::Transport::Rc
-}
-
-/// The MSN after a completed message.
-pub(crate) fn next_msn(m: Msn) -> Msn {
-    m.next()
 }
 
 /// Credit count → AETH credit code (IBTA table 44): the largest code whose count does not

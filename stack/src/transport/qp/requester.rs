@@ -289,12 +289,12 @@ impl Qp {
         mem: &MrTable,
     ) -> Result<usize, WcStatus> {
         let mtu = self.mtu;
-        let (first_psn, npkts, retrans_probe) = {
+        let (first_psn, npkts) = {
             let w = &self.req.sq[idx];
-            (w.first_psn, w.npkts, w.first_psn.add(pkt))
+            (w.first_psn, w.npkts)
         };
         let psn = first_psn.add(pkt);
-        let retrans = retrans_probe.before(self.req.sent_hw);
+        let retrans = psn.before(self.req.sent_hw);
         let sport = self.recovery.udp_src_port(self.udp_src_port, psn, retrans);
         let w = &self.req.sq[idx];
         let pos = match (npkts, pkt) {

@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use super::{next_msn, Qp, RecvWqe};
+use super::{Qp, RecvWqe};
 use crate::transport::mr::{Access, AccessError, MrTable};
 use crate::transport::recovery::OutOfOrder;
 use crate::transport::sg::{self, SgError};
@@ -398,7 +398,7 @@ impl Qp {
         wc.solicited = pkt.repr.bth.solicited;
         self.completions.push_back(wc);
         self.resp.msg = None;
-        self.resp.msn = next_msn(self.resp.msn);
+        self.resp.msn = self.resp.msn.next();
         Ok(())
     }
 
@@ -484,7 +484,7 @@ impl Qp {
             return Ok(());
         }
         self.resp.msg = None;
-        self.resp.msn = next_msn(self.resp.msn);
+        self.resp.msn = self.resp.msn.next();
         self.counters.rx_write_requests += 1;
         if let Some(i) = with_imm {
             if let Some(w) = self.resp.take_recv() {
@@ -520,7 +520,7 @@ impl Qp {
             // More outstanding than max_dest_rd_atomic allows (C9-? too many requests).
             return Err(Fault::Fatal(NakCode::InvalidRequest, None));
         }
-        let msn = next_msn(self.resp.msn);
+        let msn = self.resp.msn.next();
         if kind == Kind::Read {
             let Some(reth) = pkt.repr.ext.reth else {
                 return Err(Fault::Fatal(NakCode::InvalidRequest, None));
