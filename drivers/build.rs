@@ -48,6 +48,7 @@ mod dpdk {
             .allowlist_function("rte_socket_id")
             .allowlist_type("rte_ether_addr")
             .allowlist_type("rte_eth_link")
+            .opaque_type("rte_mbuf_ext_shared_info")
             .opaque_type("rte_mbuf")
             .opaque_type("rte_mempool")
             .layout_tests(true)

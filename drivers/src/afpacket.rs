@@ -401,6 +401,7 @@ impl Port for AfPacketPort {
         PortCapabilities {
             max_burst: BURST,
             rx_checks: Checks::ALL,
+            tx_split_min: None,
         }
     }
 

@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::time::Duration;
 
+use ferroce_stack::transport::SplitFrame;
 use ferroce_stack::wire::MacAddr;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::{DataLink, Endianness, TsResolution};
@@ -55,6 +56,8 @@ pub struct PcapTee<P, W: Write> {
     direction: Direction,
     error: Option<pcap_file::PcapError>,
     frames: u64,
+    /// A split frame assembled for the capture.
+    scratch: Vec<u8>,
 }
 
 impl<P: Port, W: Write> PcapTee<P, W> {
@@ -66,6 +69,7 @@ impl<P: Port, W: Write> PcapTee<P, W> {
             direction,
             error: None,
             frames: 0,
+            scratch: Vec::new(),
         })
     }
 
@@ -132,6 +136,24 @@ impl<P: Port, W: Write> Port for PcapTee<P, W> {
                 Self::record(writer, error, frames, ts, buf);
             }
         })
+    }
+
+    fn tx_split(&mut self, head: &[u8], frame: &SplitFrame<'_>) -> Result<(), TxError> {
+        if self.direction != Direction::Rx && self.error.is_none() {
+            let ts = self.inner.now_ns();
+            let mut copy = std::mem::take(&mut self.scratch);
+            copy.resize(frame.len(), 0);
+            frame.copy_to(head, &mut copy);
+            Self::record(
+                &mut self.writer,
+                &mut self.error,
+                &mut self.frames,
+                ts,
+                &copy,
+            );
+            self.scratch = copy;
+        }
+        self.inner.tx_split(head, frame)
     }
 
     fn flush(&mut self) -> usize {

@@ -94,6 +94,7 @@ impl Port for PipePort {
         PortCapabilities {
             max_burst: 64,
             rx_checks: Checks::ALL,
+            tx_split_min: None,
         }
     }
 

@@ -1,5 +1,6 @@
 //! The one seam between the stack and a NIC queue.
 
+use ferroce_stack::transport::SplitFrame;
 use ferroce_stack::wire::{Checks, MacAddr};
 
 /// Whether the port's link is up.
@@ -18,6 +19,10 @@ pub struct PortCapabilities {
     pub max_burst: usize,
     /// Checks the NIC did not do and software must (an ICRC-offloading NIC clears `icrc`).
     pub rx_checks: Checks,
+    /// When the port sends a frame's payload from registered memory in place
+    /// ([`Port::tx_split`]): the smallest payload worth it. `None`: the port copies, and the
+    /// engine asks the transport for whole frames.
+    pub tx_split_min: Option<usize>,
 }
 
 /// Why a frame could not be queued for transmission.
@@ -55,6 +60,14 @@ pub trait Port {
     /// leave at the next [`flush`](Self::flush) (a driver may also send early when its batch
     /// is full).
     fn tx<F: FnOnce(&mut [u8])>(&mut self, len: usize, fill: F) -> Result<(), TxError>;
+
+    /// Queues one frame given in pieces: the first `frame.head_len` bytes of `head`, the
+    /// payload where it lies in registered memory, then the frame's tail (zero-copy
+    /// transmit). The default copies the pieces into a frame; a port that can gather (see
+    /// [`PortCapabilities::tx_split_min`]) sends the payload in place.
+    fn tx_split(&mut self, head: &[u8], frame: &SplitFrame<'_>) -> Result<(), TxError> {
+        self.tx(frame.len(), |buf| frame.copy_to(head, buf))
+    }
 
     /// Sends every queued frame (one tx burst); returns how many left.
     fn flush(&mut self) -> usize;

@@ -192,6 +192,7 @@ impl Port for TapPort {
         PortCapabilities {
             max_burst: BURST,
             rx_checks: Checks::ALL,
+            tx_split_min: None,
         }
     }
 

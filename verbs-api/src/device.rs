@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use crossbeam::queue::SegQueue;
 use ferroce_drivers::sim::Fabric;
 use ferroce_drivers::{LinkState, Port};
-use ferroce_stack::transport::{Counters, MrTable, Qp};
+use ferroce_stack::transport::{Counters, MrTable, PostError, Qp, RecvWr, SendWr};
 use ferroce_stack::wire::MacAddr;
 
 use crate::engine::{CqShared, Engine, PortCounters, QpShared};
@@ -28,6 +28,8 @@ pub(crate) trait DeviceEngine: Send {
     fn next_deadline(&self) -> Option<u64>;
     fn has_pending_work(&self) -> bool;
     fn link_state(&self) -> LinkState;
+    fn post_sends(&mut self, qpn: u32, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)>;
+    fn post_recvs(&mut self, qpn: u32, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)>;
 }
 
 impl<P: Port + Send> DeviceEngine for Engine<P> {
@@ -66,6 +68,12 @@ impl<P: Port + Send> DeviceEngine for Engine<P> {
     }
     fn link_state(&self) -> LinkState {
         self.port().link_state()
+    }
+    fn post_sends(&mut self, qpn: u32, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
+        Self::post_sends(self, qpn, wrs)
+    }
+    fn post_recvs(&mut self, qpn: u32, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
+        Self::post_recvs(self, qpn, wrs)
     }
 }
 
@@ -160,6 +168,15 @@ impl Device {
 
     pub(crate) fn engine(&self) -> MutexGuard<'_, Box<dyn DeviceEngine>> {
         self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The engine if no other thread holds it now.
+    pub(crate) fn try_engine(&self) -> Option<MutexGuard<'_, Box<dyn DeviceEngine>>> {
+        match self.engine.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 
     /// Nanoseconds on the device's clock without taking the engine's lock: virtual time on a

@@ -5,13 +5,13 @@
 //! CQs. The engine never blocks; who calls `poll` (the application thread, run-to-completion,
 //! or the engine thread) is the verbs layer's choice.
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crossbeam::queue::SegQueue;
 use ferroce_drivers::Port;
-use ferroce_stack::transport::{Counters, QpCaps, SendFlags};
+use ferroce_stack::transport::{Counters, PostError, QpCaps, SendFlags, TxOut};
 use ferroce_stack::transport::{
     MrTable, Payload, Qp, QpState, QpType, RecvWr, SendWr, Sge, UdDest, WorkCompletion, WrOpcode,
 };
@@ -42,6 +42,8 @@ pub struct PortCounters {
     pub rx_unknown_qp: u64,
     /// Frames the port refused to send (link down, ring full).
     pub tx_errors: u64,
+    /// Of the frames sent, those whose payload left from registered memory in place.
+    pub tx_zero_copy: u64,
 }
 
 impl PortCounters {
@@ -56,6 +58,7 @@ impl PortCounters {
             ("rx_icrc_encapsulated", self.rx_icrc_errors),
             ("rx_unknown_qp", self.rx_unknown_qp),
             ("tx_errors", self.tx_errors),
+            ("tx_zero_copy", self.tx_zero_copy),
         ]
         .into_iter()
     }
@@ -277,6 +280,9 @@ pub struct Engine<P> {
     clock_stride: u32,
     idle_turns: u32,
     now: u64,
+    /// Payloads of at least this many bytes are sent in place (the port's
+    /// `tx_split_min`; `usize::MAX` when it copies).
+    split_min: usize,
 }
 
 impl<P: Port> Engine<P> {
@@ -284,6 +290,7 @@ impl<P: Port> Engine<P> {
     pub fn new(port: P, key_seed: u64) -> Self {
         let now = port.now_ns();
         let checks = port.capabilities().rx_checks;
+        let split_min = port_split_min(&port);
         Self {
             port,
             mem: MrTable::new(key_seed),
@@ -297,6 +304,7 @@ impl<P: Port> Engine<P> {
             clock_stride: 1,
             idle_turns: 0,
             now,
+            split_min,
         }
     }
 
@@ -385,6 +393,49 @@ impl<P: Port> Engine<P> {
             self.active.push(qpn);
         }
         Some(out)
+    }
+
+    /// Posts send WRs straight into QP `qpn`, for a poster that holds the engine (no inbox,
+    /// no copies on the way); stops at the first WR the QP refuses and says which.
+    pub(crate) fn post_sends(
+        &mut self,
+        qpn: u32,
+        wrs: &[SendWr<'_>],
+    ) -> Result<(), (usize, PostError)> {
+        let Some(slot) = self.qps.get_mut(&qpn) else {
+            return Err((0, PostError::InvalidState(QpState::Reset)));
+        };
+        let r = wrs
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, wr)| slot.qp.post_send(wr).map_err(|e| (i, e)));
+        Self::settle(slot, &mut self.wheel);
+        if !slot.active {
+            slot.active = true;
+            self.active.push(qpn);
+        }
+        r
+    }
+
+    /// [`post_sends`](Self::post_sends) for receive WRs.
+    pub(crate) fn post_recvs(
+        &mut self,
+        qpn: u32,
+        wrs: &[RecvWr<'_>],
+    ) -> Result<(), (usize, PostError)> {
+        let Some(slot) = self.qps.get_mut(&qpn) else {
+            return Err((0, PostError::InvalidState(QpState::Reset)));
+        };
+        let r = wrs
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, wr)| slot.qp.post_recv(wr).map_err(|e| (i, e)));
+        Self::settle(slot, &mut self.wheel);
+        if !slot.active {
+            slot.active = true;
+            self.active.push(qpn);
+        }
+        r
     }
 
     /// The earliest QP deadline, for a simulator deciding how far virtual time may jump.
@@ -510,9 +561,23 @@ impl<P: Port> Engine<P> {
                 continue;
             };
             slot.active = false;
-            while let Some(n) = slot.qp.poll_transmit(now, &mut self.frame, &self.mem) {
-                let frame = &self.frame[..n];
-                match self.port.tx(n, |b| b.copy_from_slice(frame)) {
+            while let Some(out) =
+                slot.qp
+                    .poll_transmit_split(now, &mut self.frame, &self.mem, self.split_min)
+            {
+                let n = out.len();
+                let sent = match &out {
+                    TxOut::Whole(n) => {
+                        let frame = &self.frame[..*n];
+                        self.port.tx(*n, |b| b.copy_from_slice(frame))
+                    }
+                    TxOut::Split(s) => {
+                        let r = self.port.tx_split(&self.frame, s);
+                        self.counters.tx_zero_copy += u64::from(r.is_ok());
+                        r
+                    }
+                };
+                match sent {
                     Ok(()) => {
                         self.counters.tx_frames += 1;
                         self.counters.tx_bytes += n as u64;
@@ -559,6 +624,10 @@ impl<P: Port> Engine<P> {
             }
         }
     }
+}
+
+fn port_split_min<P: Port>(port: &P) -> usize {
+    port.capabilities().tx_split_min.unwrap_or(usize::MAX)
 }
 
 fn empty_wc(qpn: u32) -> WorkCompletion {

@@ -171,30 +171,77 @@ pub fn open_device_with_pcap(
         }
         #[cfg(feature = "dpdk")]
         Some(("dpdk", rest)) => {
-            // EAL arguments pass through verbatim; a last token `@IP` gives the port's
-            // address (DPDK ports have none of their own).
-            let (eal, ip) = match rest.rsplit_once(" @") {
-                Some((eal, ip)) => (
-                    eal,
-                    ip.trim().parse::<IpAddr>().map_err(|_| {
-                        VerbsError::Open(format!("'{ip}' in {spec} is not an IP address"))
-                    })?,
-                ),
-                None => {
-                    return Err(VerbsError::Open(format!(
-                        "{spec}: end it with ' @IP', the port's RoCEv2 address (e.g. ' @10.0.0.1')"
-                    )))
-                }
-            };
-            ferroce_drivers::dpdk::eal_init(eal).map_err(|e| VerbsError::Open(e.to_string()))?;
-            let port = ferroce_drivers::dpdk::DpdkPort::open(0, 1024, 1024)
-                .map_err(|e| VerbsError::Open(e.to_string()))?;
-            device(spec, port, ip, 0xd9d, pcap)
+            let d = DpdkSpec::parse(spec, rest)?;
+            ferroce_drivers::dpdk::eal_init(d.eal).map_err(|e| VerbsError::Open(e.to_string()))?;
+            let port = ferroce_drivers::dpdk::DpdkPort::open_with(
+                d.port,
+                d.desc,
+                d.desc,
+                d.zero_copy.then_some(ferroce_drivers::dpdk::ZERO_COPY_MIN),
+            )
+            .map_err(|e| VerbsError::Open(e.to_string()))?;
+            device(spec, port, d.ip, 0xd9d, pcap)
         }
         _ => Err(VerbsError::Open(format!(
             "unknown device '{spec}'; use sim, afpacket:IFACE (e.g. afpacket:veth0), tap:NAME[@IP]{}",
-            if cfg!(feature = "dpdk") { " or dpdk:EAL ARGS @IP" } else { " (dpdk: needs the dpdk feature)" }
+            if cfg!(feature = "dpdk") { " or dpdk:EAL ARGS @IP [port=N] [desc=N] [zerocopy]" } else { " (dpdk: needs the dpdk feature)" }
         ))),
+    }
+}
+
+/// A `dpdk:` device: `dpdk:EAL ARGS @IP [port=N] [desc=N] [zerocopy]`. EAL arguments pass
+/// through verbatim; after ` @` come the port's RoCEv2 address (DPDK ports have none of their
+/// own) and options: which probed port (default 0; several `dpdk:` devices in one process
+/// name the same EAL arguments and different ports), ring depth (default 1024), and zero-copy
+/// transmit of payloads from registered memory.
+#[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
+#[derive(Debug, PartialEq)]
+struct DpdkSpec<'a> {
+    eal: &'a str,
+    ip: IpAddr,
+    port: u16,
+    desc: u16,
+    zero_copy: bool,
+}
+
+#[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
+impl<'a> DpdkSpec<'a> {
+    fn parse(spec: &str, rest: &'a str) -> Result<Self, VerbsError> {
+        let bad = |what: String| VerbsError::Open(format!("{spec}: {what}"));
+        let Some((eal, tail)) = rest.rsplit_once(" @") else {
+            return Err(bad(
+                "end it with ' @IP', the port's RoCEv2 address (e.g. ' @10.0.0.1')".into(),
+            ));
+        };
+        let mut words = tail.split_whitespace();
+        let ip = words.next().unwrap_or("");
+        let ip = ip
+            .parse::<IpAddr>()
+            .map_err(|_| bad(format!("'{ip}' is not an IP address")))?;
+        let mut d = Self {
+            eal,
+            ip,
+            port: 0,
+            desc: 1024,
+            zero_copy: false,
+        };
+        for w in words {
+            let num = |v: &str| {
+                v.parse::<u16>()
+                    .map_err(|_| bad(format!("'{w}' needs a number from 0 to 65535")))
+            };
+            match w.split_once('=') {
+                Some(("port", v)) => d.port = num(v)?,
+                Some(("desc", v)) => d.desc = num(v)?.max(64),
+                None if w == "zerocopy" => d.zero_copy = true,
+                _ => {
+                    return Err(bad(format!(
+                        "unknown option '{w}' after the address (port=N, desc=N, zerocopy)"
+                    )))
+                }
+            }
+        }
+        Ok(d)
     }
 }
 
@@ -203,5 +250,30 @@ pub fn device_list() -> Vec<String> {
     match std::env::var("FERROCE_DEVICES") {
         Ok(v) if !v.trim().is_empty() => v.split(',').map(|s| s.trim().to_owned()).collect(),
         _ => vec!["sim".into()],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DpdkSpec;
+
+    #[test]
+    fn dpdk_specs_parse_address_and_options() {
+        let s = "dpdk:-l 1 --vdev=net_memif0,role=server @10.0.0.1 port=1 desc=512 zerocopy";
+        let d = DpdkSpec::parse(s, &s[5..]).unwrap();
+        assert_eq!(d.eal, "-l 1 --vdev=net_memif0,role=server");
+        assert_eq!(d.ip, "10.0.0.1".parse::<std::net::IpAddr>().unwrap());
+        assert_eq!((d.port, d.desc, d.zero_copy), (1, 512, true));
+        let d = DpdkSpec::parse("x", "-l 0 @fd00::1").unwrap();
+        assert_eq!((d.port, d.desc, d.zero_copy), (0, 1024, false));
+        for bad in [
+            "-l 0",
+            "-l 0 @nope",
+            "-l 0 @10.0.0.1 port=x",
+            "-l 0 @10.0.0.1 fast",
+        ] {
+            let e = DpdkSpec::parse("dpdk:", bad).unwrap_err().to_string();
+            assert!(e.contains("dpdk:"), "{e}");
+        }
     }
 }

@@ -38,14 +38,15 @@ pub(crate) enum Kind {
     Lat,
 }
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Clone, Debug)]
 pub(crate) struct Args {
     /// The operation.
     verb: Verb,
     /// Bandwidth or latency.
     kind: Kind,
-    /// Device: `sim` (both ends in this process on a simulated fabric), `afpacket:IFACE` or
-    /// `tap:NAME[@IP]` (one end per process: `--server` on one, `--connect HOST` on the other).
+    /// Device: `sim` (both ends in this process on a simulated fabric), `afpacket:IFACE`,
+    /// `tap:NAME[@IP]` or `dpdk:EAL ARGS @IP [port=N] [desc=N] [zerocopy]` (one end per
+    /// process: `--server` on one, `--connect HOST` on the other).
     #[arg(long, default_value = "sim")]
     device: String,
     /// Wait for a client (perftest's server side).

@@ -1,11 +1,13 @@
 //! DPDK (cargo feature `dpdk`): ports driven by DPDK's poll-mode drivers — mlx5 on ConnectX-7
 //! and BlueField-3, and net_ring / net_af_packet / net_tap / net_virtio_user vdevs in tests.
 //!
-//! This first step: EAL initialised from arguments passed through verbatim, one rx and one tx
-//! queue per port, an mbuf pool sized from the queue depths, rx/tx bursts with one copy each
-//! way (frames are parsed in place in the mbuf and the payload copied once into registered
-//! memory by the transport; transmit copies the emitted frame into an mbuf). Zero-copy
-//! transmit from registered memory (external buffers) and several queues per port come next.
+//! EAL is initialised once per process from arguments passed through verbatim; each port has
+//! one rx and one tx queue and an mbuf pool sized from their depths. Receive parses frames in
+//! place in the mbuf (a chained mbuf is first made contiguous) and the transport copies the
+//! payload once into registered memory. Transmit either copies the emitted frame into an mbuf,
+//! or, with zero-copy on and a PMD that sends chained mbufs, sends the headers from a small
+//! mbuf and the payload straight from registered memory as an external buffer
+//! (`rte_pktmbuf_attach_extbuf`), with the pad and ICRC in a last small segment.
 
 #![allow(unsafe_code)]
 
@@ -14,6 +16,8 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use ferroce_stack::wire::{Checks, MacAddr};
+
+use ferroce_stack::transport::SplitFrame;
 
 use crate::port::{LinkState, Port, PortCapabilities, TxError};
 
@@ -99,48 +103,78 @@ pub fn port_count() -> u16 {
 pub struct DpdkPort {
     port: u16,
     pool: *mut sys::rte_mempool,
+    /// Small mbufs for the pieces of a zero-copy frame (headers, external payload, tail).
+    seg_pool: *mut sys::rte_mempool,
+    /// The shared-info block every external payload buffer points at.
+    shinfo: *mut sys::rte_mbuf_ext_shared_info,
+    /// `Some(min payload)` when transmit sends payloads in place.
+    split_min: Option<usize>,
+    /// Where a chained received frame is made contiguous.
+    scratch: Box<[u8]>,
     mac: MacAddr,
     mtu: usize,
     pending: Vec<*mut sys::rte_mbuf>,
     epoch: Instant,
     /// Frames the PMD did not take at flush (its ring full); freed, counted.
     pub tx_dropped: u64,
+    /// Frames sent with their payload in place (zero-copy).
+    pub tx_zero_copy: u64,
 }
+
+/// Payloads below this many bytes are copied even with zero-copy on: chaining an external
+/// buffer and a tail costs more than copying a few hundred bytes.
+pub const ZERO_COPY_MIN: usize = 512;
 
 // SAFETY: the mbuf pointers and the pool belong to this port's queue pair, which DPDK lets one
 // thread at a time use; moving the port moves that ownership.
 unsafe impl Send for DpdkPort {}
 
 impl DpdkPort {
-    /// Starts port `port` (after [`eal_init`]) with `rx_desc`/`tx_desc` descriptors.
+    /// Starts port `port` (after [`eal_init`]) with `rx_desc`/`tx_desc` descriptors, copying
+    /// on transmit.
     pub fn open(port: u16, rx_desc: u16, tx_desc: u16) -> Result<Self, DpdkError> {
+        Self::open_with(port, rx_desc, tx_desc, None)
+    }
+
+    /// [`open`](Self::open), sending payloads of at least `zero_copy_min` bytes from
+    /// registered memory in place when the PMD can transmit chained mbufs (it copies
+    /// otherwise; [`zero_copy`](Self::zero_copy) says which).
+    pub fn open_with(
+        port: u16,
+        rx_desc: u16,
+        tx_desc: u16,
+        zero_copy_min: Option<usize>,
+    ) -> Result<Self, DpdkError> {
         let available = port_count();
         if port >= available {
             return Err(DpdkError::NoPort { port, available });
         }
         // Enough mbufs for both rings, bursts in flight and the pool's per-core caches.
         let n = u32::from(rx_desc) + u32::from(tx_desc) + 4 * BURST as u32 + 512;
-        let name = CString::new(format!("ferroce_pool_{port}")).unwrap_or_default();
-        // SAFETY: plain call; a NULL result is checked.
-        let pool = unsafe {
-            sys::rte_pktmbuf_pool_create(
-                name.as_ptr(),
-                n,
-                256,
-                0,
-                (9216 + 128) as u16,
-                sys::rte_socket_id() as i32,
-            )
+        let pool = mbuf_pool(port, "ferroce_pool", n, 9216 + 128)?;
+        // SAFETY: plain query of a probed port.
+        let multi_seg = unsafe { sys::fr_port_multi_seg(port) } > 0;
+        let split_min = zero_copy_min.filter(|_| multi_seg);
+        let (seg_pool, shinfo) = if split_min.is_some() {
+            // Up to four pieces per frame: headers, two payload spans, tail.
+            let seg_pool = mbuf_pool(port, "ferroce_segs", 4 * n, 256)?;
+            // SAFETY: plain allocation; NULL is checked.
+            let shinfo = unsafe { sys::fr_shinfo_new() };
+            if shinfo.is_null() {
+                return Err(DpdkError::Port {
+                    port,
+                    what: "external buffer info",
+                    code: -12,
+                });
+            }
+            (seg_pool, shinfo)
+        } else {
+            (std::ptr::null_mut(), std::ptr::null_mut())
         };
-        if pool.is_null() {
-            return Err(DpdkError::Port {
-                port,
-                what: "rte_pktmbuf_pool_create",
-                code: -12,
-            });
-        }
         // SAFETY: the pool is valid; the shim configures and starts the port.
-        let rc = unsafe { sys::fr_port_start(port, pool, rx_desc, tx_desc) };
+        let rc = unsafe {
+            sys::fr_port_start(port, pool, rx_desc, tx_desc, i32::from(split_min.is_some()))
+        };
         if rc < 0 {
             return Err(DpdkError::Port {
                 port,
@@ -158,13 +192,65 @@ impl DpdkPort {
         Ok(Self {
             port,
             pool,
+            seg_pool,
+            shinfo,
+            split_min,
+            scratch: vec![0; 16 * 1024].into_boxed_slice(),
             mac: MacAddr(addr.addr_bytes),
             mtu: usize::from(mtu),
             pending: Vec::with_capacity(BURST),
             epoch: Instant::now(),
             tx_dropped: 0,
+            tx_zero_copy: 0,
         })
     }
+
+    /// True when transmit sends large payloads in place.
+    pub fn zero_copy(&self) -> bool {
+        self.split_min.is_some()
+    }
+
+    /// The DPDK port number.
+    pub fn port_id(&self) -> u16 {
+        self.port
+    }
+
+    /// Queues a built mbuf, flushing first when the burst is full.
+    fn queue(&mut self, m: *mut sys::rte_mbuf) {
+        if self.pending.len() >= BURST {
+            self.flush();
+        }
+        self.pending.push(m);
+    }
+}
+
+/// An mbuf pool for `port` whose buffers hold `data_room` bytes.
+fn mbuf_pool(
+    port: u16,
+    what: &str,
+    n: u32,
+    data_room: u16,
+) -> Result<*mut sys::rte_mempool, DpdkError> {
+    let name = CString::new(format!("{what}_{port}")).unwrap_or_default();
+    // SAFETY: plain call; a NULL result is checked.
+    let pool = unsafe {
+        sys::rte_pktmbuf_pool_create(
+            name.as_ptr(),
+            n,
+            256,
+            0,
+            data_room,
+            sys::rte_socket_id() as i32,
+        )
+    };
+    if pool.is_null() {
+        return Err(DpdkError::Port {
+            port,
+            what: "rte_pktmbuf_pool_create",
+            code: -12,
+        });
+    }
+    Ok(pool)
 }
 
 impl Port for DpdkPort {
@@ -174,12 +260,20 @@ impl Port for DpdkPort {
         // SAFETY: `pkts` has room for `n` pointers.
         let got = unsafe { sys::fr_rx_burst(self.port, pkts.as_mut_ptr(), n) };
         for &m in &pkts[..usize::from(got)] {
-            let mut len = 0u16;
-            // SAFETY: `m` is an mbuf the PMD handed us; its first segment's data is `len`
-            // bytes at the returned pointer until we free it below.
+            let mut len = 0u32;
+            // SAFETY: `m` is an mbuf the PMD handed us; the returned bytes (in the mbuf, or
+            // in `scratch` for a chained one) stay valid until we free it below. NULL means
+            // the frame is longer than any RoCE frame, and is dropped.
             unsafe {
-                let data = sys::fr_mbuf_data(m, &mut len);
-                f(std::slice::from_raw_parts(data, usize::from(len)));
+                let data = sys::fr_mbuf_linear(
+                    m,
+                    self.scratch.as_mut_ptr(),
+                    self.scratch.len() as u32,
+                    &mut len,
+                );
+                if !data.is_null() {
+                    f(std::slice::from_raw_parts(data, len as usize));
+                }
                 sys::fr_pktmbuf_free(m);
             }
         }
@@ -190,9 +284,6 @@ impl Port for DpdkPort {
         let max = self.mtu + 18;
         if len > max {
             return Err(TxError::TooLong { len, max });
-        }
-        if self.pending.len() >= BURST {
-            self.flush();
         }
         // SAFETY: the pool is valid for the port's life.
         let m = unsafe { sys::fr_pktmbuf_alloc(self.pool) };
@@ -208,7 +299,61 @@ impl Port for DpdkPort {
         }
         // SAFETY: `data` points at `len` bytes of `m` that we own until tx_burst takes it.
         fill(unsafe { std::slice::from_raw_parts_mut(data, len) });
-        self.pending.push(m);
+        self.queue(m);
+        Ok(())
+    }
+
+    fn tx_split(&mut self, head: &[u8], frame: &SplitFrame<'_>) -> Result<(), TxError> {
+        let len = frame.len();
+        let max = self.mtu + 18;
+        if len > max {
+            return Err(TxError::TooLong { len, max });
+        }
+        if self.split_min.is_none() {
+            return self.tx(len, |buf| frame.copy_to(head, buf));
+        }
+        let head = &head[..frame.head_len];
+        // SAFETY: the segment pool lives as long as the port.
+        let m = unsafe { sys::fr_pktmbuf_alloc(self.seg_pool) };
+        if m.is_null() {
+            return Err(TxError::RingFull);
+        }
+        // SAFETY: `m` is a fresh mbuf we own; append reserves room for the headers (NULL if
+        // they do not fit, which a 256-byte segment never refuses a RoCE header).
+        let data = unsafe { sys::fr_pktmbuf_append(m, head.len() as u16) };
+        let mut ok = !data.is_null();
+        if ok {
+            // SAFETY: `data` points at `head.len()` bytes of `m`.
+            unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), data, head.len()) };
+        }
+        for span in &frame.payload {
+            // SAFETY: the span is registered memory the transport checked; the PMD reads it
+            // during tx_burst (software PMDs copy it there; a NIC reads it before the
+            // packet's work request can complete). The shared info outlives the port.
+            ok = ok
+                && unsafe {
+                    sys::fr_chain_extbuf(
+                        m,
+                        self.seg_pool,
+                        span.as_ptr().cast_mut().cast(),
+                        span.len() as u16,
+                        self.shinfo,
+                    )
+                } == 0;
+        }
+        let tail = &frame.tail[..frame.tail_len];
+        // SAFETY: `tail` is a plain byte slice the shim copies.
+        ok = ok
+            && unsafe {
+                sys::fr_chain_copy(m, self.seg_pool, tail.as_ptr().cast(), tail.len() as u16)
+            } == 0;
+        if !ok {
+            // SAFETY: we own the chain; freeing it releases every segment.
+            unsafe { sys::fr_pktmbuf_free(m) };
+            return Err(TxError::RingFull);
+        }
+        self.tx_zero_copy += 1;
+        self.queue(m);
         Ok(())
     }
 
@@ -252,6 +397,7 @@ impl Port for DpdkPort {
         PortCapabilities {
             max_burst: BURST,
             rx_checks: Checks::ALL,
+            tx_split_min: self.split_min,
         }
     }
 

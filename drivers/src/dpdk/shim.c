@@ -1,9 +1,24 @@
+#include <stdlib.h>
+#include <string.h>
+
 #include "shim.h"
 
-int fr_port_start(uint16_t port, struct rte_mempool *pool, uint16_t rx_desc, uint16_t tx_desc)
+int fr_port_multi_seg(uint16_t port)
+{
+    struct rte_eth_dev_info info;
+    int rc = rte_eth_dev_info_get(port, &info);
+    if (rc < 0)
+        return rc;
+    return (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
+}
+
+int fr_port_start(uint16_t port, struct rte_mempool *pool, uint16_t rx_desc, uint16_t tx_desc,
+                  int multi_seg)
 {
     struct rte_eth_conf conf;
     memset(&conf, 0, sizeof(conf));
+    if (multi_seg)
+        conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
     int rc = rte_eth_dev_configure(port, 1, 1, &conf);
     if (rc < 0)
         return rc;
@@ -55,4 +70,67 @@ const uint8_t *fr_mbuf_data(const struct rte_mbuf *m, uint16_t *len)
 {
     *len = rte_pktmbuf_data_len(m);
     return rte_pktmbuf_mtod(m, const uint8_t *);
+}
+
+const uint8_t *fr_mbuf_linear(const struct rte_mbuf *m, uint8_t *scratch, uint32_t cap,
+                              uint32_t *len)
+{
+    *len = rte_pktmbuf_pkt_len(m);
+    if (m->nb_segs == 1)
+        return rte_pktmbuf_mtod(m, const uint8_t *);
+    if (*len > cap)
+        return NULL;
+    return (const uint8_t *)rte_pktmbuf_read(m, 0, *len, scratch);
+}
+
+static void fr_extbuf_keep(void *addr, void *opaque)
+{
+    (void)addr;
+    (void)opaque;
+}
+
+struct rte_mbuf_ext_shared_info *fr_shinfo_new(void)
+{
+    struct rte_mbuf_ext_shared_info *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return NULL;
+    s->free_cb = fr_extbuf_keep;
+    s->fcb_opaque = NULL;
+    rte_mbuf_ext_refcnt_set(s, 1);
+    return s;
+}
+
+int fr_chain_extbuf(struct rte_mbuf *head, struct rte_mempool *pool, void *addr, uint16_t len,
+                    struct rte_mbuf_ext_shared_info *shinfo)
+{
+    struct rte_mbuf *m = rte_pktmbuf_alloc(pool);
+    if (m == NULL)
+        return -1;
+    /* Software PMDs never use the IOVA; mlx5 translates virtual addresses through its own
+     * memory-region cache. In IOVA-as-VA mode the address is the IOVA. */
+    rte_iova_t iova = rte_eal_iova_mode() == RTE_IOVA_VA ? (rte_iova_t)(uintptr_t)addr : RTE_BAD_IOVA;
+    rte_mbuf_ext_refcnt_update(shinfo, 1);
+    rte_pktmbuf_attach_extbuf(m, addr, iova, len, shinfo);
+    m->data_len = len;
+    m->pkt_len = len;
+    if (rte_pktmbuf_chain(head, m) != 0) {
+        rte_pktmbuf_free(m);
+        return -1;
+    }
+    return 0;
+}
+
+int fr_chain_copy(struct rte_mbuf *head, struct rte_mempool *pool, const void *data,
+                  uint16_t len)
+{
+    struct rte_mbuf *m = rte_pktmbuf_alloc(pool);
+    if (m == NULL)
+        return -1;
+    char *dst = rte_pktmbuf_append(m, len);
+    if (dst == NULL || rte_pktmbuf_chain(head, m) != 0) {
+        rte_pktmbuf_free(m);
+        return -1;
+    }
+    memcpy(dst, data, len);
+    return 0;
 }

@@ -8,8 +8,12 @@
 #include <rte_mempool.h>
 
 /* Brings port `port` up with one rx and one tx queue of the given depths, taking receive
- * buffers from `pool`. Returns 0 or a negative errno. */
-int fr_port_start(uint16_t port, struct rte_mempool *pool, uint16_t rx_desc, uint16_t tx_desc);
+ * buffers from `pool`; with `multi_seg`, enables multi-segment transmit. Returns 0 or a
+ * negative errno. */
+int fr_port_start(uint16_t port, struct rte_mempool *pool, uint16_t rx_desc, uint16_t tx_desc,
+                  int multi_seg);
+/* 1 when the port's PMD can transmit chained mbufs, 0 when not, negative on error. */
+int fr_port_multi_seg(uint16_t port);
 
 uint16_t fr_rx_burst(uint16_t port, struct rte_mbuf **pkts, uint16_t n);
 uint16_t fr_tx_burst(uint16_t port, struct rte_mbuf **pkts, uint16_t n);
@@ -19,3 +23,18 @@ void fr_pktmbuf_free(struct rte_mbuf *m);
 uint8_t *fr_pktmbuf_append(struct rte_mbuf *m, uint16_t len);
 /* The first segment's data and its length. */
 const uint8_t *fr_mbuf_data(const struct rte_mbuf *m, uint16_t *len);
+/* The whole packet's bytes, contiguous: in place when it has one segment, else copied into
+ * `scratch` (which holds `cap` bytes; NULL when the packet is longer). */
+const uint8_t *fr_mbuf_linear(const struct rte_mbuf *m, uint8_t *scratch, uint32_t cap,
+                              uint32_t *len);
+/* A shared-info block for external buffers that outlive every mbuf attached to them (the
+ * free callback does nothing); its reference count starts at 1 and never drops to 0 while
+ * attachments come and go. NULL when out of memory. */
+struct rte_mbuf_ext_shared_info *fr_shinfo_new(void);
+/* Chains `len` bytes at `addr` (memory outside DPDK's pools) after `head` as an external
+ * buffer attached to an mbuf from `pool`: no copy. Returns 0, or -1 when no mbuf is free. */
+int fr_chain_extbuf(struct rte_mbuf *head, struct rte_mempool *pool, void *addr, uint16_t len,
+                    struct rte_mbuf_ext_shared_info *shinfo);
+/* Chains a copy of `len` bytes after `head` in an mbuf from `pool`. Returns 0 or -1. */
+int fr_chain_copy(struct rte_mbuf *head, struct rte_mempool *pool, const void *data,
+                  uint16_t len);

@@ -477,6 +477,7 @@ impl Port for SimPort {
         PortCapabilities {
             max_burst: MAX_BURST,
             rx_checks: Checks::ALL,
+            tx_split_min: None,
         }
     }
 

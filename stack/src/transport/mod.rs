@@ -31,14 +31,16 @@ pub(crate) mod sg;
 pub mod srq;
 pub mod state;
 pub mod timers;
+pub mod tx;
 pub mod wr;
 
 pub use counters::Counters;
-pub use mr::{Access, AccessError, MrKeys, MrTable, PdId, RegisterError};
+pub use mr::{Access, AccessError, MemSpan, MrKeys, MrTable, PdId, RegisterError};
 pub use qp::{AddressVector, Mtu, Qp, QpAttr, QpCaps, QpConfig};
 pub use recovery::{GoBackN, OutOfOrder, Recovery, SendWindow};
 pub use srq::Srq;
 pub use state::{check_modify, required_mask, AttrMask, ModifyError, QpState, QpType};
+pub use tx::{SplitFrame, TxOut};
 pub use wr::{
     Payload, PostError, RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
     WorkCompletion, WrOpcode,

@@ -11,7 +11,7 @@
 //! pointer whose validity the caller promises, and every later access is bounds-checked
 //! against it.
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Access rights of a region, with libibverbs' `IBV_ACCESS_*` bit values.
@@ -110,6 +110,58 @@ struct Region {
 // to another thread does not change it. Concurrent access by the application is its own
 // business, as with any RDMA NIC; the table only ever reads/writes within bounds.
 unsafe impl Send for Region {}
+
+/// A checked range of registered memory, lent in place by [`MrTable::span`].
+#[derive(Clone, Copy, Debug)]
+pub struct MemSpan<'a> {
+    ptr: *mut u8,
+    len: usize,
+    _table: core::marker::PhantomData<&'a MrTable>,
+}
+
+impl MemSpan<'_> {
+    /// Where the bytes are, for a driver that hands them to a NIC (an external mbuf). The
+    /// address stays valid while the region is registered; a NIC that reads it after the
+    /// transmit call returns relies on the application keeping the memory until the work
+    /// request completes, as with any RNIC.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr
+    }
+
+    /// Bytes in the span.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty span.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies the span into `out`, which is exactly as long.
+    pub fn copy_to(&self, out: &mut [u8]) {
+        assert_eq!(
+            out.len(),
+            self.len,
+            "MemSpan::copy_to needs a buffer of the span's length"
+        );
+        if self.len > 0 {
+            // SAFETY: `MrTable::span` checked the range inside a registered region, which
+            // stays valid while the borrow of the table this span carries lives.
+            unsafe { core::ptr::copy(self.ptr, out.as_mut_ptr(), self.len) };
+        }
+    }
+
+    /// Feeds the span to an ICRC.
+    pub fn icrc_update(&self, crc: &mut crate::wire::icrc::IcrcState) {
+        if self.len > 0 {
+            // SAFETY: as in `copy_to`. The application may write the region concurrently (as
+            // it may under any RNIC's DMA); the bytes hashed are then what it wrote, and
+            // nothing here relies on them staying put.
+            crc.update(unsafe { core::slice::from_raw_parts(self.ptr, self.len) });
+        }
+    }
+}
 
 /// The registered regions of one device.
 pub struct MrTable {
@@ -233,8 +285,8 @@ impl MrTable {
         }
     }
 
-    /// Checks an access and returns the byte offset of `va` in the region. Zero-length
-    /// accesses are allowed with any key, as IBTA allows zero-length RDMA (probes use them).
+    /// Checks an access and returns where `va` is in memory (null for a zero-length access,
+    /// which is allowed with any key, as IBTA allows zero-length RDMA: probes use them).
     fn check(
         &self,
         key: u32,
@@ -242,9 +294,9 @@ impl MrTable {
         va: u64,
         len: u64,
         needed: Access,
-    ) -> Result<usize, AccessError> {
+    ) -> Result<*mut u8, AccessError> {
         if len == 0 {
-            return Ok(0);
+            return Ok(core::ptr::null_mut());
         }
         let r = self.regions.get(&key).ok_or(AccessError::InvalidKey(key))?;
         if r.pd != pd {
@@ -262,15 +314,9 @@ impl MrTable {
         if end > r.len as u64 {
             return Err(out);
         }
-        Ok(offset as usize)
-    }
-
-    fn ptr(&self, key: u32, offset: usize) -> *mut u8 {
-        // Only called after `check` found the key and the range inside the region.
-        let r = &self.regions[&key];
-        // SAFETY: `check` proved offset + len <= r.len, so the offset stays inside the
-        // registered allocation.
-        unsafe { r.base.add(offset) }
+        // SAFETY: offset + len <= r.len, so the offset stays inside the registered
+        // allocation.
+        Ok(unsafe { r.base.add(offset as usize) })
     }
 
     /// Copies `data` into the region at `va`; needs `needed` rights (REMOTE_WRITE for a
@@ -283,17 +329,40 @@ impl MrTable {
         data: &[u8],
         needed: Access,
     ) -> Result<(), AccessError> {
-        let offset = self.check(key, pd, va, data.len() as u64, needed)?;
+        let dst = self.check(key, pd, va, data.len() as u64, needed)?;
         if data.is_empty() {
             return Ok(());
         }
-        let dst = self.ptr(key, offset);
         // SAFETY: `check` bounded [offset, offset + len) inside the region, which the
         // registrant keeps valid for writes; `data` is a distinct Rust borrow, so the ranges
         // cannot overlap unless the application registered memory it also lent us as `data`,
         // which `copy` (memmove) tolerates.
         unsafe { core::ptr::copy(data.as_ptr(), dst, data.len()) };
         Ok(())
+    }
+
+    /// Lends `len` bytes of the region at `va` in place (needs `needed` rights), for a port
+    /// that sends them without copying. The span borrows the table, so the region cannot be
+    /// deregistered while it lives.
+    pub fn span(
+        &self,
+        key: u32,
+        pd: PdId,
+        va: u64,
+        len: usize,
+        needed: Access,
+    ) -> Result<MemSpan<'_>, AccessError> {
+        let at = self.check(key, pd, va, len as u64, needed)?;
+        let ptr = if len == 0 {
+            core::ptr::NonNull::dangling().as_ptr()
+        } else {
+            at
+        };
+        Ok(MemSpan {
+            ptr,
+            len,
+            _table: core::marker::PhantomData,
+        })
     }
 
     /// Copies from the region at `va` into `out`; needs `needed` rights (REMOTE_READ for a
@@ -306,11 +375,10 @@ impl MrTable {
         out: &mut [u8],
         needed: Access,
     ) -> Result<(), AccessError> {
-        let offset = self.check(key, pd, va, out.len() as u64, needed)?;
+        let src = self.check(key, pd, va, out.len() as u64, needed)?;
         if out.is_empty() {
             return Ok(());
         }
-        let src = self.ptr(key, offset);
         // SAFETY: as in `write`, the source range is inside the registered region.
         unsafe { core::ptr::copy(src, out.as_mut_ptr(), out.len()) };
         Ok(())
@@ -320,8 +388,7 @@ impl MrTable {
         if !va.is_multiple_of(8) {
             return Err(AccessError::Misaligned(va));
         }
-        let offset = self.check(key, pd, va, 8, Access::REMOTE_ATOMIC)?;
-        let p = self.ptr(key, offset);
+        let p = self.check(key, pd, va, 8, Access::REMOTE_ATOMIC)?;
         if !p.cast::<u64>().is_aligned() {
             // The iova is aligned but the host address is not: cannot be an AtomicU64.
             return Err(AccessError::Misaligned(va));

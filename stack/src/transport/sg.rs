@@ -1,6 +1,8 @@
 //! Gather and scatter over a work request's element list, through the checked accessor.
 
-use super::mr::{Access, AccessError, MrTable, PdId};
+use smallvec::SmallVec;
+
+use super::mr::{Access, AccessError, MemSpan, MrTable, PdId};
 use super::wr::Sge;
 
 /// Why a scatter/gather failed.
@@ -82,6 +84,26 @@ pub(crate) fn gather(
         mem.read(s.lkey, pd, va, &mut out[at..at + n], Access::NONE)
             .map_err(SgError::Access)
     })
+}
+
+/// The pieces of registered memory holding `len` bytes from message offset `offset`, lent in
+/// place (a zero-copy transmit's payload).
+pub(crate) fn spans<'m>(
+    mem: &'m MrTable,
+    pd: PdId,
+    sges: &[Sge],
+    offset: u64,
+    len: usize,
+) -> Result<SmallVec<[MemSpan<'m>; 2]>, SgError> {
+    let mut out = SmallVec::new();
+    walk(sges, offset, len, |s, va, _, n| {
+        out.push(
+            mem.span(s.lkey, pd, va, n, Access::NONE)
+                .map_err(SgError::Access)?,
+        );
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 /// Copies `data` into the elements at message offset `offset` (needs LOCAL_WRITE).

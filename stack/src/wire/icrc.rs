@@ -85,34 +85,57 @@ fn hasher() -> crc32fast::Hasher {
 /// excluded. `ip_version` is 4 or 6. The caller guarantees `input` holds the stand-in and
 /// the IP, UDP and BTH headers.
 pub fn compute(input: &[u8], ip_version: u8) -> u32 {
-    let (masks, masked_len) = if ip_version == 4 {
-        (&MASKS_V4, MASKED_V4)
-    } else {
-        (&MASKS_V6, MASKED_V6)
-    };
-    let mut copy = [[0u8; 16]; COPY / 16];
-    let mut h = hasher();
-    let head = &input[..input.len().min(COPY)];
-    let (chunks, _) = head.as_chunks::<16>();
-    let copied = chunks.len() * 16;
-    if copied >= masked_len {
-        for ((dst, src), mask) in copy.iter_mut().zip(chunks).zip(masks) {
-            for i in 0..16 {
-                dst[i] = src[i] | mask[i];
+    IcrcState::start(input, ip_version).finish()
+}
+
+/// An ICRC over a packet that is not contiguous: the headers in one buffer, the payload where
+/// it lies (registered memory, for a zero-copy transmit), the pad last.
+#[derive(Clone)]
+pub struct IcrcState(crc32fast::Hasher);
+
+impl IcrcState {
+    /// Starts over `head`: the stand-in and headers as [`compute`] takes them (at least up to
+    /// the end of the BTH), possibly followed by some payload.
+    pub fn start(head: &[u8], ip_version: u8) -> Self {
+        let (masks, masked_len) = if ip_version == 4 {
+            (&MASKS_V4, MASKED_V4)
+        } else {
+            (&MASKS_V6, MASKED_V6)
+        };
+        let mut copy = [[0u8; 16]; COPY / 16];
+        let mut h = hasher();
+        let first = &head[..head.len().min(COPY)];
+        let (chunks, _) = first.as_chunks::<16>();
+        let copied = chunks.len() * 16;
+        if copied >= masked_len {
+            for ((dst, src), mask) in copy.iter_mut().zip(chunks).zip(masks) {
+                for i in 0..16 {
+                    dst[i] = src[i] | mask[i];
+                }
             }
+            h.update(&copy.as_flattened()[..copied]);
+            h.update(&head[copied..]);
+        } else {
+            // A short packet whose last masked field is in a partial chunk: patch bytes.
+            let flat = copy.as_flattened_mut();
+            flat[..first.len()].copy_from_slice(first);
+            for (b, m) in flat.iter_mut().zip(masks.as_flattened()) {
+                *b |= m;
+            }
+            h.update(&flat[..first.len()]);
         }
-        h.update(&copy.as_flattened()[..copied]);
-        h.update(&input[copied..]);
-    } else {
-        // A short packet whose last masked field is in a partial chunk: patch bytes.
-        let flat = copy.as_flattened_mut();
-        flat[..head.len()].copy_from_slice(head);
-        for (b, m) in flat.iter_mut().zip(masks.as_flattened()) {
-            *b |= m;
-        }
-        h.update(&flat[..head.len()]);
+        Self(h)
     }
-    h.finalize()
+
+    /// Continues over the next bytes of the packet (none of them a masked field).
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// The ICRC.
+    pub fn finish(self) -> u32 {
+        self.0.finalize()
+    }
 }
 
 /// Reads the ICRC trailer as it sits on the wire.
@@ -134,6 +157,10 @@ mod tests {
         let a = super::compute(&input, 4);
         input[..8].fill(0x00);
         assert_eq!(super::compute(&input, 4), a);
+        let mut split = super::IcrcState::start(&input[..64], 4);
+        split.update(&input[64..100]);
+        split.update(&input[100..]);
+        assert_eq!(split.finish(), a);
         assert_eq!(super::compute(&input[..60], 4), {
             let mut c = input;
             c[..8].fill(0xff);

@@ -212,7 +212,6 @@ impl RoceRepr {
     /// registered memory). The BTH pad count is derived from `payload_len`, the lengths and
     /// checksums are computed, and the ICRC is appended. No allocation.
     pub fn emit(&self, buf: &mut [u8], emit_payload: impl FnOnce(&mut [u8])) -> Result<usize> {
-        let info = self.bth.opcode.info()?;
         let total = self.buffer_len();
         if buf.len() < total {
             return Err(Error::BufferTooSmall {
@@ -220,6 +219,54 @@ impl RoceRepr {
                 available: buf.len(),
             });
         }
+        let head = self.emit_headers(buf)?;
+        let buf = &mut buf[..total];
+        let eth_len = self.eth.header_len();
+        let pad_at = head + self.payload_len;
+        emit_payload(&mut buf[head..pad_at]);
+        let icrc_at = pad_at + usize::from(pad_for(self.payload_len));
+        buf[pad_at..icrc_at].fill(0);
+        let input = &buf[eth_len - icrc::LRH_STAND_IN..icrc_at];
+        let crc = icrc::compute(input, self.ip.version());
+        icrc::write(crc, &mut buf[icrc_at..]);
+        Ok(total)
+    }
+
+    /// Writes a frame in two places, for a port that sends the payload from where it lies
+    /// (zero-copy transmit): the headers go into the front of `head` (their length, returned
+    /// first, is [`header_len`](Self::header_len)), and the bytes that follow the payload, pad
+    /// and ICRC, into `tail` (their count returned second). `icrc_payload` feeds the
+    /// `payload_len` payload bytes, in order, to the ICRC.
+    pub fn emit_split(
+        &self,
+        head: &mut [u8],
+        tail: &mut [u8; 7],
+        icrc_payload: impl FnOnce(&mut icrc::IcrcState),
+    ) -> Result<(usize, usize)> {
+        let n = self.header_len();
+        if head.len() < n {
+            return Err(Error::BufferTooSmall {
+                needed: n,
+                available: head.len(),
+            });
+        }
+        let n = self.emit_headers(head)?;
+        let eth_len = self.eth.header_len();
+        let mut crc =
+            icrc::IcrcState::start(&head[eth_len - icrc::LRH_STAND_IN..n], self.ip.version());
+        icrc_payload(&mut crc);
+        let pad = usize::from(pad_for(self.payload_len));
+        tail[..pad].fill(0);
+        crc.update(&tail[..pad]);
+        icrc::write(crc.finish(), &mut tail[pad..]);
+        Ok((n, pad + ICRC_LEN))
+    }
+
+    /// Writes every header (lengths and checksums for a payload of `payload_len` bytes) into
+    /// the front of `buf`, which the caller made long enough; returns where the payload starts.
+    fn emit_headers(&self, buf: &mut [u8]) -> Result<usize> {
+        let info = self.bth.opcode.info()?;
+        let total = self.buffer_len();
         let eth_len = self.eth.header_len();
         let ip_hlen = self.ip.header_len();
         let udp_payload = total - eth_len - ip_hlen - UDP_LEN;
@@ -231,7 +278,6 @@ impl RoceRepr {
         if too_long {
             return Err(Error::PayloadTooLong(self.payload_len));
         }
-        let buf = &mut buf[..total];
 
         let mut eth = self.eth;
         eth.ethertype = self.ip.ethertype();
@@ -248,9 +294,8 @@ impl RoceRepr {
         udp.emit(&mut l3[ip_hlen..], udp_payload);
 
         let roce = &mut l3[ip_hlen + UDP_LEN..];
-        let pad = pad_for(self.payload_len);
         let mut bth = self.bth;
-        bth.pad_count = pad;
+        bth.pad_count = pad_for(self.payload_len);
         bth.emit(&mut BthPacket::new_unchecked(&mut *roce));
         let hdr_len = info.headers.len();
         emit_ext(
@@ -259,16 +304,7 @@ impl RoceRepr {
             &mut roce[BTH_LEN..BTH_LEN + hdr_len],
         )
         .ok_or(Error::MissingHeader(self.bth.opcode.0))?;
-        let payload_at = BTH_LEN + hdr_len;
-        emit_payload(&mut roce[payload_at..payload_at + self.payload_len]);
-        let pad_at = payload_at + self.payload_len;
-        roce[pad_at..pad_at + usize::from(pad)].fill(0);
-
-        let covered = ip_hlen + UDP_LEN + pad_at + usize::from(pad);
-        let input = &buf[eth_len - icrc::LRH_STAND_IN..eth_len + covered];
-        let crc = icrc::compute(input, self.ip.version());
-        icrc::write(crc, &mut buf[eth_len + covered..]);
-        Ok(total)
+        Ok(eth_len + ip_hlen + UDP_LEN + BTH_LEN + hdr_len)
     }
 
     /// [`emit`](Self::emit) with the payload copied from a slice of exactly `payload_len`

@@ -26,6 +26,7 @@ use super::mr::{Access, MrTable, PdId};
 use super::recovery::{GoBackN, Recovery};
 use super::state::{check_modify, AttrMask, ModifyError, QpState, QpType};
 use super::timers::local_ack_timeout_ns;
+use super::tx::TxOut;
 use super::wr::{
     Payload, PostError, RecvWr, SendFlags, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
     WrOpcode,
@@ -754,13 +755,30 @@ impl Qp {
     /// `None` when it has nothing to send now. Responses go first (they unblock the peer),
     /// then requests within the window. `buf` must hold a path-MTU packet with headers.
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8], mem: &MrTable) -> Option<usize> {
-        let n = match self.responder_tx(buf, mem) {
-            Some(n) => Some(n),
-            None => self.requester_tx(now, buf, mem),
-        }?;
+        match self.poll_transmit_split(now, buf, mem, usize::MAX)? {
+            TxOut::Whole(n) => Some(n),
+            TxOut::Split(_) => unreachable!("no payload reaches usize::MAX bytes"),
+        }
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit) for a port that can send a frame from several
+    /// buffers: a packet whose payload from registered memory is at least `split_min` bytes
+    /// (WRITE and SEND data, READ responses) comes back as headers in `buf` plus the payload
+    /// in place ([`TxOut::Split`]); every other frame is whole in `buf`.
+    pub fn poll_transmit_split<'m>(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &'m MrTable,
+        split_min: usize,
+    ) -> Option<TxOut<'m>> {
+        let out = match self.responder_tx(buf, mem, split_min) {
+            Some(out) => out,
+            None => self.requester_tx(now, buf, mem, split_min)?,
+        };
         self.counters.tx_packets += 1;
-        self.counters.tx_bytes += n as u64;
-        Some(n)
+        self.counters.tx_bytes += out.len() as u64;
+        Some(out)
     }
 
     /// The earliest time [`handle_timeout`](Self::handle_timeout) has work, if any.

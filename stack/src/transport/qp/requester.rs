@@ -15,6 +15,7 @@ use crate::transport::recovery::SendWindow;
 use crate::transport::sg;
 use crate::transport::state::{QpState, QpType};
 use crate::transport::timers::{rnr_timer_ns, RNR_RETRY_INFINITE};
+use crate::transport::tx::{self, TxOut};
 use crate::transport::wr::{SendFlags, WcStatus, WrOpcode};
 use crate::wire::{
     AtomicEthRepr, DethRepr, ExtHeaders, IethRepr, ImmDtRepr, NakCode, Opcode, Position, Psn,
@@ -173,12 +174,13 @@ impl Qp {
     }
 
     /// The next request packet, if the window, credits and READ/atomic limits allow one.
-    pub(crate) fn requester_tx(
+    pub(crate) fn requester_tx<'m>(
         &mut self,
         now: u64,
         buf: &mut [u8],
-        mem: &MrTable,
-    ) -> Option<usize> {
+        mem: &'m MrTable,
+        split_min: usize,
+    ) -> Option<TxOut<'m>> {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_until.is_some() {
             return None;
         }
@@ -240,7 +242,7 @@ impl Qp {
             return None;
         }
         let (idx, pkt) = (req.cur, req.cur_pkt);
-        let n = match self.emit_request(idx, pkt, buf, mem) {
+        let n = match self.emit_request(idx, pkt, buf, mem, split_min) {
             Ok(n) => n,
             Err(status) => {
                 self.send_queue_error(idx, status);
@@ -281,13 +283,14 @@ impl Qp {
     }
 
     /// Writes packet `pkt` of `sq[idx]` into `buf`.
-    fn emit_request(
+    fn emit_request<'m>(
         &mut self,
         idx: usize,
         pkt: u32,
         buf: &mut [u8],
-        mem: &MrTable,
-    ) -> Result<usize, WcStatus> {
+        mem: &'m MrTable,
+        split_min: usize,
+    ) -> Result<TxOut<'m>, WcStatus> {
         let mtu = self.mtu;
         let (first_psn, npkts) = {
             let w = &self.req.sq[idx];
@@ -396,8 +399,15 @@ impl Qp {
         r.udp_src_port = sport;
         r.ext = ext;
         r.payload_len = plen as usize;
-        let mut failed = false;
         let pd = self.pd;
+        if let WqeData::Sges(s) = &w.data {
+            if plen as usize >= split_min {
+                let spans = sg::spans(mem, pd, s, u64::from(off), plen as usize)
+                    .map_err(|_| WcStatus::LocProtErr)?;
+                return tx::emit_split(&r, buf, spans).ok_or(WcStatus::LocLenErr);
+            }
+        }
+        let mut failed = false;
         let n = r
             .emit(buf, |dst| match &w.data {
                 WqeData::Inline(bytes) => {
@@ -411,7 +421,7 @@ impl Qp {
         if failed {
             return Err(WcStatus::LocProtErr);
         }
-        Ok(n)
+        Ok(TxOut::Whole(n))
     }
 
     /// A response (ACK, NAK, READ response, atomic ACK) for the requester.

@@ -15,6 +15,7 @@ use crate::transport::recovery::OutOfOrder;
 use crate::transport::sg::{self, SgError};
 use crate::transport::srq::Srq;
 use crate::transport::state::{QpState, QpType};
+use crate::transport::tx::{self, TxOut};
 use crate::transport::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::{
     AethRepr, AtomicAckEthRepr, ExtHeaders, Msn, NakCode, Opcode, Position, Psn, RocePacket,
@@ -647,7 +648,12 @@ impl Qp {
 
     /// The next response frame: queued READ responses and atomic ACKs first, then a NAK, then
     /// a coalesced ACK for everything received so far.
-    pub(crate) fn responder_tx(&mut self, buf: &mut [u8], mem: &MrTable) -> Option<usize> {
+    pub(crate) fn responder_tx<'m>(
+        &mut self,
+        buf: &mut [u8],
+        mem: &'m MrTable,
+        split_min: usize,
+    ) -> Option<TxOut<'m>> {
         if self.state == QpState::Err {
             let (syndrome, psn) = self.resp.nak.take()?;
             self.resp.final_nak = false;
@@ -662,7 +668,7 @@ impl Qp {
             return None;
         }
         if let Some(reply) = self.resp.replies.front().copied() {
-            return self.emit_reply(reply, buf, mem);
+            return self.emit_reply(reply, buf, mem, split_min);
         }
         if let Some((syndrome, psn)) = self.resp.nak.take() {
             self.resp.ack_pending = false;
@@ -678,7 +684,7 @@ impl Qp {
         None
     }
 
-    fn emit_ack(&mut self, buf: &mut [u8], syndrome: Syndrome, psn: Psn) -> Option<usize> {
+    fn emit_ack<'m>(&mut self, buf: &mut [u8], syndrome: Syndrome, psn: Psn) -> Option<TxOut<'m>> {
         if matches!(syndrome, Syndrome::Ack { .. }) {
             self.counters.acks_sent += 1;
         } else {
@@ -692,10 +698,16 @@ impl Qp {
             }),
             ..ExtHeaders::default()
         };
-        r.emit(buf, |_| {}).ok()
+        r.emit(buf, |_| {}).ok().map(TxOut::Whole)
     }
 
-    fn emit_reply(&mut self, reply: Reply, buf: &mut [u8], mem: &MrTable) -> Option<usize> {
+    fn emit_reply<'m>(
+        &mut self,
+        reply: Reply,
+        buf: &mut [u8],
+        mem: &'m MrTable,
+        split_min: usize,
+    ) -> Option<TxOut<'m>> {
         let credits = self.resp.credits();
         let aeth = AethRepr {
             syndrome: Syndrome::Ack { credits }.to_byte(),
@@ -710,7 +722,7 @@ impl Qp {
                     atomic_ack_eth: Some(AtomicAckEthRepr { orig_data: orig }),
                     ..ExtHeaders::default()
                 };
-                r.emit(buf, |_| {}).ok()
+                r.emit(buf, |_| {}).ok().map(TxOut::Whole)
             }
             ReplyKind::Read {
                 va,
@@ -733,11 +745,20 @@ impl Qp {
                     r.ext.aeth = Some(aeth);
                 }
                 let pd = self.pd;
+                let at = va.wrapping_add(u64::from(sent));
                 let mut failed = false;
-                let n = r.emit(buf, |dst| {
-                    let at = va.wrapping_add(u64::from(sent));
-                    failed = mem.read(rkey, pd, at, dst, Access::REMOTE_READ).is_err();
-                });
+                let n = if plen as usize >= split_min {
+                    mem.span(rkey, pd, at, plen as usize, Access::REMOTE_READ)
+                        .ok()
+                        .and_then(|s| tx::emit_split(&r, buf, smallvec::smallvec![s]))
+                        .ok_or(())
+                } else {
+                    r.emit(buf, |dst| {
+                        failed = mem.read(rkey, pd, at, dst, Access::REMOTE_READ).is_err();
+                    })
+                    .map(TxOut::Whole)
+                    .map_err(|_| ())
+                };
                 if failed || n.is_err() {
                     // The region went away under a READ in progress.
                     self.resp.replies.clear();

@@ -1,0 +1,98 @@
+//! What [`Qp::poll_transmit_split`](super::Qp::poll_transmit_split) hands a port: a whole
+//! frame, or headers plus payload left where it lies in registered memory.
+//!
+//! A NIC that can send a frame from several buffers (a DPDK PMD with multi-segment transmit)
+//! sends a large payload straight from the application's region, as an RNIC's DMA would,
+//! instead of copying it into a frame first. The ICRC still covers the payload, so the CPU
+//! reads it once either way; what the split saves is the write.
+
+use smallvec::SmallVec;
+
+use super::mr::MemSpan;
+use crate::wire::{icrc::IcrcState, RoceRepr};
+
+/// One frame from the transport.
+#[derive(Debug)]
+pub enum TxOut<'m> {
+    /// The whole frame is the first `n` bytes of the caller's buffer.
+    Whole(usize),
+    /// The frame is the caller's buffer's first `head_len` bytes, then `payload`, then
+    /// `tail`.
+    Split(SplitFrame<'m>),
+}
+
+impl TxOut<'_> {
+    /// Bytes of the frame.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Whole(n) => *n,
+            Self::Split(s) => s.len(),
+        }
+    }
+
+    /// Never true: a frame has headers.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+/// A frame in pieces: headers in the caller's buffer, payload in registered memory, pad and
+/// ICRC in `tail`.
+#[derive(Debug)]
+pub struct SplitFrame<'m> {
+    /// Header bytes at the front of the caller's buffer.
+    pub head_len: usize,
+    /// The payload, in order; borrowed from the memory table, so no region can be
+    /// deregistered while the frame is being queued.
+    pub payload: SmallVec<[MemSpan<'m>; 2]>,
+    /// Pad bytes and the ICRC: the first `tail_len` bytes.
+    pub tail: [u8; 7],
+    /// Bytes of `tail` in use.
+    pub tail_len: usize,
+}
+
+impl SplitFrame<'_> {
+    /// Bytes of the frame.
+    pub fn len(&self) -> usize {
+        self.head_len + self.payload.iter().map(MemSpan::len).sum::<usize>() + self.tail_len
+    }
+
+    /// Never true: a frame has headers.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Copies the frame into `out` (exactly [`len`](Self::len) bytes): what a port without
+    /// multi-segment transmit does.
+    pub fn copy_to(&self, head: &[u8], out: &mut [u8]) {
+        out[..self.head_len].copy_from_slice(&head[..self.head_len]);
+        let mut at = self.head_len;
+        for s in &self.payload {
+            s.copy_to(&mut out[at..at + s.len()]);
+            at += s.len();
+        }
+        out[at..at + self.tail_len].copy_from_slice(&self.tail[..self.tail_len]);
+    }
+}
+
+/// Emits `r` with its payload left in `payload`.
+pub(crate) fn emit_split<'m>(
+    r: &RoceRepr,
+    buf: &mut [u8],
+    payload: SmallVec<[MemSpan<'m>; 2]>,
+) -> Option<TxOut<'m>> {
+    let mut tail = [0u8; 7];
+    let (head_len, tail_len) = r
+        .emit_split(buf, &mut tail, |crc: &mut IcrcState| {
+            for s in &payload {
+                s.icrc_update(crc);
+            }
+        })
+        .ok()?;
+    Some(TxOut::Split(SplitFrame {
+        head_len,
+        payload,
+        tail,
+        tail_len,
+    }))
+}
