@@ -3,12 +3,16 @@
 //! - [`sim`]: an in-process fabric in virtual time (hosts, switches, impaired links, ECMP
 //!   paths, a switch hook), deterministic from a seed;
 //! - [`pcap`]: a tee that records any port's traffic to a pcap file;
-//! - AF_PACKET/TAP (issue 4) and DPDK (issue 5, cargo feature `dpdk`) come later.
+//! - [`control`]: smoltcp answering ARP, ICMP and TCP on a port no kernel serves;
+//! - [`afpacket`] and [`tap`] on Linux interfaces, [`pipe`] between two processes, and
+//!   `dpdk` (cargo feature `dpdk`) on DPDK's poll-mode drivers.
 //!
-//! Drivers use `ferroce_stack::wire` and nothing else of the stack: they move Ethernet frames.
+//! Drivers move Ethernet frames; of the stack they use its wire formats, and the transport's
+//! split frames for zero-copy transmit.
 #![warn(missing_docs)]
 
 pub mod afpacket;
+pub mod control;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
 pub mod pcap;

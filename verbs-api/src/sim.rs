@@ -180,6 +180,8 @@ pub fn open_device_with_pcap(
                 d.zero_copy.then_some(ferroce_drivers::dpdk::ZERO_COPY_MIN),
             )
             .map_err(|e| VerbsError::Open(e.to_string()))?;
+            // No kernel serves a DPDK port: smoltcp answers ARP and ping for its address.
+            let port = ferroce_drivers::control::ControlPlane::new(port, d.ip);
             device(spec, port, d.ip, 0xd9d, pcap)
         }
         _ => Err(VerbsError::Open(format!(

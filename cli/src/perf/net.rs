@@ -107,6 +107,9 @@ pub(super) fn run(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
     let buf_len = a.size * SLOTS;
     let depth = if a.kind == Kind::Lat { 2 } else { a.tx_depth };
     let mut me = side(&ctx, a.qps, buf_len, depth)?;
+    // While the exchange blocks on TCP, an engine thread keeps the port served (a DPDK
+    // port's control plane answers ARP and ping only when the engine turns).
+    ctx.start_engine_thread()?;
     let psn0: u32 = if a.server { 0x800 } else { 0x100 };
     let first = endpoint(&me, 0, psn0)?;
     let (peer0, mut stream) = if a.server {
@@ -163,6 +166,8 @@ pub(super) fn run(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
     stream.write_all(b"G")?;
     let mut go = [0u8; 1];
     stream.read_exact(&mut go)?;
+    // The test itself runs the engine on this thread (run-to-completion).
+    ctx.stop_engine_thread();
     let wall = Instant::now();
     let mut out = if a.server {
         serve(a, &me, &mut stream)
