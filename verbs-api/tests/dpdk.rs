@@ -58,8 +58,8 @@ fn rc_write_send_read(ctx: &Context) -> PortCounters {
         mtu: Mtu::Mtu1024,
         ..ConnectOpts::default()
     };
-    connect_qp(&ctx, &qa, 1, &eb, &o).unwrap();
-    connect_qp(&ctx, &qb, 2, &ea, &o).unwrap();
+    connect_qp(ctx, &qa, 1, &eb, &o).unwrap();
+    connect_qp(ctx, &qb, 2, &ea, &o).unwrap();
     let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
     assert!(ma.write(0, &data));
     qb.post_recv(&[RecvWr {

@@ -24,7 +24,16 @@ int fr_port_start(uint16_t port, struct rte_mempool *pool, uint16_t rx_desc, uin
         return rc;
     /* Jumbo frames where the PMD allows them (RoCEv2 at 4 KiB path MTU needs ~4.2 KB);
      * a PMD that refuses keeps its MTU, which the port reports. */
-    (void)rte_eth_dev_set_mtu(port, 9000);
+    struct rte_eth_dev_info info;
+    if (rte_eth_dev_info_get(port, &info) == 0) {
+        uint32_t mtu = info.max_mtu < 9000 ? info.max_mtu : 9000;
+        uint32_t by_frame = info.max_rx_pktlen > 18 ? info.max_rx_pktlen - 18 : 0;
+        if (by_frame < mtu)
+            mtu = by_frame;
+        uint16_t cur = 0;
+        if (rte_eth_dev_get_mtu(port, &cur) == 0 && mtu > cur)
+            (void)rte_eth_dev_set_mtu(port, (uint16_t)mtu);
+    }
     int socket = rte_eth_dev_socket_id(port);
     if (socket < 0)
         socket = 0;
