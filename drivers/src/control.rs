@@ -12,14 +12,14 @@ use std::collections::VecDeque;
 use std::net::IpAddr;
 
 use ferroce_stack::transport::SplitFrame;
-use ferroce_stack::wire::{MacAddr, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN, ROCEV2_PORT};
+use ferroce_stack::wire::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN, ROCEV2_PORT};
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{self, DeviceCapabilities, Medium};
 use smoltcp::socket::tcp;
 use smoltcp::time::Instant;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr};
 
-use crate::port::{LinkState, Port, PortCapabilities, TxError};
+use crate::port::{Port, TxError};
 
 /// Frames for smoltcp held between polls; more are dropped (and counted), as a NIC drops
 /// when its ring is full.
@@ -204,29 +204,7 @@ impl<P: Port> Port for ControlPlane<P> {
         self.inner.tx_split(head, frame)
     }
 
-    fn flush(&mut self) -> usize {
-        self.inner.flush()
-    }
-
-    fn link_state(&self) -> LinkState {
-        self.inner.link_state()
-    }
-
-    fn mac(&self) -> MacAddr {
-        self.inner.mac()
-    }
-
-    fn mtu(&self) -> usize {
-        self.inner.mtu()
-    }
-
-    fn capabilities(&self) -> PortCapabilities {
-        self.inner.capabilities()
-    }
-
-    fn now_ns(&self) -> u64 {
-        self.inner.now_ns()
-    }
+    crate::port::forward_to_inner!();
 }
 
 /// smoltcp's view of the port for one poll.
@@ -310,7 +288,8 @@ impl<P: Port> phy::Device for SmolDevice<'_, P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferroce_stack::wire::Checks;
+    use crate::port::{LinkState, PortCapabilities};
+    use ferroce_stack::wire::{Checks, MacAddr};
     use smoltcp::wire::{
         ArpOperation, ArpPacket, ArpRepr, EthernetFrame, EthernetProtocol, EthernetRepr,
         Icmpv4Packet, Icmpv4Repr, IpProtocol, Ipv4Packet, Ipv4Repr,

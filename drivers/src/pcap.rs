@@ -5,11 +5,10 @@ use std::io::Write;
 use std::time::Duration;
 
 use ferroce_stack::transport::SplitFrame;
-use ferroce_stack::wire::MacAddr;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::{DataLink, Endianness, TsResolution};
 
-use crate::{LinkState, Port, PortCapabilities, TxError};
+use crate::{Port, TxError};
 
 /// Which direction a tee records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,27 +155,5 @@ impl<P: Port, W: Write> Port for PcapTee<P, W> {
         self.inner.tx_split(head, frame)
     }
 
-    fn flush(&mut self) -> usize {
-        self.inner.flush()
-    }
-
-    fn link_state(&self) -> LinkState {
-        self.inner.link_state()
-    }
-
-    fn mac(&self) -> MacAddr {
-        self.inner.mac()
-    }
-
-    fn mtu(&self) -> usize {
-        self.inner.mtu()
-    }
-
-    fn capabilities(&self) -> PortCapabilities {
-        self.inner.capabilities()
-    }
-
-    fn now_ns(&self) -> u64 {
-        self.inner.now_ns()
-    }
+    crate::port::forward_to_inner!();
 }

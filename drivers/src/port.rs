@@ -88,3 +88,34 @@ pub trait Port {
     /// clock on real ports. pcap timestamps come from here.
     fn now_ns(&self) -> u64;
 }
+
+/// The [`Port`] methods a middleware port (a wrapper with an `inner` port) passes through
+/// unchanged: flush, link state, MAC, MTU, capabilities and clock.
+macro_rules! forward_to_inner {
+    () => {
+        fn flush(&mut self) -> usize {
+            self.inner.flush()
+        }
+
+        fn link_state(&self) -> $crate::LinkState {
+            self.inner.link_state()
+        }
+
+        fn mac(&self) -> ferroce_stack::wire::MacAddr {
+            self.inner.mac()
+        }
+
+        fn mtu(&self) -> usize {
+            self.inner.mtu()
+        }
+
+        fn capabilities(&self) -> $crate::PortCapabilities {
+            self.inner.capabilities()
+        }
+
+        fn now_ns(&self) -> u64 {
+            self.inner.now_ns()
+        }
+    };
+}
+pub(crate) use forward_to_inner;

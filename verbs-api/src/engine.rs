@@ -402,19 +402,7 @@ impl<P: Port> Engine<P> {
         qpn: u32,
         wrs: &[SendWr<'_>],
     ) -> Result<(), (usize, PostError)> {
-        let Some(slot) = self.qps.get_mut(&qpn) else {
-            return Err((0, PostError::InvalidState(QpState::Reset)));
-        };
-        let r = wrs
-            .iter()
-            .enumerate()
-            .try_for_each(|(i, wr)| slot.qp.post_send(wr).map_err(|e| (i, e)));
-        Self::settle(slot, &mut self.wheel);
-        if !slot.active {
-            slot.active = true;
-            self.active.push(qpn);
-        }
-        r
+        self.post_each(qpn, wrs, Qp::post_send)
     }
 
     /// [`post_sends`](Self::post_sends) for receive WRs.
@@ -423,13 +411,22 @@ impl<P: Port> Engine<P> {
         qpn: u32,
         wrs: &[RecvWr<'_>],
     ) -> Result<(), (usize, PostError)> {
+        self.post_each(qpn, wrs, Qp::post_recv)
+    }
+
+    fn post_each<W>(
+        &mut self,
+        qpn: u32,
+        wrs: &[W],
+        post: impl Fn(&mut Qp, &W) -> Result<(), PostError>,
+    ) -> Result<(), (usize, PostError)> {
         let Some(slot) = self.qps.get_mut(&qpn) else {
             return Err((0, PostError::InvalidState(QpState::Reset)));
         };
         let r = wrs
             .iter()
             .enumerate()
-            .try_for_each(|(i, wr)| slot.qp.post_recv(wr).map_err(|e| (i, e)));
+            .try_for_each(|(i, wr)| post(&mut slot.qp, wr).map_err(|e| (i, e)));
         Self::settle(slot, &mut self.wheel);
         if !slot.active {
             slot.active = true;
