@@ -1,6 +1,6 @@
 //! The control plane of a port no kernel serves (a DPDK port): smoltcp answers ARP and ICMP
-//! echo for the port's address and carries TCP, while RoCEv2 frames go to the engine
-//! untouched.
+//! echo for the port's address, while RoCEv2 frames go to the engine untouched. (TCP sockets
+//! for the QP exchange are the next step; smoltcp's socket set is here for them.)
 //!
 //! [`ControlPlane`] wraps any [`Port`] as middleware, like the pcap tee. On receive it sorts
 //! each frame: UDP to port 4791 is RoCEv2 and is lent to the engine as before; anything else
@@ -13,9 +13,8 @@ use std::net::IpAddr;
 
 use ferroce_stack::transport::SplitFrame;
 use ferroce_stack::wire::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN, ROCEV2_PORT};
-use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
+use smoltcp::iface::{Config, Interface, SocketSet};
 use smoltcp::phy::{self, DeviceCapabilities, Medium};
-use smoltcp::socket::tcp;
 use smoltcp::time::Instant;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr};
 
@@ -122,35 +121,7 @@ impl<P: Port> ControlPlane<P> {
         self.counters
     }
 
-    /// Adds a TCP socket with `buf` bytes each way; smoltcp drives it on every poll.
-    pub fn add_tcp_socket(&mut self, buf: usize) -> SocketHandle {
-        let rx = tcp::SocketBuffer::new(vec![0; buf]);
-        let tx = tcp::SocketBuffer::new(vec![0; buf]);
-        self.sockets.add(tcp::Socket::new(rx, tx))
-    }
-
-    /// The TCP socket `h`.
-    pub fn tcp_socket(&mut self, h: SocketHandle) -> &mut tcp::Socket<'static> {
-        self.sockets.get_mut::<tcp::Socket<'static>>(h)
-    }
-
-    /// Removes socket `h`.
-    pub fn remove_socket(&mut self, h: SocketHandle) {
-        self.sockets.remove(h);
-    }
-
-    /// The interface (to open a TCP connection, which needs its context).
-    pub fn interface_and_socket(
-        &mut self,
-        h: SocketHandle,
-    ) -> (&mut Interface, &mut tcp::Socket<'static>) {
-        (
-            &mut self.iface,
-            self.sockets.get_mut::<tcp::Socket<'static>>(h),
-        )
-    }
-
-    /// Runs smoltcp: queued frames in, replies and socket data out.
+    /// Runs smoltcp: queued frames in, replies out.
     pub fn poll_control(&mut self) {
         let now = smol_now(&self.inner);
         let mut dev = SmolDevice {

@@ -290,7 +290,7 @@ impl<P: Port> Engine<P> {
     pub fn new(port: P, key_seed: u64) -> Self {
         let now = port.now_ns();
         let checks = port.capabilities().rx_checks;
-        let split_min = port_split_min(&port);
+        let split_min = port.capabilities().tx_split_min.unwrap_or(usize::MAX);
         Self {
             port,
             mem: MrTable::new(key_seed),
@@ -621,10 +621,6 @@ impl<P: Port> Engine<P> {
             }
         }
     }
-}
-
-fn port_split_min<P: Port>(port: &P) -> usize {
-    port.capabilities().tx_split_min.unwrap_or(usize::MAX)
 }
 
 fn empty_wc(qpn: u32) -> WorkCompletion {

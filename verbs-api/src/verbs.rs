@@ -764,7 +764,7 @@ impl QueuePair {
         let sh = &self.shared;
         // When nothing of this QP waits in its inbox and no thread holds the engine, post
         // straight into the QP: the QP checks everything this path does, and the WRs skip
-        // two copies and the engine's next turn.
+        // their copies through the inbox and wait for no engine turn.
         if sh.inbox.is_empty() {
             if let Some(mut e) = self.ctx.dev.try_engine() {
                 if sh.inbox.is_empty() {

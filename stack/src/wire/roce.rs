@@ -213,13 +213,7 @@ impl RoceRepr {
     /// checksums are computed, and the ICRC is appended. No allocation.
     pub fn emit(&self, buf: &mut [u8], emit_payload: impl FnOnce(&mut [u8])) -> Result<usize> {
         let total = self.buffer_len();
-        if buf.len() < total {
-            return Err(Error::BufferTooSmall {
-                needed: total,
-                available: buf.len(),
-            });
-        }
-        let head = self.emit_headers(buf)?;
+        let head = self.emit_headers(buf, total)?;
         let buf = &mut buf[..total];
         let eth_len = self.eth.header_len();
         let pad_at = head + self.payload_len;
@@ -243,14 +237,7 @@ impl RoceRepr {
         tail: &mut [u8; 7],
         icrc_payload: impl FnOnce(&mut icrc::IcrcState),
     ) -> Result<(usize, usize)> {
-        let n = self.header_len();
-        if head.len() < n {
-            return Err(Error::BufferTooSmall {
-                needed: n,
-                available: head.len(),
-            });
-        }
-        let n = self.emit_headers(head)?;
+        let n = self.emit_headers(head, self.header_len())?;
         let eth_len = self.eth.header_len();
         let mut crc =
             icrc::IcrcState::start(&head[eth_len - icrc::LRH_STAND_IN..n], self.ip.version());
@@ -263,8 +250,15 @@ impl RoceRepr {
     }
 
     /// Writes every header (lengths and checksums for a payload of `payload_len` bytes) into
-    /// the front of `buf`, which the caller made long enough; returns where the payload starts.
-    fn emit_headers(&self, buf: &mut [u8]) -> Result<usize> {
+    /// the front of `buf`, after checking it holds the `needed` bytes the caller will write;
+    /// returns where the payload starts.
+    fn emit_headers(&self, buf: &mut [u8], needed: usize) -> Result<usize> {
+        if buf.len() < needed {
+            return Err(Error::BufferTooSmall {
+                needed,
+                available: buf.len(),
+            });
+        }
         let info = self.bth.opcode.info()?;
         let total = self.buffer_len();
         let eth_len = self.eth.header_len();

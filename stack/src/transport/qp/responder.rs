@@ -746,20 +746,20 @@ impl Qp {
                 }
                 let pd = self.pd;
                 let at = va.wrapping_add(u64::from(sent));
-                let mut failed = false;
                 let n = if plen as usize >= split_min {
                     mem.span(rkey, pd, at, plen as usize, Access::REMOTE_READ)
                         .ok()
                         .and_then(|s| tx::emit_split(&r, buf, smallvec::smallvec![s]))
-                        .ok_or(())
                 } else {
+                    let mut read = Ok(());
                     r.emit(buf, |dst| {
-                        failed = mem.read(rkey, pd, at, dst, Access::REMOTE_READ).is_err();
+                        read = mem.read(rkey, pd, at, dst, Access::REMOTE_READ)
                     })
+                    .ok()
+                    .filter(|_| read.is_ok())
                     .map(TxOut::Whole)
-                    .map_err(|_| ())
                 };
-                if failed || n.is_err() {
+                if n.is_none() {
                     // The region went away under a READ in progress.
                     self.resp.replies.clear();
                     self.counters.resp_remote_access_errors += 1;
@@ -779,7 +779,7 @@ impl Qp {
                         sent,
                     };
                 }
-                n.ok()
+                n
             }
         }
     }
