@@ -11,12 +11,11 @@
 //! CQ and an RC QP, swap QPN/PSN/GID over TCP, move the QP to RTS, post receives, then
 //! ping-pong SENDs, each side re-posting a receive for every one it consumes.
 
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use ferroce::drivers::sim::LinkModel;
 use ferroce::verbs::connect::{
-    connect_qp, exchange_client, exchange_server, ConnectOpts, Endpoint,
+    connect_qp, exchange_client, exchange_server, ConnectOpts, Endpoint, OobListener,
 };
 use ferroce::verbs::sim::{open_device, SimNet};
 use ferroce::verbs::{
@@ -163,17 +162,20 @@ fn main() {
         });
         let me = PingPong::new(&ctx, size, rx_depth);
         let mine = me.endpoint(if server_host.is_some() { 1 } else { 2 });
+        // The exchange may run over the port itself (a DPDK port's smoltcp), which answers
+        // only while the engine turns: give it a thread until the QPs are connected.
+        ctx.start_engine_thread().expect("engine thread");
         let (peer, _stream) = match &server_host {
-            Some(h) => exchange_client(&format!("{h}:{PORT}"), &mine, Duration::from_secs(10)),
-            None => {
-                let l = TcpListener::bind(("0.0.0.0", PORT)).expect("listen");
-                exchange_server(&l, &mine)
+            Some(h) => {
+                exchange_client(&ctx, &format!("{h}:{PORT}"), &mine, Duration::from_secs(10))
             }
+            None => OobListener::bind(&ctx, PORT).and_then(|mut l| exchange_server(&mut l, &mine)),
         }
         .unwrap_or_else(|e| {
             eprintln!("rc_pingpong: {e}");
             std::process::exit(1)
         });
+        ctx.stop_engine_thread();
         connect_qp(&ctx, &me.qp, mine.psn, &peer, &o).expect("modify to RTS");
         // A SEND that arrives before these are posted gets an RNR NAK and is retried.
         me.post_recv(rx_depth);

@@ -5,9 +5,10 @@
 //! and `ping` from a namespace answered by the DPDK side's smoltcp control plane. Needs root
 //! and the `dpdk` feature; skipped, saying so, without root.
 //!
-//! A DPDK end takes an address the kernel on its veth does not own (.11, .12): the kernel
-//! there keeps its own address for the TCP exchange, and the two network stacks never answer
-//! for the same address.
+//! A DPDK end swaps QP endpoints over TCP through its own port (smoltcp), so the two DPDK
+//! processes run with no address on their veths at all. In the mixed tests a DPDK end takes an
+//! address the kernel on its veth does not own (.11, .12), so the two network stacks never
+//! answer for the same address.
 #![cfg(feature = "dpdk")]
 
 mod common;
@@ -139,14 +140,22 @@ fn perf_pair(
     }
 }
 
-/// Runs `verb kind` with the server on `server_dev` in namespace B and the client on
-/// `client_dev` in namespace A.
-fn run(p: &str, verb: &str, kind: &str, port: u16, server_dev: &str, client_dev: &str) {
+/// Runs `verb kind` with the server on `server_dev` (at `host`) in namespace B and the client
+/// on `client_dev` in namespace A.
+#[allow(clippy::too_many_arguments)]
+fn run(
+    p: &str,
+    verb: &str,
+    kind: &str,
+    port: u16,
+    (server_dev, host): (&str, &str),
+    client_dev: &str,
+) {
     let (na, nb) = (format!("{p}-a"), format!("{p}-b"));
     perf_pair(
         (At::Ns(&nb), server_dev),
         (At::Ns(&na), client_dev),
-        "192.168.77.2",
+        host,
         verb,
         kind,
         port,
@@ -163,11 +172,29 @@ fn six_perf_tests_between_two_dpdk_processes() {
     let _pair = Pair::up(&p);
     let _eal = EalDirs(&["a", "b", "m"]);
     let short = &p[..p.len().min(8)];
+    // No kernel networking on either end: the veths keep no address, and the exchange runs
+    // over smoltcp on the DPDK ports.
+    for side in ["a", "b"] {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &format!("{p}-{side}"),
+                "ip",
+                "addr",
+                "flush",
+            ])
+            .args(["dev", &format!("{short}-v{side}")])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
     let a = dpdk(0, "a", &format!("{short}-va"), "192.168.77.11");
     let b = dpdk(1, "b", &format!("{short}-vb"), "192.168.77.12");
     for (i, verb) in ["write", "read", "send"].into_iter().enumerate() {
         for (j, kind) in ["bw", "lat"].into_iter().enumerate() {
-            run(&p, verb, kind, 21_000 + 2 * i as u16 + j as u16, &b, &a);
+            let port = 21_000 + 2 * i as u16 + j as u16;
+            run(&p, verb, kind, port, (&b, "192.168.77.12"), &a);
         }
     }
 }
@@ -183,19 +210,22 @@ fn dpdk_and_afpacket_speak_the_same_wire() {
     let short = &p[..p.len().min(8)];
     let a = dpdk(0, "m", &format!("{short}-va"), "192.168.77.11");
     let b = format!("afpacket:{short}-vb");
-    run(&p, "write", "bw", 21_100, &b, &a);
-    run(&p, "send", "lat", 21_101, &b, &a);
-    run(&p, "read", "bw", 21_102, &b, &a);
+    // The DPDK client's smoltcp reaches the kernel's TCP at .2.
+    let server = (b.as_str(), "192.168.77.2");
+    run(&p, "write", "bw", 21_100, server, &a);
+    run(&p, "send", "lat", 21_101, server, &a);
+    run(&p, "read", "bw", 21_102, server, &a);
     // Zero-copy frames (payload chained as external mbufs) are the same wire: the AF_PACKET
     // side checks every ICRC and the data.
     let a = format!("{a} zerocopy");
-    run(&p, "write", "bw", 21_103, &b, &a);
-    // READ responses leave the server: the zero-copy DPDK end serves, from namespace A.
+    run(&p, "write", "bw", 21_103, server, &a);
+    // READ responses leave the server: the zero-copy DPDK end serves, from namespace A, and
+    // the kernel's TCP in B reaches its smoltcp at .11.
     let (na, nb) = (format!("{p}-a"), format!("{p}-b"));
     perf_pair(
         (At::Ns(&na), &a),
         (At::Ns(&nb), &b),
-        "192.168.77.1",
+        "192.168.77.11",
         "read",
         "bw",
         21_104,
@@ -235,7 +265,7 @@ fn memif_pair_between_two_processes() {
         perf_pair(
             (At::Here, s),
             (At::Here, c),
-            "127.0.0.1",
+            "10.1.0.2",
             verb,
             kind,
             port,
@@ -296,7 +326,7 @@ fn dpdk_net_tap_against_afpacket() {
         .args([
             "netns", "exec", &ns, bin, "perf", "write", "bw", "--device", &dpdk,
         ])
-        .args(["--connect", "127.0.0.1", "--wait", "20"])
+        .args(["--connect", "192.168.79.1", "--wait", "20"])
         .args(common)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -354,7 +384,7 @@ fn virtio_user_and_vhost_between_two_processes() {
         perf_pair(
             (At::Here, &server_dev),
             (At::Here, &client_dev),
-            "127.0.0.1",
+            "10.2.0.2",
             verb,
             kind,
             port,
@@ -411,12 +441,13 @@ fn ping_is_answered_by_the_dpdk_side_control_plane() {
         }
         std::thread::sleep(std::time::Duration::from_millis(250));
     }
-    // Then the test runs as usual, so the server exits cleanly and verifies.
+    // Then the test runs as usual, the exchange over TCP to smoltcp at .12, so the server
+    // exits cleanly and verifies.
     let client = perf_cmd(At::Ns(&na))
         .args(["write", "bw", "--device", &format!("afpacket:{short}-va")])
         .args([
             "--connect",
-            "192.168.77.2",
+            "192.168.77.12",
             "--port",
             "21300",
             "--wait",

@@ -1,6 +1,10 @@
 //! Connecting QPs out of band, as perftest does: each side describes its end (QP number,
 //! first PSN, GID, MAC, and a memory region's address and rkey), the two swap descriptions
 //! over TCP, and each moves its QP through INIT, RTR and RTS towards the other.
+//!
+//! The TCP is the kernel's, or, on a device whose port has its own control plane (a DPDK
+//! port, which no kernel serves), smoltcp's through that port: [`OobListener`] and
+//! [`OobStream`] pick by the device, so callers write one exchange for both.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
@@ -8,6 +12,8 @@ use std::time::Duration;
 
 use ferroce_stack::transport::{required_mask, Access, Mtu, QpAttr, QpState};
 use ferroce_stack::wire::{MacAddr, Psn, Qpn};
+
+use ferroce_drivers::control::tcp::{ControlListener, ControlStream};
 
 use crate::verbs::{Context, Gid, QueuePair, VerbsError};
 
@@ -84,6 +90,14 @@ pub enum ExchangeError {
         /// Why.
         source: std::io::Error,
     },
+    /// The listening socket could not be opened.
+    #[error("cannot listen on TCP port {port}: {source}")]
+    Listen {
+        /// Which port.
+        port: u16,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The connection broke or timed out mid-exchange.
     #[error("exchange with the peer failed: {0}")]
     Io(#[from] std::io::Error),
@@ -92,10 +106,143 @@ pub enum ExchangeError {
     Protocol(Vec<u8>),
 }
 
+/// The listening end of the out-of-band channel: kernel TCP, or TCP through the device's
+/// own port when a control plane serves it (a DPDK port, which no kernel serves).
+pub enum OobListener {
+    /// A kernel socket.
+    Kernel(TcpListener),
+    /// smoltcp on the device's port.
+    Port(ControlListener),
+}
+
+/// One out-of-band connection; `Read` and `Write` as a `TcpStream`.
+pub enum OobStream {
+    /// A kernel socket.
+    Kernel(TcpStream),
+    /// smoltcp on the device's port.
+    Port(ControlStream),
+}
+
+impl OobListener {
+    /// Listens on TCP `port`: on the device's own address when it has a control plane,
+    /// else on every kernel address.
+    pub fn bind(ctx: &Context, port: u16) -> Result<Self, ExchangeError> {
+        let cannot = |source| ExchangeError::Listen { port, source };
+        Ok(match ctx.control() {
+            Some(c) => Self::Port(c.listen(port).map_err(cannot)?),
+            None => Self::Kernel(TcpListener::bind(("0.0.0.0", port)).map_err(cannot)?),
+        })
+    }
+
+    /// Waits for one peer.
+    pub fn accept(&mut self) -> Result<OobStream, ExchangeError> {
+        Ok(match self {
+            Self::Kernel(l) => OobStream::Kernel(l.accept()?.0),
+            Self::Port(l) => OobStream::Port(l.accept(None)?.0),
+        })
+    }
+}
+
+impl OobStream {
+    /// Connects to `addr` (`HOST:PORT`) the way `ctx` reaches its peers, retrying for
+    /// `patience` while the server starts.
+    pub fn connect(ctx: &Context, addr: &str, patience: Duration) -> Result<Self, ExchangeError> {
+        let unreachable = |source| ExchangeError::Connect {
+            addr: addr.into(),
+            source,
+        };
+        let target = addr
+            .to_socket_addrs()
+            .map_err(unreachable)?
+            .next()
+            .ok_or_else(|| unreachable(std::io::Error::other("no address")))?;
+        let start = std::time::Instant::now();
+        loop {
+            let tried = match ctx.control() {
+                Some(c) => c
+                    .connect(target, Duration::from_secs(2))
+                    .map(OobStream::Port),
+                None => TcpStream::connect_timeout(&target, Duration::from_secs(2))
+                    .map(OobStream::Kernel),
+            };
+            match tried {
+                Ok(s) => return Ok(s),
+                Err(e) if start.elapsed() >= patience => return Err(unreachable(e)),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// As `TcpStream::set_read_timeout`.
+    pub fn set_read_timeout(&mut self, t: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            Self::Kernel(s) => s.set_read_timeout(t),
+            Self::Port(s) => {
+                s.set_read_timeout(t);
+                Ok(())
+            }
+        }
+    }
+
+    /// As `TcpStream::set_nonblocking`.
+    pub fn set_nonblocking(&mut self, on: bool) -> std::io::Result<()> {
+        match self {
+            Self::Kernel(s) => s.set_nonblocking(on),
+            Self::Port(s) => {
+                s.set_nonblocking(on);
+                Ok(())
+            }
+        }
+    }
+
+    /// True when a read would not wait: data arrived or the peer closed. Does not block.
+    pub fn readable(&mut self) -> bool {
+        match self {
+            Self::Kernel(s) => {
+                let was = s.set_nonblocking(true);
+                let mut b = [0u8; 1];
+                let r = !matches!(s.peek(&mut b), Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock);
+                if was.is_ok() {
+                    let _ = s.set_nonblocking(false);
+                }
+                r
+            }
+            Self::Port(s) => s.readable(),
+        }
+    }
+}
+
+impl Read for OobStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Kernel(s) => s.read(buf),
+            Self::Port(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for OobStream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Self::Kernel(s) => s.write(buf),
+            Self::Port(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::Kernel(s) => s.flush(),
+            Self::Port(s) => s.flush(),
+        }
+    }
+}
+
 /// Sends `mine` and reads the peer's endpoint on an established stream.
-pub fn swap(stream: &mut TcpStream, mine: &Endpoint) -> Result<Endpoint, ExchangeError> {
+pub fn swap(stream: &mut OobStream, mine: &Endpoint) -> Result<Endpoint, ExchangeError> {
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    stream.set_nodelay(true)?;
+    if let OobStream::Kernel(s) = stream {
+        s.set_nodelay(true)?;
+    }
     stream.write_all(&mine.encode())?;
     let mut buf = [0u8; ENDPOINT_LEN];
     stream.read_exact(&mut buf)?;
@@ -105,10 +252,10 @@ pub fn swap(stream: &mut TcpStream, mine: &Endpoint) -> Result<Endpoint, Exchang
 /// Server side: accepts one peer on `listener` and swaps endpoints. The stream stays open
 /// for the caller's end-of-test handshake.
 pub fn exchange_server(
-    listener: &TcpListener,
+    listener: &mut OobListener,
     mine: &Endpoint,
-) -> Result<(Endpoint, TcpStream), ExchangeError> {
-    let (mut s, _) = listener.accept()?;
+) -> Result<(Endpoint, OobStream), ExchangeError> {
+    let mut s = listener.accept()?;
     let peer = swap(&mut s, mine)?;
     Ok((peer, s))
 }
@@ -116,34 +263,12 @@ pub fn exchange_server(
 /// Client side: connects to `addr` (retrying for `patience` while the server starts) and
 /// swaps endpoints.
 pub fn exchange_client(
+    ctx: &Context,
     addr: &str,
     mine: &Endpoint,
     patience: Duration,
-) -> Result<(Endpoint, TcpStream), ExchangeError> {
-    let start = std::time::Instant::now();
-    let target = addr
-        .to_socket_addrs()
-        .map_err(|source| ExchangeError::Connect {
-            addr: addr.into(),
-            source,
-        })?
-        .next()
-        .ok_or_else(|| ExchangeError::Connect {
-            addr: addr.into(),
-            source: std::io::Error::other("no address"),
-        })?;
-    let mut s = loop {
-        match TcpStream::connect_timeout(&target, Duration::from_secs(2)) {
-            Ok(s) => break s,
-            Err(e) if start.elapsed() >= patience => {
-                return Err(ExchangeError::Connect {
-                    addr: addr.into(),
-                    source: e,
-                })
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    };
+) -> Result<(Endpoint, OobStream), ExchangeError> {
+    let mut s = OobStream::connect(ctx, addr, patience)?;
     let peer = swap(&mut s, mine)?;
     Ok((peer, s))
 }

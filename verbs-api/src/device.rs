@@ -132,6 +132,8 @@ pub(crate) struct Device {
     epoch: std::time::Instant,
     pub(crate) thread: Mutex<Option<(Arc<AtomicBool>, JoinHandle<()>)>>,
     pub(crate) threaded: AtomicBool,
+    /// TCP through the port's own address, when a control plane serves it.
+    pub(crate) control: std::sync::OnceLock<ferroce_drivers::control::tcp::ControlHandle>,
 }
 
 impl Device {
@@ -163,6 +165,7 @@ impl Device {
             epoch: std::time::Instant::now(),
             thread: Mutex::new(None),
             threaded: AtomicBool::new(false),
+            control: std::sync::OnceLock::new(),
         })
     }
 

@@ -129,6 +129,7 @@ pub fn open_device_with_pcap(
         ip: IpAddr,
         seed: u64,
         pcap: Option<Box<dyn Write + Send>>,
+        control: Option<ferroce_drivers::control::tcp::ControlHandle>,
     ) -> Result<Context, VerbsError> {
         let dev = match pcap {
             Some(sink) => {
@@ -138,6 +139,9 @@ pub fn open_device_with_pcap(
             }
             None => Device::new(spec.into(), port, ip, seed, None),
         };
+        if let Some(c) = control {
+            let _ = dev.control.set(c);
+        }
         Ok(Context { dev })
     }
     match spec.split_once(':') {
@@ -152,7 +156,7 @@ pub fn open_device_with_pcap(
             let seed = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(1, |d| d.as_nanos() as u64);
-            device(spec, port, ip, seed, pcap)
+            device(spec, port, ip, seed, pcap, None)
         }
         Some(("tap", rest)) if !rest.is_empty() => {
             let (name, ip) = match rest.split_once('@') {
@@ -167,7 +171,7 @@ pub fn open_device_with_pcap(
             let port = ferroce_drivers::tap::TapPort::open(name, ip)
                 .map_err(|e| VerbsError::Open(e.to_string()))?;
             let ip = port.ip();
-            device(spec, port, ip, 0x7a9, pcap)
+            device(spec, port, ip, 0x7a9, pcap, None)
         }
         #[cfg(feature = "dpdk")]
         Some(("dpdk", rest)) => {
@@ -180,22 +184,30 @@ pub fn open_device_with_pcap(
                 d.zero_copy.then_some(ferroce_drivers::dpdk::ZERO_COPY_MIN),
             )
             .map_err(|e| VerbsError::Open(e.to_string()))?;
-            // No kernel serves a DPDK port: smoltcp answers ARP and ping for its address.
+            if d.kernel_control {
+                // Bifurcated (mlx5): the kernel keeps the address and everything but RoCE.
+                return device(spec, port, d.ip, 0xd9d, pcap, None);
+            }
+            // No kernel serves the port: smoltcp answers ARP and ping for its address and
+            // carries the out-of-band TCP exchange.
             let port = ferroce_drivers::control::ControlPlane::new(port, d.ip);
-            device(spec, port, d.ip, 0xd9d, pcap)
+            let control = port.handle();
+            device(spec, port, d.ip, 0xd9d, pcap, Some(control))
         }
         _ => Err(VerbsError::Open(format!(
             "unknown device '{spec}'; use sim, afpacket:IFACE (e.g. afpacket:veth0), tap:NAME[@IP]{}",
-            if cfg!(feature = "dpdk") { " or dpdk:EAL ARGS @IP [port=N] [desc=N] [zerocopy]" } else { " (dpdk: needs the dpdk feature)" }
+            if cfg!(feature = "dpdk") { " or dpdk:EAL ARGS @IP [port=N] [desc=N] [zerocopy] [control=smoltcp|kernel]" } else { " (dpdk: needs the dpdk feature)" }
         ))),
     }
 }
 
-/// A `dpdk:` device: `dpdk:EAL ARGS @IP [port=N] [desc=N] [zerocopy]`. EAL arguments pass
-/// through verbatim; after ` @` come the port's RoCEv2 address (DPDK ports have none of their
-/// own) and options: which probed port (default 0; several `dpdk:` devices in one process
-/// name the same EAL arguments and different ports), ring depth (default 1024), and zero-copy
-/// transmit of payloads from registered memory.
+/// A `dpdk:` device: `dpdk:EAL ARGS @IP [port=N] [desc=N] [zerocopy] [control=smoltcp|kernel]`.
+/// EAL arguments pass through verbatim; after ` @` come the port's RoCEv2 address (DPDK
+/// ports have none of their own) and options: which probed port (default 0; several `dpdk:`
+/// devices in one process name the same EAL arguments and different ports), ring depth
+/// (default 1024), zero-copy transmit of payloads from registered memory, and who answers
+/// for the address: smoltcp on the port (default; ARP, ping, the out-of-band TCP) or the
+/// kernel (a bifurcated NIC whose flow rule sends only UDP 4791 to DPDK).
 #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
 #[derive(Debug, PartialEq)]
 struct DpdkSpec<'a> {
@@ -204,6 +216,7 @@ struct DpdkSpec<'a> {
     port: u16,
     desc: u16,
     zero_copy: bool,
+    kernel_control: bool,
 }
 
 #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
@@ -226,6 +239,7 @@ impl<'a> DpdkSpec<'a> {
             port: 0,
             desc: 1024,
             zero_copy: false,
+            kernel_control: false,
         };
         for w in words {
             let num = |v: &str| {
@@ -236,9 +250,11 @@ impl<'a> DpdkSpec<'a> {
                 Some(("port", v)) => d.port = num(v)?,
                 Some(("desc", v)) => d.desc = num(v)?.max(64),
                 None if w == "zerocopy" => d.zero_copy = true,
+                Some(("control", "smoltcp")) => d.kernel_control = false,
+                Some(("control", "kernel")) => d.kernel_control = true,
                 _ => {
                     return Err(bad(format!(
-                        "unknown option '{w}' after the address (port=N, desc=N, zerocopy)"
+                        "unknown option '{w}' after the address (port=N, desc=N, zerocopy, control=smoltcp|kernel)"
                     )))
                 }
             }
@@ -261,18 +277,25 @@ mod tests {
 
     #[test]
     fn dpdk_specs_parse_address_and_options() {
-        let s = "dpdk:-l 1 --vdev=net_memif0,role=server @10.0.0.1 port=1 desc=512 zerocopy";
+        let s = "dpdk:-l 1 --vdev=net_memif0,role=server @10.0.0.1 port=1 desc=512 zerocopy control=kernel";
         let d = DpdkSpec::parse(s, &s[5..]).unwrap();
         assert_eq!(d.eal, "-l 1 --vdev=net_memif0,role=server");
         assert_eq!(d.ip, "10.0.0.1".parse::<std::net::IpAddr>().unwrap());
-        assert_eq!((d.port, d.desc, d.zero_copy), (1, 512, true));
+        assert_eq!(
+            (d.port, d.desc, d.zero_copy, d.kernel_control),
+            (1, 512, true, true)
+        );
         let d = DpdkSpec::parse("x", "-l 0 @fd00::1").unwrap();
-        assert_eq!((d.port, d.desc, d.zero_copy), (0, 1024, false));
+        assert_eq!(
+            (d.port, d.desc, d.zero_copy, d.kernel_control),
+            (0, 1024, false, false)
+        );
         for bad in [
             "-l 0",
             "-l 0 @nope",
             "-l 0 @10.0.0.1 port=x",
             "-l 0 @10.0.0.1 fast",
+            "-l 0 @10.0.0.1 control=bgp",
         ] {
             let e = DpdkSpec::parse("dpdk:", bad).unwrap_err().to_string();
             assert!(e.contains("dpdk:"), "{e}");

@@ -184,6 +184,12 @@ impl Context {
         self.dev.now()
     }
 
+    /// TCP through the port's own address, when the device's port has a control plane of
+    /// its own (a DPDK port): what the out-of-band exchange uses instead of kernel sockets.
+    pub fn control(&self) -> Option<&ferroce_drivers::control::tcp::ControlHandle> {
+        self.dev.control.get()
+    }
+
     /// The port's MAC address (what a peer puts in its address vector).
     pub fn mac(&self) -> MacAddr {
         self.dev.mac

@@ -4,13 +4,18 @@
 //! test, swap one endpoint per QP (QPN, PSN, GID, MAC, buffer address and rkey), bring their
 //! QPs up, and start on a go byte. At the end the client sends a CRC of its buffers and the
 //! server answers with its own: the data is verified when they match.
+//!
+//! The TCP is the kernel's, or smoltcp's on the device's own port when it has a control plane
+//! (a DPDK port): then `--connect` names the peer's RoCE address and no kernel networking is
+//! involved. An engine thread serves the port whenever the test is not running.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use ferroce_verbs::connect::{connect_qp, exchange_client, exchange_server, swap, ConnectOpts};
+use ferroce_verbs::connect::{
+    connect_qp, exchange_client, exchange_server, swap, ConnectOpts, OobListener, OobStream,
+};
 use ferroce_verbs::sim::open_device_with_pcap;
 use ferroce_verbs::Mtu;
 
@@ -37,7 +42,7 @@ fn params(a: &Args) -> [u8; PARAMS_LEN] {
     b
 }
 
-fn agree(s: &mut TcpStream, a: &Args) -> Result<(), Failure> {
+fn agree(s: &mut OobStream, a: &Args) -> Result<(), Failure> {
     let mine = params(a);
     s.write_all(&mine)?;
     let mut theirs = [0u8; PARAMS_LEN];
@@ -71,12 +76,6 @@ fn crc_of(s: &Side, a: &Args, iterations: u64) -> u32 {
         h.update(&buf);
     }
     h.finalize()
-}
-
-/// True once the peer's end-of-test message is readable (the stream is non-blocking then).
-fn peer_done(s: &mut TcpStream) -> bool {
-    let mut b = [0u8; 1];
-    matches!(s.peek(&mut b), Ok(n) if n > 0)
 }
 
 pub(super) fn run(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
@@ -113,18 +112,24 @@ pub(super) fn run(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
     let psn0: u32 = if a.server { 0x800 } else { 0x100 };
     let first = endpoint(&me, 0, psn0)?;
     let (peer0, mut stream) = if a.server {
-        let listener = TcpListener::bind(("0.0.0.0", a.port))
-            .map_err(|e| Failure(format!("cannot listen on TCP port {}: {e}", a.port)))?;
+        let mut listener = OobListener::bind(&ctx, a.port)?;
         if !a.json {
             println!(
-                " waiting for a client on TCP port {} ({})",
-                a.port, a.device
+                " waiting for a client on TCP port {} ({}{})",
+                a.port,
+                a.device,
+                if ctx.control().is_some() {
+                    ", TCP through the port"
+                } else {
+                    ""
+                }
             );
         }
-        exchange_server(&listener, &first)?
+        exchange_server(&mut listener, &first)?
     } else {
         let host = a.connect.as_deref().unwrap_or_default();
         exchange_client(
+            &ctx,
             &format!("{host}:{}", a.port),
             &first,
             Duration::from_secs(10),
@@ -178,8 +183,9 @@ pub(super) fn run(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
         }
     };
     out.wall_s = wall.elapsed().as_secs_f64();
-    // End of test: the client's count and CRC, then the server's CRC.
-    stream.set_nonblocking(false)?;
+    // End of test: the client's count and CRC, then the server's CRC, with the engine on its
+    // thread again to carry a control plane's TCP.
+    ctx.start_engine_thread()?;
     let verified = if a.server {
         let mut msg = [0u8; 13];
         stream.read_exact(&mut msg)?;
@@ -189,6 +195,8 @@ pub(super) fn run(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
         out.bytes = iterations * a.size as u64;
         let mine = crc_of(&me, a, iterations);
         stream.write_all(&mine.to_be_bytes())?;
+        // The last message: out before the process ends (a port's TCP dies with it).
+        stream.flush()?;
         msg[0] == b'D' && theirs == mine
     } else {
         let mine = crc_of(&me, a, out.iterations);
@@ -224,7 +232,7 @@ pub(super) fn run(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
 
 /// The server's part: keep the engine turning, repost receives (SEND), answer pings (lat),
 /// until the client says it is done.
-fn serve(a: &Args, me: &Side, stream: &mut TcpStream) -> Outcome {
+fn serve(a: &Args, me: &Side, stream: &mut OobStream) -> Outcome {
     let mut out = Outcome::default();
     let mut wcs = Vec::new();
     let depth = u64::from(if a.kind == Kind::Lat { 1 } else { a.tx_depth });
@@ -242,14 +250,13 @@ fn serve(a: &Args, me: &Side, stream: &mut TcpStream) -> Outcome {
     }
     let last = a.size - 1;
     let mut n = 0u64;
-    let _ = stream.set_nonblocking(true);
     let mut turns = 0u32;
     let mut last_export = me.ctx.now();
     loop {
         me.ctx.progress();
         turns = turns.wrapping_add(1);
         if turns.is_multiple_of(256) {
-            if peer_done(stream) {
+            if stream.readable() {
                 return out;
             }
             let now = me.ctx.now();
