@@ -209,6 +209,9 @@ pub(super) fn run(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
         u32::from_be_bytes(theirs) == mine
     };
     out.verified = verified && out.failed.is_none();
+    // The engine (and a pcap tee inside it) belongs to this thread again, so the capture is
+    // flushed when the device drops.
+    ctx.stop_engine_thread();
     let _ = me.ctx.export_stats();
     // The report shows the MTU the QPs used.
     let a = &Args {
