@@ -12,7 +12,7 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use ferroce_stack::wire::{Checks, IpRepr, RocePacket, RoceRepr};
+use ferroce_stack::wire::{Checks, IpRepr, RocePacket, RoceRepr, SackEthRepr};
 use pcap_file::pcap::PcapReader;
 use pcap_file::pcapng::{Block, PcapNgReader};
 use pcap_file::DataLink;
@@ -217,6 +217,22 @@ pub(crate) fn frame_object(index: u64, p: &RocePacket<'_>) -> Map<String, Value>
     }
     if let Some(i) = e.ieth {
         put("ieth_rkey", i.rkey.into());
+    }
+    if let Some(s) = e.sack_eth {
+        // ferroce's selective acknowledgement: the expected PSN, the PSNs after it that
+        // arrived, and what the responder reports lost or asks to avoid.
+        put("sack_base", s.base.value().into());
+        let arrived: Vec<u32> = (0..SackEthRepr::SPAN)
+            .filter(|&i| s.has(i))
+            .map(|i| s.base.add(1 + i).value())
+            .collect();
+        put("sack_arrived", arrived.into());
+        if s.flags & SackEthRepr::LOST != 0 {
+            put("sack_lost", s.lost.value().into());
+        }
+        if s.flags & SackEthRepr::AVOID != 0 {
+            put("sack_avoid_path", s.path.into());
+        }
     }
     put("payload_len", p.payload.len().into());
     // The trailer's bytes in wire order, as Wireshark shows the field.

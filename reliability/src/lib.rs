@@ -1,16 +1,30 @@
 //! Reliability policies plugged into the sans-IO transport of `ferroce-stack`.
 //!
 //! A policy implements [`Recovery`]: the QP keeps the mechanism (PSNs, memory, completions,
-//! the wire) and asks the policy how far ahead to send, which path a packet takes, where to
-//! resume after a gap or a timeout, and what its responder does with an early packet.
+//! the wire, arrival bitmaps) and asks the policy how far ahead to send, which path a packet
+//! takes, how the responder delivers early packets, what to resend after a gap or a timeout,
+//! and when a missing PSN counts as lost.
 //!
-//! Today: [`gbn`], the IBTA Go-Back-N behaviour every QP runs by default (it lives in the
-//! stack, which needs a default, and is re-exported here beside the others). Selective repeat,
-//! spraying and path-aware loss detection (Themis), SDR-RDMA's partial-completion messaging
-//! with SR and erasure coding, and multi-port failover (native, SHIFT, Varuna, R2CCL) arrive
-//! with later issues as more implementations of the same trait.
+//! - [`gbn`]: the IBTA Go-Back-N behaviour every QP runs by default (it lives in the stack,
+//!   which needs a default, and is re-exported here beside the others).
+//! - [`spray`]: path selection: ECMP, random packet spraying, PSN-based spraying, with
+//!   per-path avoidance.
+//! - [`sr`]: ferroce's selective repeat with path-aware loss detection at the receiver (the
+//!   Themis idea at the endpoint).
+//! - [`baselines`]: ConnectX-7's selective repeat ("RNIC-SR"), timeout-only recovery, and
+//!   Go-Back-N over any path policy, so schemes run side by side.
+//!
+//! SDR-RDMA's partial-completion messaging with SR and erasure coding, and multi-port failover
+//! (native, SHIFT, Varuna, R2CCL) arrive with later issues as more implementations of the same
+//! trait.
 
-pub use ferroce_stack::transport::recovery::{OutOfOrder, Recovery, SendWindow};
+pub mod baselines;
+pub mod spray;
+pub mod sr;
+
+pub use ferroce_stack::transport::recovery::{
+    Arrivals, Delivery, Feedback, LossReport, OutOfOrder, Recovery, Retransmit, SendWindow,
+};
 
 /// Go-Back-N as IBTA Vol 1 §9.7 specifies it: the requester resumes from the first missing
 /// PSN; the responder NAKs a gap once and drops until the expected PSN arrives.

@@ -83,8 +83,9 @@ fn arb_ext(headers: Headers) -> impl Strategy<Value = ExtHeaders> {
         any::<u64>(),
         any::<u32>(),
         any::<u32>(),
+        (any::<u8>(), any::<u32>(), any::<u8>(), any::<u32>(), any::<[u64; 4]>()),
     )
-        .prop_map(move |(d, r, a, ae, aa, imm, ieth)| {
+        .prop_map(move |(d, r, a, ae, aa, imm, ieth, sk)| {
             let has = |f: Headers| headers.contains(f);
             ExtHeaders {
                 deth: has(Headers::DETH).then_some(DethRepr {
@@ -110,6 +111,16 @@ fn arb_ext(headers: Headers) -> impl Strategy<Value = ExtHeaders> {
                     .then_some(AtomicAckEthRepr { orig_data: aa }),
                 imm_dt: has(Headers::IMM_DT).then_some(ImmDtRepr { imm }),
                 ieth: has(Headers::IETH).then_some(IethRepr { rkey: ieth }),
+                sack_eth: has(Headers::SACK_ETH).then_some(SackEthRepr {
+                    flags: sk.0,
+                    base: Psn::new(sk.1),
+                    path: sk.2,
+                    lost: Psn::new(sk.3),
+                    bits0: sk.4[0],
+                    bits1: sk.4[1],
+                    bits2: sk.4[2],
+                    bits3: sk.4[3],
+                }),
             }
         })
 }
@@ -247,7 +258,7 @@ proptest! {
         macro_rules! rt {
             ($field:ident, $packet:ident, $repr:ident) => {
                 if let Some(r) = ext.$field {
-                    let mut buf = [0xffu8; 32];
+                    let mut buf = [0xffu8; 48];
                     r.emit(&mut $packet::new_unchecked(&mut buf[..]));
                     let p = $packet::new_checked(&buf[..$repr::LEN]).unwrap();
                     prop_assert_eq!($repr::parse(&p), r);
@@ -262,6 +273,7 @@ proptest! {
         rt!(atomic_ack_eth, AtomicAckEthPacket, AtomicAckEthRepr);
         rt!(imm_dt, ImmDtPacket, ImmDtRepr);
         rt!(ieth, IethPacket, IethRepr);
+        rt!(sack_eth, SackEthPacket, SackEthRepr);
     }
 
     #[test]

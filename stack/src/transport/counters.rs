@@ -85,4 +85,16 @@ counters! {
     rx_dropped,
     /// Responses and ACKs that matched nothing outstanding.
     ghost_responses,
+    /// Responder (placement): WRITE packets placed ahead of the expected PSN.
+    ooo_placed,
+    /// Responder (placement): requests ahead of the expected PSN held for their turn.
+    ooo_held,
+    /// Responder (selective repeat): PSNs reported lost to the requester.
+    loss_reports_sent,
+    /// Requester (selective repeat): loss reports received.
+    loss_reports_received,
+    /// Requester (selective repeat): selective acknowledgements received.
+    sacks_received,
+    /// Requester (selective repeat): paths the responder asked to avoid.
+    path_avoidances,
 }

@@ -37,7 +37,9 @@ pub mod wr;
 pub use counters::Counters;
 pub use mr::{Access, AccessError, MemSpan, MrKeys, MrTable, PdId, RegisterError};
 pub use qp::{AddressVector, Mtu, Qp, QpAttr, QpCaps, QpConfig};
-pub use recovery::{GoBackN, OutOfOrder, Recovery, SendWindow};
+pub use recovery::{
+    Arrivals, Delivery, Feedback, GoBackN, LossReport, OutOfOrder, Recovery, Retransmit, SendWindow,
+};
 pub use srq::Srq;
 pub use state::{check_modify, required_mask, AttrMask, ModifyError, QpState, QpType};
 pub use tx::{SplitFrame, TxOut};

@@ -1,14 +1,17 @@
 //! The loss-recovery policy a reliable QP consults: how far ahead it may send, which path
-//! (UDP source port) a packet takes, where to resume after a sequence error or a timeout, and
-//! what its responder does with a request that arrives ahead of the expected PSN.
+//! (UDP source port) a packet takes, how its responder treats packets that arrive ahead of the
+//! expected PSN, what to resend after a NAK or a timeout, and, for selective repeat, when a
+//! missing PSN counts as lost.
 //!
-//! The QP keeps the mechanism (PSN bookkeeping, memory, completions, the wire); a policy only
-//! decides. [`GoBackN`] is the IBTA behaviour and the default, and the only one a hardware
-//! peer understands; selective repeat, spraying and failover implement this trait in the
-//! `reliability` crate. It lives here rather than there because the QP needs its default and
-//! `reliability` depends on this crate.
+//! The QP keeps the mechanism (PSN bookkeeping, memory, completions, the wire, the arrival
+//! and acknowledgement bitmaps); a policy only decides. [`GoBackN`] is the IBTA behaviour and
+//! the default, and the only one a hardware peer understands; selective repeat, spraying and
+//! the RNIC baselines implement this trait in the `reliability` crate. It lives here rather
+//! than there because the QP needs its default and `reliability` depends on this crate.
 
 use core::fmt;
+
+use smallvec::SmallVec;
 
 use crate::wire::Psn;
 
@@ -21,13 +24,74 @@ pub struct SendWindow {
     pub nxt: Psn,
 }
 
-/// What the responder does with a request whose PSN is ahead of the expected one.
+/// What the responder does with a request whose PSN is ahead of the expected one, in
+/// Go-Back-N delivery.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutOfOrder {
     /// Drop it silently.
     Drop,
     /// Drop it and NAK with a PSN sequence error naming the expected PSN.
     NakAndDrop,
+}
+
+/// How request packets are delivered at the responder: both ends of a connection must agree
+/// (it is negotiated at connection setup), because placement changes the WRITE opcodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// IBTA: in PSN order only; packets ahead of the expected PSN are dropped and the policy's
+    /// [`Recovery::on_out_of_order`] says whether to NAK.
+    InOrder,
+    /// Direct data placement: every WRITE packet carries its own placement (ferroce's
+    /// `SR_RDMA_WRITE_*` opcodes, as ConnectX's adaptive-routing mode puts a RETH in every
+    /// packet) and lands on arrival, whatever its order; other requests that arrive early
+    /// wait in a bounded buffer for their turn. Completions stay in order. The responder keeps
+    /// a bitmap of arrivals and tells the requester what `Feedback` says.
+    Placement(Feedback),
+}
+
+/// What a placing responder tells the requester beyond cumulative ACKs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Feedback {
+    /// One NAK (PSN sequence error naming the expected PSN) per expected PSN, the first time
+    /// a later packet arrives: ConnectX-7's selective repeat ("RNIC-SR").
+    NakExpected,
+    /// Nothing: recovery is the requester's timer alone ("timeout-only").
+    AckOnly,
+    /// Selective acknowledgements (`SR_ACKNOWLEDGE`: cumulative PSN, an arrival bitmap) with
+    /// explicit loss reports decided by [`Recovery::on_arrival`], and path-avoidance signals.
+    Selective,
+}
+
+/// What the requester resends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retransmit {
+    /// Go back: resend everything from this PSN on (Go-Back-N).
+    From(Psn),
+    /// Resend these PSNs only, then carry on with new data.
+    Only(Psn, Option<Psn>),
+    /// Resend the oldest unacknowledged PSN and every PSN after it that the responder has not
+    /// reported arrived, up to the last one it reported (the holes of its bitmap).
+    Holes,
+}
+
+/// The responder's arrival state, as a policy sees it when a packet arrives.
+pub trait Arrivals {
+    /// The expected PSN: everything before it arrived.
+    fn epsn(&self) -> Psn;
+    /// True when `psn` (at or after `epsn`) arrived.
+    fn arrived(&self, psn: Psn) -> bool;
+    /// True when `psn` was already reported lost.
+    fn reported(&self, psn: Psn) -> bool;
+}
+
+/// What a policy decided on an arrival: PSNs to report lost, a path the requester should
+/// avoid for a while.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LossReport {
+    /// PSNs now known lost.
+    pub lost: SmallVec<[Psn; 4]>,
+    /// A path (index) that looks broken.
+    pub avoid: Option<u8>,
 }
 
 /// A reliability policy. Every method has the IBTA default except the two recovery
@@ -41,6 +105,11 @@ pub trait Recovery: Send + fmt::Debug {
         DEFAULT_WINDOW
     }
 
+    /// How the responder delivers requests; both ends must agree.
+    fn delivery(&self) -> Delivery {
+        Delivery::InOrder
+    }
+
     /// The UDP source port (the path, to an ECMP fabric) for a request packet. `base` is the
     /// QP's own port; `retransmission` is true when the PSN was sent before.
     fn udp_src_port(&mut self, base: u16, psn: Psn, retransmission: bool) -> u16 {
@@ -49,16 +118,41 @@ pub trait Recovery: Send + fmt::Debug {
     }
 
     /// The responder reported `missing` as the first PSN it lacks (a PSN sequence error NAK,
-    /// or an implied NAK: a response for a later PSN). Returns the PSN to resume from, inside
-    /// `window`.
-    fn on_sequence_error(&mut self, missing: Psn, window: SendWindow) -> Psn;
+    /// or an implied NAK: a response for a later PSN). Says what to resend, inside `window`.
+    fn on_sequence_error(&mut self, missing: Psn, window: SendWindow) -> Retransmit;
 
-    /// The local ACK timer expired with packets outstanding. Returns the PSN to resume from.
-    fn on_timeout(&mut self, window: SendWindow) -> Psn;
+    /// The local ACK timer expired with packets outstanding. Says what to resend.
+    fn on_timeout(&mut self, window: SendWindow) -> Retransmit;
 
-    /// Responder: request `psn` arrived while `epsn` was expected (`psn` is ahead of it).
-    /// `nak_outstanding` is true when a sequence NAK for `epsn` was already sent.
-    fn on_out_of_order(&mut self, epsn: Psn, psn: Psn, nak_outstanding: bool) -> OutOfOrder;
+    /// Responder, in-order delivery: request `psn` arrived while `epsn` was expected (`psn`
+    /// is ahead of it). `nak_outstanding` is true when a sequence NAK for `epsn` was already
+    /// sent.
+    fn on_out_of_order(&mut self, epsn: Psn, psn: Psn, nak_outstanding: bool) -> OutOfOrder {
+        let _ = (epsn, psn);
+        if nak_outstanding {
+            OutOfOrder::Drop
+        } else {
+            OutOfOrder::NakAndDrop
+        }
+    }
+
+    /// Responder, selective feedback: request `psn` arrived (recorded in `rx` already) from
+    /// UDP source port `udp_src_port`. Fills `report` with PSNs now known lost and a path to
+    /// avoid. The default reports nothing: recovery then waits for the requester's timer.
+    fn on_arrival(
+        &mut self,
+        psn: Psn,
+        udp_src_port: u16,
+        rx: &dyn Arrivals,
+        report: &mut LossReport,
+    ) {
+        let _ = (psn, udp_src_port, rx, report);
+    }
+
+    /// Requester, selective feedback: the responder asks to avoid `path` for a while.
+    fn on_avoid_path(&mut self, path: u8) {
+        let _ = path;
+    }
 }
 
 /// The default send window in packets: deep enough for 8 MiB in flight at 4 KiB MTU, which
@@ -76,17 +170,17 @@ impl Recovery for GoBackN {
         "gbn"
     }
 
-    fn on_sequence_error(&mut self, missing: Psn, _window: SendWindow) -> Psn {
-        missing
+    fn on_sequence_error(&mut self, missing: Psn, _window: SendWindow) -> Retransmit {
+        Retransmit::From(missing)
     }
 
-    fn on_timeout(&mut self, window: SendWindow) -> Psn {
-        window.una
+    fn on_timeout(&mut self, window: SendWindow) -> Retransmit {
+        Retransmit::From(window.una)
     }
 
     fn on_out_of_order(&mut self, _epsn: Psn, _psn: Psn, nak_outstanding: bool) -> OutOfOrder {
-        // C9-? of §9.7.5.1.2: one NAK per sequence error; later out-of-order packets are
-        // dropped silently until the expected PSN arrives.
+        // §9.7.5.1.2: one NAK per sequence error; later out-of-order packets are dropped
+        // silently until the expected PSN arrives.
         if nak_outstanding {
             OutOfOrder::Drop
         } else {

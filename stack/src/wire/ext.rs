@@ -6,7 +6,7 @@
 
 use super::error::{need, Layer, Result};
 use super::field::BeField;
-use super::{Msn, Qpn};
+use super::{Msn, Psn, Qpn};
 
 macro_rules! fixed_header {
     (
@@ -151,6 +151,57 @@ fixed_header! {
     qkey / set_qkey: u32 = 0,
     /// Source QP number (byte 4 is reserved).
     src_qp / set_src_qp: Qpn = 5,
+}
+
+fixed_header! {
+    /// Selective acknowledgement header of ferroce's selective repeat (`SR_ACKNOWLEDGE`, a
+    /// manufacturer-specific opcode, so standard RoCEv2 never carries it): the first PSN the
+    /// responder lacks, which PSNs after it arrived, and an explicit loss report.
+    SackEthPacket / SackEthRepr, len 40;
+    /// [`SackEthRepr::LOST`] and [`SackEthRepr::AVOID`] say which of `lost` / `path` mean
+    /// something.
+    flags / set_flags: u8 = 0,
+    /// The expected PSN: everything before it arrived.
+    base / set_base: Psn = 1,
+    /// A path (UDP source port modulo the path count) the requester should avoid for a while.
+    path / set_path: u8 = 4,
+    /// A PSN the responder declares lost: resend it.
+    lost / set_lost: Psn = 5,
+    /// Arrivals after `base`: bit `i` (LSB first across the four words) is PSN `base + 1 + i`.
+    bits0 / set_bits0: u64 = 8,
+    /// Bits 64..128 of the arrival map.
+    bits1 / set_bits1: u64 = 16,
+    /// Bits 128..192 of the arrival map.
+    bits2 / set_bits2: u64 = 24,
+    /// Bits 192..256 of the arrival map.
+    bits3 / set_bits3: u64 = 32,
+}
+
+impl SackEthRepr {
+    /// `lost` names a lost PSN.
+    pub const LOST: u8 = 1 << 0;
+    /// `path` names a path to avoid.
+    pub const AVOID: u8 = 1 << 1;
+    /// PSNs after `base` the arrival map covers.
+    pub const SPAN: u32 = 256;
+
+    /// True when PSN `base + 1 + i` arrived.
+    pub fn has(&self, i: u32) -> bool {
+        let w = [self.bits0, self.bits1, self.bits2, self.bits3];
+        i < Self::SPAN && w[(i / 64) as usize] >> (i % 64) & 1 == 1
+    }
+
+    /// Marks PSN `base + 1 + i` arrived (ignored past the span).
+    pub fn set(&mut self, i: u32) {
+        let bit = 1u64 << (i % 64);
+        match i / 64 {
+            0 => self.bits0 |= bit,
+            1 => self.bits1 |= bit,
+            2 => self.bits2 |= bit,
+            3 => self.bits3 |= bit,
+            _ => {}
+        }
+    }
 }
 
 /// Length of the reserved block a CNP carries after its BTH (Annex A17.9.3).

@@ -32,7 +32,7 @@ pub use ethernet::{
 pub use ext::{
     AethPacket, AethRepr, AtomicAckEthPacket, AtomicAckEthRepr, AtomicEthPacket, AtomicEthRepr,
     DethPacket, DethRepr, IethPacket, IethRepr, ImmDtPacket, ImmDtRepr, NakCode, RethPacket,
-    RethRepr, Syndrome, CNP_RESERVED_LEN,
+    RethRepr, SackEthPacket, SackEthRepr, Syndrome, CNP_RESERVED_LEN,
 };
 pub use field::BeField;
 pub use ip::{

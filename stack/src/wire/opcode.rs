@@ -7,7 +7,7 @@
 use super::error::Error;
 use super::ext::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, DethRepr, IethRepr, ImmDtRepr, RethRepr,
-    CNP_RESERVED_LEN,
+    SackEthRepr, CNP_RESERVED_LEN,
 };
 
 /// An opcode byte. Any value can be held; [`Opcode::info`] says whether ferroce speaks it.
@@ -48,7 +48,7 @@ pub enum Position {
 
 /// A set of extension headers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Headers(u8);
+pub struct Headers(u16);
 
 impl Headers {
     /// No extension header.
@@ -69,6 +69,8 @@ impl Headers {
     pub const IETH: Self = Self(1 << 6);
     /// The 16 reserved bytes of a CNP.
     pub const CNP_RESERVED: Self = Self(1 << 7);
+    /// SackETH (ferroce's selective acknowledgement, after the AETH).
+    pub const SACK_ETH: Self = Self(1 << 8);
 
     /// Both sets together.
     pub const fn with(self, other: Self) -> Self {
@@ -106,6 +108,9 @@ impl Headers {
         }
         if self.contains(Self::CNP_RESERVED) {
             n += CNP_RESERVED_LEN;
+        }
+        if self.contains(Self::SACK_ETH) {
+            n += SackEthRepr::LEN;
         }
         n
     }
@@ -234,6 +239,22 @@ opcodes! {
     UD_SEND_ONLY_WITH_IMMEDIATE = 0x65, Only, true, [DETH, IMM_DT];
     /// RoCEv2 congestion notification packet (Annex A17.9.3).
     CNP = 0x81, Only, false, [CNP_RESERVED];
+    /// ferroce selective repeat: RC WRITE first packet, with its own placement (RETH: this
+    /// packet's address, the rkey, the whole message's length), so it can land out of order.
+    SR_RDMA_WRITE_FIRST = 0xc6, First, true, [RETH];
+    /// ferroce selective repeat: RC WRITE middle packet with its placement.
+    SR_RDMA_WRITE_MIDDLE = 0xc7, Middle, true, [RETH];
+    /// ferroce selective repeat: RC WRITE last packet with its placement.
+    SR_RDMA_WRITE_LAST = 0xc8, Last, true, [RETH];
+    /// ferroce selective repeat: RC WRITE with immediate, last packet, with its placement.
+    SR_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0xc9, Last, true, [RETH, IMM_DT];
+    /// ferroce selective repeat: RC WRITE in one packet.
+    SR_RDMA_WRITE_ONLY = 0xca, Only, true, [RETH];
+    /// ferroce selective repeat: RC WRITE with immediate in one packet.
+    SR_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0xcb, Only, true, [RETH, IMM_DT];
+    /// ferroce selective repeat: cumulative acknowledgement (BTH PSN, AETH) plus the
+    /// arrival map and loss report of a SackETH.
+    SR_ACKNOWLEDGE = 0xd1, Only, false, [AETH, SACK_ETH];
 }
 
 const fn transport_of(op: u8) -> Transport {
@@ -253,6 +274,24 @@ const fn transport_of(op: u8) -> Transport {
 /// unsupported rather than reserved, so counters tell a foreign feature from garbage.
 const fn defined_elsewhere(op: u8) -> bool {
     matches!(op, 0x1c | 0x1d | 0x40..=0x56 | 0xa0..=0xb7 | 0xc0..=0xff)
+}
+
+impl Opcode {
+    /// True for ferroce's own selective-repeat opcodes (manufacturer-specific range): only a
+    /// peer that negotiated selective repeat sends or accepts them.
+    pub const fn is_selective_repeat(self) -> bool {
+        matches!(self.0, 0xc6..=0xcb | 0xd1)
+    }
+
+    /// The standard RC opcode a selective-repeat WRITE opcode stands for (same position and
+    /// immediate), or `self`.
+    pub const fn standard(self) -> Self {
+        match self.0 {
+            0xc6..=0xcb => Self(self.0 & 0x1f),
+            0xd1 => Self(0x11),
+            _ => self,
+        }
+    }
 }
 
 static TABLE: [Option<OpcodeInfo>; 256] = {
@@ -320,7 +359,10 @@ mod tests {
         );
         assert_eq!(Opcode::CNP.info().unwrap().headers.len(), 16);
         assert!(!Opcode::RC_RDMA_READ_REQUEST.info().unwrap().payload);
-        assert_eq!(Opcode::all().count(), 38);
+        assert_eq!(Opcode::all().count(), 45);
+        assert_eq!(Opcode::SR_ACKNOWLEDGE.info().unwrap().headers.len(), 44);
+        assert_eq!(Opcode::SR_RDMA_WRITE_MIDDLE.standard(), Opcode::RC_RDMA_WRITE_MIDDLE);
+        assert_eq!(Opcode::SR_RDMA_WRITE_MIDDLE.transport(), Transport::Manufacturer);
         assert_eq!(Opcode(0x15).info(), Err(Error::ReservedOpcode(0x15)));
         assert_eq!(Opcode(0x2c).info(), Err(Error::ReservedOpcode(0x2c)));
         assert_eq!(Opcode(0x60).info(), Err(Error::ReservedOpcode(0x60)));

@@ -8,7 +8,7 @@ use super::ethernet::{EthernetFrame, EthernetRepr, ETHERTYPE_IPV4, ETHERTYPE_IPV
 use super::ext::{
     AethPacket, AethRepr, AtomicAckEthPacket, AtomicAckEthRepr, AtomicEthPacket, AtomicEthRepr,
     DethPacket, DethRepr, IethPacket, IethRepr, ImmDtPacket, ImmDtRepr, RethPacket, RethRepr,
-    CNP_RESERVED_LEN,
+    SackEthPacket, SackEthRepr, CNP_RESERVED_LEN,
 };
 use super::icrc::{self, ICRC_LEN};
 use super::ip::{IpRepr, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr};
@@ -62,6 +62,8 @@ pub struct ExtHeaders {
     pub imm_dt: Option<ImmDtRepr>,
     /// IETH.
     pub ieth: Option<IethRepr>,
+    /// SackETH (ferroce selective repeat).
+    pub sack_eth: Option<SackEthRepr>,
 }
 
 /// A RoCEv2 frame's headers as plain values.
@@ -333,6 +335,7 @@ fn parse_ext(headers: Headers, h: &[u8]) -> ExtHeaders {
     );
     take!(IMM_DT, imm_dt, ImmDtPacket, ImmDtRepr);
     take!(IETH, ieth, IethPacket, IethRepr);
+    take!(SACK_ETH, sack_eth, SackEthPacket, SackEthRepr);
     // The CNP's reserved block is not read; IBTA says receivers ignore it.
     let _ = at;
     ext
@@ -361,6 +364,7 @@ fn emit_ext(headers: Headers, ext: &ExtHeaders, h: &mut [u8]) -> Option<()> {
     );
     put!(IMM_DT, imm_dt, ImmDtPacket, ImmDtRepr);
     put!(IETH, ieth, IethPacket, IethRepr);
+    put!(SACK_ETH, sack_eth, SackEthPacket, SackEthRepr);
     if headers.contains(Headers::CNP_RESERVED) {
         h[at..at + CNP_RESERVED_LEN].fill(0);
     }

@@ -6,7 +6,7 @@ use core::net::{Ipv4Addr, Ipv6Addr};
 use super::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, Ecn, EthernetRepr, ExtHeaders,
     Headers, IethRepr, ImmDtRepr, IpRepr, Ipv4Repr, Ipv6Repr, MacAddr, Msn, Opcode, Psn, Qpn,
-    RethRepr, VlanTag, ETHERTYPE_IPV4,
+    RethRepr, SackEthRepr, VlanTag, ETHERTYPE_IPV4,
 };
 
 /// Addressing choices for a sample frame.
@@ -88,6 +88,16 @@ pub fn sample_repr(opcode: Opcode, addr: SampleAddr, payload_len: usize) -> supe
         }),
         imm_dt: pick(Headers::IMM_DT).then_some(ImmDtRepr { imm: 0xabcd_0123 }),
         ieth: pick(Headers::IETH).then_some(IethRepr { rkey: 0x5a5a_0001 }),
+        sack_eth: pick(Headers::SACK_ETH).then_some(SackEthRepr {
+            flags: SackEthRepr::LOST,
+            base: Psn::new(0x12_3457),
+            path: 3,
+            lost: Psn::new(0x12_3459),
+            bits0: 0b1011,
+            bits1: 0,
+            bits2: 1 << 63,
+            bits3: 0x8000_0000_0000_0001,
+        }),
     };
     let mut bth = BthRepr::new(opcode, Qpn::new(0x00_0d11), Psn::new(0x12_3456));
     bth.ack_req = matches!(info.position, super::Position::Last | super::Position::Only)

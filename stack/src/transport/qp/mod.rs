@@ -15,6 +15,7 @@
 
 mod requester;
 mod responder;
+mod ring;
 
 use core::net::IpAddr;
 use std::collections::VecDeque;
@@ -23,7 +24,7 @@ use smallvec::SmallVec;
 
 use super::counters::Counters;
 use super::mr::{Access, MrTable, PdId};
-use super::recovery::{GoBackN, Recovery};
+use super::recovery::{Delivery, GoBackN, Recovery};
 use super::state::{check_modify, AttrMask, ModifyError, QpState, QpType};
 use super::timers::local_ack_timeout_ns;
 use super::tx::TxOut;
@@ -455,9 +456,15 @@ impl Qp {
         }
     }
 
-    /// Replaces the loss recovery policy (between connection setup and RTS).
+    /// Replaces the loss recovery policy, before RTR: both ends must agree on its
+    /// [`Delivery`], which they negotiate at connection setup.
     pub fn set_recovery(&mut self, recovery: Box<dyn Recovery>) {
         self.recovery = recovery;
+    }
+
+    /// True when this QP places requests out of order (an RC QP whose policy asks for it).
+    fn placing(&self) -> bool {
+        self.qp_type == QpType::Rc && self.recovery.delivery() != Delivery::InOrder
     }
 
     /// Send WRs posted and not yet completed.
@@ -495,10 +502,17 @@ impl Qp {
             QpState::Rtr if from == QpState::Init => {
                 // Receives posted in INIT stay queued.
                 self.resp.epsn = self.attr.rq_psn;
+                self.resp.ooo = self.placing().then(|| {
+                    Box::new(responder::Ooo::new(self.recovery.window().min(1 << 16)))
+                });
                 self.connect_path();
             }
             QpState::Rts if from == QpState::Rtr => {
                 self.req = requester::Requester::new(self.attr.sq_psn);
+                if self.placing() {
+                    self.req.sacked =
+                        ring::PsnRing::with_capacity(self.recovery.window().min(1 << 16));
+                }
                 self.req.retries_left = self.attr.retry_cnt;
                 self.req.rnr_retries_left = self.attr.rnr_retry;
             }
@@ -730,12 +744,16 @@ impl Qp {
             QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
         );
         let transport = op.transport();
-        let ours = matches!(
-            (self.qp_type, transport),
+        let ours = match (self.qp_type, transport) {
             (QpType::Rc, crate::wire::Transport::Rc)
-                | (QpType::Uc, crate::wire::Transport::Uc)
-                | (QpType::Ud, crate::wire::Transport::Ud)
-        );
+            | (QpType::Uc, crate::wire::Transport::Uc)
+            | (QpType::Ud, crate::wire::Transport::Ud) => true,
+            // Selective-repeat opcodes only between QPs that agreed on placement.
+            (QpType::Rc, crate::wire::Transport::Manufacturer) => {
+                op.is_selective_repeat() && self.resp.ooo.is_some()
+            }
+            _ => false,
+        };
         if !ok_state || !ours {
             self.counters.rx_dropped += 1;
             return;
@@ -884,6 +902,7 @@ impl Qp {
 /// True for the opcodes a requester receives (ACK, READ responses, atomic ACK).
 fn is_response(op: Opcode) -> bool {
     matches!(op.0 & 0x1f, 0x0d..=0x12) && op.transport() == crate::wire::Transport::Rc
+        || op == Opcode::SR_ACKNOWLEDGE
 }
 
 /// Credit count → AETH credit code (IBTA table 44): the largest code whose count does not

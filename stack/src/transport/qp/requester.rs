@@ -9,9 +9,10 @@
 
 use std::collections::VecDeque;
 
+use super::ring::PsnRing;
 use super::{Qp, SendWqe, WqeData};
 use crate::transport::mr::{Access, MrTable};
-use crate::transport::recovery::SendWindow;
+use crate::transport::recovery::{Retransmit, SendWindow};
 use crate::transport::sg;
 use crate::transport::state::{QpState, QpType};
 use crate::transport::timers::{rnr_timer_ns, RNR_RETRY_INFINITE};
@@ -19,7 +20,7 @@ use crate::transport::tx::{self, TxOut};
 use crate::transport::wr::{SendFlags, WcStatus, WrOpcode};
 use crate::wire::{
     AtomicEthRepr, DethRepr, ExtHeaders, IethRepr, ImmDtRepr, NakCode, Opcode, Position, Psn,
-    RethRepr, RocePacket, Syndrome,
+    RethRepr, RocePacket, SackEthRepr, Syndrome,
 };
 
 /// The requester asks for an ACK at least every this many packets of a long message (and on
@@ -53,6 +54,14 @@ pub(crate) struct Requester {
     /// would rewind again and again (a retransmission storm), so a gap is acted on once until
     /// `una` moves or the timer fires.
     pub(crate) recovering: Option<Psn>,
+    /// Selective repeat: PSNs in `[una, nxt)` the responder reported arrived (empty ring
+    /// for Go-Back-N), valid from `sack_floor` on.
+    pub(crate) sacked: PsnRing,
+    sack_floor: Psn,
+    /// The last PSN a selective acknowledgement reported arrived.
+    highest_sacked: Option<Psn>,
+    /// PSNs to resend one by one, before new data (selective repeat and its baselines).
+    pub(crate) rtx: VecDeque<Psn>,
 }
 
 impl Requester {
@@ -75,10 +84,18 @@ impl Requester {
             rnr_retries_left: 7,
             rnr_until: None,
             recovering: None,
+            sacked: PsnRing::default(),
+            sack_floor: sq_psn,
+            highest_sacked: None,
+            rtx: VecDeque::new(),
         }
     }
 
     pub(crate) fn clear_in_flight(&mut self) {
+        self.rtx.clear();
+        self.sacked.clear_range(self.sack_floor, self.nxt);
+        self.sack_floor = self.nxt;
+        self.highest_sacked = None;
         self.assigned = 0;
         self.cur = 0;
         self.cur_pkt = 0;
@@ -103,6 +120,34 @@ impl Requester {
             self.sq[self.cur].first_psn.add(self.cur_pkt)
         } else {
             self.nxt
+        }
+    }
+
+    /// The WQE (index) and packet within it that PSN `psn` (outstanding) belongs to.
+    fn locate(&self, psn: Psn) -> Option<(usize, u32)> {
+        let d = psn.distance(self.una);
+        if d < 0 || self.nxt.distance(psn) <= 0 {
+            return None;
+        }
+        let (mut lo, mut hi) = (0, self.assigned);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if self.sq[mid].last_psn().distance(self.una) < d {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let w = self.sq.get(lo).filter(|_| lo < self.assigned)?;
+        w.contains(psn)
+            .then(|| (lo, psn.distance(w.first_psn) as u32))
+    }
+
+    /// Queues `psn` to be resent alone, if it is outstanding and not known arrived.
+    fn push_rtx(&mut self, psn: Psn) {
+        let outstanding = psn.distance(self.una) >= 0 && self.nxt.distance(psn) > 0;
+        if outstanding && !self.sacked.get(psn) && !self.rtx.contains(&psn) {
+            self.rtx.push_back(psn);
         }
     }
 
@@ -170,7 +215,72 @@ impl Qp {
     pub(crate) fn requester_may_send(&self) -> bool {
         matches!(self.state, QpState::Rts | QpState::Sqd)
             && self.req.rnr_until.is_none()
-            && self.req.cur < self.req.sq.len()
+            && (self.req.cur < self.req.sq.len() || !self.req.rtx.is_empty())
+    }
+
+    /// Acts on a policy's decision of what to resend.
+    fn retransmit(&mut self, r: Retransmit) {
+        match r {
+            Retransmit::From(psn) => self.req.rewind_to(psn),
+            Retransmit::Only(a, b) => {
+                self.req.push_rtx(a);
+                if let Some(b) = b {
+                    self.req.push_rtx(b);
+                }
+            }
+            Retransmit::Holes => {
+                let req = &mut self.req;
+                req.rtx.clear();
+                let una = req.una;
+                req.rtx.push_back(una);
+                if let Some(h) = req.highest_sacked {
+                    let n = h.distance(una).max(0) as u32;
+                    for i in 1..n {
+                        let p = una.add(i);
+                        if !req.sacked.get(p) {
+                            req.rtx.push_back(p);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next queued selective retransmission, if any.
+    fn retransmission<'m>(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &'m MrTable,
+        split_min: usize,
+    ) -> Option<TxOut<'m>> {
+        while let Some(psn) = self.req.rtx.pop_front() {
+            if self.req.sacked.get(psn) {
+                continue;
+            }
+            let Some((idx, pkt)) = self.req.locate(psn) else {
+                continue;
+            };
+            // READ responses come back in order: only the READ at `una` is worth asking
+            // again, for what is still missing.
+            if self.req.sq[idx].op == WrOpcode::Read && psn != self.req.una {
+                continue;
+            }
+            return match self.emit_request(idx, pkt, buf, mem, split_min) {
+                Ok(n) => {
+                    self.counters.retransmitted_packets += 1;
+                    if self.req.retry_deadline.is_none() {
+                        self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t);
+                    }
+                    Some(n)
+                }
+                Err(status) => {
+                    self.send_queue_error(idx, status);
+                    None
+                }
+            };
+        }
+        None
     }
 
     /// The next request packet, if the window, credits and READ/atomic limits allow one.
@@ -183,6 +293,14 @@ impl Qp {
     ) -> Option<TxOut<'m>> {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_until.is_some() {
             return None;
+        }
+        if !self.req.rtx.is_empty() {
+            if let Some(out) = self.retransmission(now, buf, mem, split_min) {
+                return Some(out);
+            }
+            if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+                return None;
+            }
         }
         let window = self.recovery.window().min(1 << 22) as i32;
         let rc = self.qp_type == QpType::Rc;
@@ -307,6 +425,11 @@ impl Qp {
             _ => Position::Middle,
         };
         let last = matches!(pos, Position::Last | Position::Only);
+        // Placement delivery: every WRITE packet says where it lands, so it can arrive in
+        // any order (ferroce's SR_RDMA_WRITE_* opcodes).
+        let placing_write = self.qp_type == QpType::Rc
+            && matches!(w.op, WrOpcode::Write | WrOpcode::WriteWithImm)
+            && self.req.sacked.capacity() > 0;
         let mut ext = ExtHeaders::default();
         let off = pkt * mtu;
         let mut plen = (w.len - off.min(w.len)).min(mtu);
@@ -330,7 +453,13 @@ impl Qp {
             }
             WrOpcode::Write | WrOpcode::WriteWithImm => {
                 let imm = w.op == WrOpcode::WriteWithImm;
-                if matches!(pos, Position::First | Position::Only) {
+                if placing_write {
+                    ext.reth = Some(RethRepr {
+                        va: w.remote_addr.wrapping_add(u64::from(off)),
+                        rkey: w.rkey,
+                        dma_len: w.len,
+                    });
+                } else if matches!(pos, Position::First | Position::Only) {
                     ext.reth = Some(RethRepr {
                         va: w.remote_addr,
                         rkey: w.rkey,
@@ -389,6 +518,7 @@ impl Qp {
                 (0x60, ud.av.template(ud.remote_qpn, sport))
             }
             (QpType::Uc, _) => (0x20, self.template),
+            _ if placing_write => (0xc0, self.template),
             _ => (0x00, self.template),
         };
         r.bth.opcode = Opcode(base | code);
@@ -430,6 +560,11 @@ impl Qp {
         let code = pkt.repr.bth.opcode.0 & 0x1f;
         let aeth = pkt.repr.ext.aeth;
         match (code, aeth) {
+            (0x11, Some(a)) if pkt.repr.bth.opcode == Opcode::SR_ACKNOWLEDGE => {
+                if let Some(sack) = pkt.repr.ext.sack_eth {
+                    self.on_sack(now, psn, a.syndrome, sack);
+                }
+            }
             (0x11, Some(a)) => match Syndrome::from_byte(a.syndrome) {
                 Syndrome::Ack { credits } => self.on_ack(now, psn, credits),
                 Syndrome::RnrNak { timer } => self.on_rnr_nak(now, psn, timer),
@@ -492,6 +627,14 @@ impl Qp {
 
     fn on_progress(&mut self, now: u64) {
         let req = &mut self.req;
+        if req.sacked.capacity() > 0 {
+            let (floor, una) = (req.sack_floor, req.una);
+            req.sacked.clear_range(floor, una);
+            req.sack_floor = una;
+            if req.highest_sacked.is_some_and(|h| h.before(una)) {
+                req.highest_sacked = None;
+            }
+        }
         req.retries_left = self.attr.retry_cnt;
         req.rnr_retries_left = self.attr.rnr_retry;
         req.recovering = None;
@@ -513,9 +656,52 @@ impl Qp {
             return;
         }
         self.req.recovering = Some(una);
-        let to = self.recovery.on_sequence_error(una, self.req.window());
-        self.req.rewind_to(to);
+        let r = self.recovery.on_sequence_error(una, self.req.window());
+        self.retransmit(r);
         self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t);
+    }
+
+    /// A selective acknowledgement: cumulative up to `psn`, plus which later PSNs arrived, a
+    /// PSN the responder declares lost, and a path it asks to avoid.
+    fn on_sack(&mut self, now: u64, psn: Psn, syndrome: u8, sack: SackEthRepr) {
+        self.counters.sacks_received += 1;
+        if self.outstanding(psn) {
+            self.take_credits(syndrome);
+            if let Acked::ImpliedNak = self.ack_through(now, psn.add(1)) {
+                self.implied_nak(now);
+            }
+        } else if psn.before(self.req.una) && psn.distance(self.req.una) > -(1 << 22) {
+            self.take_credits(syndrome);
+        }
+        if self.req.sacked.capacity() == 0 {
+            return;
+        }
+        let base = sack.base;
+        for i in 0..SackEthRepr::SPAN {
+            if !sack.has(i) {
+                continue;
+            }
+            let p = base.add(1 + i);
+            if self.outstanding(p) {
+                self.req.sacked.set(p);
+                if self.req.highest_sacked.is_none_or(|h| h.before(p)) {
+                    self.req.highest_sacked = Some(p);
+                }
+            }
+        }
+        if sack.flags & SackEthRepr::LOST != 0 {
+            self.counters.loss_reports_received += 1;
+            self.span
+                .in_scope(|| tracing::debug!(psn = sack.lost.value(), "loss report"));
+            self.req.push_rtx(sack.lost);
+            if self.req.retry_deadline.is_none() {
+                self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t);
+            }
+        }
+        if sack.flags & SackEthRepr::AVOID != 0 {
+            self.counters.path_avoidances += 1;
+            self.recovery.on_avoid_path(sack.path);
+        }
     }
 
     fn on_ack(&mut self, now: u64, psn: Psn, credits: u8) {
@@ -588,8 +774,8 @@ impl Qp {
                     }
                     self.req.retries_left -= 1;
                 }
-                let to = self.recovery.on_sequence_error(psn, self.req.window());
-                self.req.rewind_to(to);
+                let r = self.recovery.on_sequence_error(psn, self.req.window());
+                self.retransmit(r);
                 self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t);
             }
             NakCode::InvalidRequest => {
@@ -729,8 +915,8 @@ impl Qp {
         }
         self.req.retries_left -= 1;
         self.req.recovering = None;
-        let to = self.recovery.on_timeout(self.req.window());
-        self.req.rewind_to(to);
+        let r = self.recovery.on_timeout(self.req.window());
+        self.retransmit(r);
         self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t);
     }
 }

@@ -9,9 +9,10 @@
 
 use std::collections::VecDeque;
 
+use super::ring::PsnRing;
 use super::{Qp, RecvWqe};
 use crate::transport::mr::{Access, AccessError, MrTable};
-use crate::transport::recovery::OutOfOrder;
+use crate::transport::recovery::{Arrivals, Delivery, Feedback, LossReport, OutOfOrder};
 use crate::transport::sg::{self, SgError};
 use crate::transport::srq::Srq;
 use crate::transport::state::{QpState, QpType};
@@ -19,8 +20,11 @@ use crate::transport::tx::{self, TxOut};
 use crate::transport::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::{
     AethRepr, AtomicAckEthRepr, ExtHeaders, Msn, NakCode, Opcode, Position, Psn, RocePacket,
-    Syndrome,
+    RoceRepr, SackEthRepr, Syndrome,
 };
+
+#[path = "placement.rs"]
+mod placement;
 
 /// Bytes of the GRH a UD receive buffer starts with (IBTA §11.4.1.1).
 pub(crate) const GRH_LEN: usize = 40;
@@ -28,6 +32,79 @@ pub(crate) const GRH_LEN: usize = 40;
 /// Duplicate READs and atomics queued beyond `max_dest_rd_atomic` before more are dropped:
 /// duplication on the wire must not grow the reply queue without bound.
 const DUPLICATE_SLACK: usize = 16;
+
+/// Requests other than WRITE packets that a placing responder holds when they arrive ahead
+/// of their turn. More are dropped (and resent by the requester): early arrivals must not
+/// grow memory without bound.
+const HELD_MAX: usize = 64;
+
+/// The completion a WRITE message owes once every packet before its last has arrived.
+#[derive(Clone, Copy, Debug)]
+struct WriteEnd {
+    imm: Option<u32>,
+    len: u32,
+    solicited: bool,
+}
+
+/// A request that arrived ahead of its turn, kept whole until the expected PSN reaches it.
+#[derive(Clone, Debug)]
+struct Held {
+    repr: RoceRepr,
+    payload: Vec<u8>,
+}
+
+/// A placing responder's state beyond the expected PSN (direct data placement).
+#[derive(Debug, Default)]
+pub(crate) struct Ooo {
+    /// PSNs at or after `epsn` that arrived (placed, or held).
+    arrived: PsnRing,
+    /// PSNs reported lost to the requester.
+    reported: PsnRing,
+    /// WRITE messages whose last packet arrived early, by PSN.
+    ends: hashbrown::HashMap<u32, WriteEnd>,
+    /// Early requests that cannot be placed, by PSN.
+    held: hashbrown::HashMap<u32, Held>,
+    /// Loss reports waiting to go out (selective feedback).
+    lost: VecDeque<Psn>,
+    /// A path to ask the requester to avoid.
+    avoid: Option<u8>,
+}
+
+impl Ooo {
+    pub(crate) fn new(capacity: u32) -> Self {
+        Self {
+            arrived: PsnRing::with_capacity(capacity),
+            reported: PsnRing::with_capacity(capacity),
+            ..Self::default()
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.arrived.heap_bytes()
+            + self.reported.heap_bytes()
+            + self.ends.capacity() * core::mem::size_of::<(u32, WriteEnd)>()
+            + self.held.capacity() * core::mem::size_of::<(u32, Held)>()
+            + self.lost.capacity() * core::mem::size_of::<Psn>()
+    }
+}
+
+/// The arrival state a policy reads.
+struct View<'a> {
+    epsn: Psn,
+    ooo: &'a Ooo,
+}
+
+impl Arrivals for View<'_> {
+    fn epsn(&self) -> Psn {
+        self.epsn
+    }
+    fn arrived(&self, psn: Psn) -> bool {
+        psn.distance(self.epsn) >= 0 && self.ooo.arrived.get(psn)
+    }
+    fn reported(&self, psn: Psn) -> bool {
+        psn.distance(self.epsn) >= 0 && self.ooo.reported.get(psn)
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -102,6 +179,8 @@ pub(crate) struct Responder {
     replies: VecDeque<Reply>,
     /// The atomic replay cache: (PSN, original value) of the latest atomics executed.
     atomics: VecDeque<(Psn, u64)>,
+    /// Placement delivery only (boxed: Go-Back-N QPs carry a pointer, not the state).
+    pub(crate) ooo: Option<Box<Ooo>>,
 }
 
 impl Responder {
@@ -119,6 +198,7 @@ impl Responder {
             final_nak: false,
             replies: VecDeque::new(),
             atomics: VecDeque::new(),
+            ooo: None,
         }
     }
 
@@ -162,18 +242,29 @@ impl Responder {
     }
 
     pub(crate) fn has_output(&self) -> bool {
-        !self.replies.is_empty() || self.nak.is_some() || self.ack_pending
+        !self.replies.is_empty()
+            || self.nak.is_some()
+            || self.ack_pending
+            || self
+                .ooo
+                .as_ref()
+                .is_some_and(|o| !o.lost.is_empty() || o.avoid.is_some())
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
         self.replies.capacity() * core::mem::size_of::<Reply>()
             + self.atomics.capacity() * core::mem::size_of::<(Psn, u64)>()
+            + self.ooo.as_ref().map_or(0, |o| o.heap_bytes())
     }
 
     pub(crate) fn clear_for_error(&mut self) {
         self.replies.clear();
         self.ack_pending = false;
         self.msg = None;
+        if let Some(o) = self.ooo.as_mut() {
+            let cap = o.arrived.capacity();
+            **o = Ooo::new(cap);
+        }
         if !self.final_nak {
             self.nak = None;
         }
@@ -194,6 +285,7 @@ impl Qp {
     pub(crate) fn responder_rx(&mut self, pkt: &RocePacket<'_>, mem: &mut MrTable) {
         match self.qp_type {
             QpType::Ud => self.ud_rx(pkt, mem),
+            QpType::Rc if self.resp.ooo.is_some() => self.placing_rx(pkt, mem),
             QpType::Rc => {
                 let psn = pkt.repr.bth.psn;
                 let d = psn.distance(self.resp.epsn);
@@ -673,6 +765,9 @@ impl Qp {
         if let Some((syndrome, psn)) = self.resp.nak.take() {
             self.resp.ack_pending = false;
             return self.emit_ack(buf, syndrome, psn);
+        }
+        if self.recovery.delivery() == Delivery::Placement(Feedback::Selective) {
+            return self.emit_sack(buf);
         }
         if self.resp.ack_pending {
             self.resp.ack_pending = false;

@@ -1,0 +1,323 @@
+//! Direct data placement at the responder, for the delivery modes beside Go-Back-N
+//! ([`Delivery::Placement`]): a WRITE packet lands in memory when it arrives, in whatever
+//! order (it carries its own placement), other requests that arrive early are held until the
+//! expected PSN reaches them, and the expected PSN advances over every contiguous arrival,
+//! completing messages in order. What the requester hears about early arrivals is the
+//! policy's [`Feedback`]: nothing, one NAK per expected PSN (RNIC-SR), or selective
+//! acknowledgements with loss reports decided by the policy (ferroce's selective repeat).
+
+use super::*;
+
+impl Qp {
+    /// A request packet on an RC QP whose responder places.
+    pub(super) fn placing_rx(&mut self, pkt: &RocePacket<'_>, mem: &mut MrTable) {
+        let psn = pkt.repr.bth.psn;
+        let epsn = self.resp.epsn;
+        let d = psn.distance(epsn);
+        if d < 0 {
+            self.duplicate(pkt, mem);
+            return;
+        }
+        let Some(ooo) = self.resp.ooo.as_ref() else {
+            return;
+        };
+        if d as u32 >= ooo.arrived.capacity() {
+            // Beyond what the bitmap can hold: the requester's window is wider than ours.
+            self.counters.out_of_sequence += 1;
+            self.counters.rx_dropped += 1;
+            return;
+        }
+        if d > 0 && ooo.arrived.get(psn) {
+            self.counters.duplicate_request += 1;
+            self.resp.ack_pending = true;
+            return;
+        }
+        if d > 0 {
+            self.counters.out_of_sequence += 1;
+        }
+        if pkt.repr.bth.opcode.is_selective_repeat() {
+            match self.place_write(pkt, mem) {
+                Ok(end) => {
+                    if let Some(o) = self.resp.ooo.as_mut() {
+                        o.arrived.set(psn);
+                        if let Some(e) = end {
+                            o.ends.insert(psn.value(), e);
+                        }
+                    }
+                    if d > 0 {
+                        self.counters.ooo_placed += 1;
+                    }
+                    if pkt.repr.bth.ack_req {
+                        self.resp.ack_pending = true;
+                    }
+                }
+                // In its turn: refused now, as in order.
+                Err(f) if d == 0 => {
+                    self.fault(psn, f);
+                    return;
+                }
+                // Early and refused: refused in its turn, after everything before it.
+                Err(_) => {
+                    if !self.hold(pkt) {
+                        return;
+                    }
+                }
+            }
+        } else if d == 0 {
+            self.resp.nak_outstanding = false;
+            if let Err(f) = self.execute(pkt, mem) {
+                self.fault(psn, f);
+                return;
+            }
+        } else if !self.hold(pkt) {
+            return;
+        }
+        let before = self.resp.epsn;
+        self.drain(mem);
+        if self.resp.epsn.distance(before) > 1 {
+            // A hole filled: tell the requester how far it now reaches.
+            self.resp.ack_pending = true;
+        }
+        self.feedback(psn, d > 0, pkt.repr.udp_src_port);
+    }
+
+    /// Keeps an early request for its turn; false when the buffer is full and it was dropped
+    /// (the requester resends it).
+    fn hold(&mut self, pkt: &RocePacket<'_>) -> bool {
+        let psn = pkt.repr.bth.psn;
+        let Some(o) = self.resp.ooo.as_mut() else {
+            return false;
+        };
+        if o.held.len() >= HELD_MAX {
+            self.counters.rx_dropped += 1;
+            return false;
+        }
+        o.held.insert(
+            psn.value(),
+            Held {
+                repr: pkt.repr,
+                payload: pkt.payload.to_vec(),
+            },
+        );
+        o.arrived.set(psn);
+        self.counters.ooo_held += 1;
+        true
+    }
+
+    /// Checks one WRITE packet that carries its placement and writes it. Returns what its
+    /// message owes at completion when it is the last packet.
+    fn place_write(
+        &mut self,
+        pkt: &RocePacket<'_>,
+        mem: &mut MrTable,
+    ) -> Result<Option<WriteEnd>, Fault> {
+        let Some(reth) = pkt.repr.ext.reth else {
+            return Err(Fault::Fatal(NakCode::InvalidRequest, None));
+        };
+        if !self.attr.qp_access_flags.contains(Access::REMOTE_WRITE) {
+            return Err(Fault::Fatal(NakCode::InvalidRequest, None));
+        }
+        let pos = pkt
+            .repr
+            .bth
+            .opcode
+            .info()
+            .map_or(Position::Only, |i| i.position);
+        let plen = pkt.payload.len() as u32;
+        let len_ok = match pos {
+            Position::First | Position::Middle => plen == self.mtu && reth.dma_len > self.mtu,
+            Position::Last => plen > 0 && plen <= self.mtu && reth.dma_len > self.mtu,
+            Position::Only => plen <= self.mtu && reth.dma_len == plen,
+        };
+        if !len_ok || reth.dma_len > 1 << 31 {
+            self.counters.resp_local_length_error += 1;
+            return Err(Fault::Fatal(NakCode::InvalidRequest, None));
+        }
+        let placed = mem
+            .check_access(
+                reth.rkey,
+                self.pd,
+                reth.va,
+                u64::from(plen),
+                Access::REMOTE_WRITE,
+            )
+            .and_then(|_| {
+                mem.write(reth.rkey, self.pd, reth.va, pkt.payload, Access::REMOTE_WRITE)
+            });
+        if placed.is_err() {
+            self.counters.resp_remote_access_errors += 1;
+            return Err(Fault::Fatal(NakCode::RemoteAccessError, None));
+        }
+        Ok(matches!(pos, Position::Last | Position::Only).then(|| WriteEnd {
+            imm: pkt.repr.ext.imm_dt.map(|i| i.imm),
+            len: reth.dma_len,
+            solicited: pkt.repr.bth.solicited,
+        }))
+    }
+
+    /// Advances the expected PSN over every arrival in a row: completes WRITE messages whose
+    /// last packet it passes, and executes held requests in their turn.
+    fn drain(&mut self, mem: &mut MrTable) {
+        loop {
+            let epsn = self.resp.epsn;
+            let Some(o) = self.resp.ooo.as_mut() else {
+                return;
+            };
+            if let Some(h) = o.held.remove(&epsn.value()) {
+                o.arrived.clear(epsn);
+                let pkt = RocePacket {
+                    repr: h.repr,
+                    payload: &h.payload,
+                    icrc_input: &[],
+                    icrc: 0,
+                };
+                self.resp.nak_outstanding = false;
+                if pkt.repr.bth.opcode.is_selective_repeat() {
+                    // A WRITE refused when it came early is refused now, in order.
+                    match self.place_write(&pkt, mem) {
+                        Ok(end) => {
+                            if let Some(o) = self.resp.ooo.as_mut() {
+                                o.arrived.set(epsn);
+                                if let Some(e) = end {
+                                    o.ends.insert(epsn.value(), e);
+                                }
+                            }
+                            continue;
+                        }
+                        Err(f) => {
+                            self.fault(epsn, f);
+                            return;
+                        }
+                    }
+                }
+                if let Err(f) = self.execute(&pkt, mem) {
+                    self.fault(epsn, f);
+                    return;
+                }
+                continue;
+            }
+            if !o.arrived.get(epsn) {
+                return;
+            }
+            o.arrived.clear(epsn);
+            o.reported.clear(epsn);
+            if let Some(end) = o.ends.remove(&epsn.value()) {
+                if !self.complete_write(epsn, end) {
+                    return;
+                }
+            }
+            self.resp.epsn = epsn.add(1);
+            self.resp.nak_outstanding = false;
+        }
+    }
+
+    /// Completes a WRITE message whose packets have all arrived; false when a WRITE with
+    /// immediate finds no receive (RNR NAK: the requester resends its last packet later,
+    /// which lands on the same bytes again).
+    fn complete_write(&mut self, psn: Psn, end: WriteEnd) -> bool {
+        if let Some(imm) = end.imm {
+            let Some(w) = self.resp.take_recv() else {
+                self.counters.out_of_buffer += 1;
+                let timer = self.attr.min_rnr_timer;
+                self.resp.nak = Some((Syndrome::RnrNak { timer }, psn));
+                return false;
+            };
+            let mut wc = WorkCompletion::new(
+                w.wr_id,
+                WcStatus::Success,
+                WcOpcode::RecvRdmaWithImm,
+                self.qpn,
+            );
+            wc.byte_len = end.len;
+            wc.imm_data = imm;
+            wc.wc_flags = WcFlags::WITH_IMM;
+            wc.solicited = end.solicited;
+            self.completions.push_back(wc);
+        }
+        self.resp.msn = self.resp.msn.next();
+        self.counters.rx_write_requests += 1;
+        true
+    }
+
+    /// What the requester hears about an arrival, by the policy's feedback.
+    fn feedback(&mut self, psn: Psn, early: bool, udp_src_port: u16) {
+        let Delivery::Placement(feedback) = self.recovery.delivery() else {
+            return;
+        };
+        match feedback {
+            Feedback::AckOnly => {}
+            Feedback::NakExpected => {
+                if early && !self.resp.nak_outstanding && self.state != QpState::Err {
+                    let epsn = self.resp.epsn;
+                    self.resp.nak = Some((Syndrome::Nak(NakCode::PsnSequenceError), epsn));
+                    self.resp.nak_outstanding = true;
+                }
+            }
+            Feedback::Selective => {
+                let Some(o) = self.resp.ooo.as_mut() else {
+                    return;
+                };
+                let mut report = LossReport::default();
+                let view = View {
+                    epsn: self.resp.epsn,
+                    ooo: o,
+                };
+                self.recovery
+                    .on_arrival(psn, udp_src_port, &view, &mut report);
+                let epsn = self.resp.epsn;
+                for lost in report.lost {
+                    let d = lost.distance(epsn);
+                    let inside = d >= 0 && (d as u32) < o.arrived.capacity();
+                    if inside && !o.arrived.get(lost) && !o.reported.get(lost) {
+                        o.reported.set(lost);
+                        o.lost.push_back(lost);
+                    }
+                }
+                if report.avoid.is_some() {
+                    o.avoid = report.avoid;
+                }
+            }
+        }
+    }
+
+    /// Selective feedback: the next `SR_ACKNOWLEDGE`, when an ACK is due or a loss report or
+    /// avoidance signal waits.
+    pub(super) fn emit_sack<'m>(&mut self, buf: &mut [u8]) -> Option<TxOut<'m>> {
+        let epsn = self.resp.epsn;
+        let credits = self.resp.credits();
+        let o = self.resp.ooo.as_mut()?;
+        if !self.resp.ack_pending && o.lost.is_empty() && o.avoid.is_none() {
+            return None;
+        }
+        let mut sack = SackEthRepr {
+            base: epsn,
+            ..SackEthRepr::default()
+        };
+        for i in 0..SackEthRepr::SPAN.min(o.arrived.capacity().saturating_sub(1)) {
+            if o.arrived.get(epsn.add(1 + i)) {
+                sack.set(i);
+            }
+        }
+        if let Some(lost) = o.lost.pop_front() {
+            sack.flags |= SackEthRepr::LOST;
+            sack.lost = lost;
+            self.counters.loss_reports_sent += 1;
+        }
+        if let Some(path) = o.avoid.take() {
+            sack.flags |= SackEthRepr::AVOID;
+            sack.path = path;
+        }
+        self.resp.ack_pending = false;
+        self.counters.acks_sent += 1;
+        let mut r = self.repr(Opcode::SR_ACKNOWLEDGE, epsn.sub(1), 0);
+        r.ext = ExtHeaders {
+            aeth: Some(AethRepr {
+                syndrome: Syndrome::Ack { credits }.to_byte(),
+                msn: self.resp.msn,
+            }),
+            sack_eth: Some(sack),
+            ..ExtHeaders::default()
+        };
+        r.emit(buf, |_| {}).ok().map(TxOut::Whole)
+    }
+}
