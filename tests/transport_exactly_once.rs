@@ -13,7 +13,8 @@ use std::collections::HashMap;
 
 use ferroce::drivers::sim::{LinkModel, Loss};
 use ferroce::stack::transport::{
-    Mtu, Payload, QpType, RecvWr, SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WrOpcode,
+    Mtu, Payload, QpType, Recovery, RecvWr, SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
+    WrOpcode,
 };
 use support::*;
 
@@ -95,13 +96,38 @@ fn impaired_link(rng: &mut Rng) -> LinkModel {
     m
 }
 
+/// A recovery scheme and the fabric it runs on.
+#[derive(Clone, Copy)]
+struct Scheme {
+    /// Parallel paths between the hosts (each its own impaired link); 0: one direct link.
+    paths: usize,
+    policy: Option<PolicyFn>,
+}
+
+const GO_BACK_N: Scheme = Scheme {
+    paths: 0,
+    policy: None,
+};
+
 fn run_seed(seed: u64) -> (u64, u64) {
+    run_scheme(seed, GO_BACK_N)
+}
+
+fn run_scheme(seed: u64, scheme: Scheme) -> (u64, u64) {
     let mut rng = Rng(seed);
-    let model = impaired_link(&mut rng);
-    if std::env::var_os("FERROCE_DEBUG").is_some() {
-        eprintln!("{model:?}");
-    }
-    let mut w = two_hosts(seed, model, MEM);
+    let mut w = if scheme.paths == 0 {
+        let model = impaired_link(&mut rng);
+        if std::env::var_os("FERROCE_DEBUG").is_some() {
+            eprintln!("{model:?}");
+        }
+        two_hosts(seed, model, MEM)
+    } else {
+        let models: Vec<LinkModel> = (0..scheme.paths).map(|_| impaired_link(&mut rng)).collect();
+        if std::env::var_os("FERROCE_DEBUG").is_some() {
+            eprintln!("{models:#?}");
+        }
+        multipath_hosts(seed, models, MEM)
+    };
     for (i, h) in w.hosts.iter_mut().enumerate() {
         let mut r = Rng(seed ^ (0x5eed + i as u64));
         for b in &mut h.bytes_mut()[SRC..SRC + SRC_LEN] {
@@ -132,7 +158,14 @@ fn run_seed(seed: u64) -> (u64, u64) {
             }
         };
         let (pa, pb) = (psn(), psn());
-        connect_pair(&mut w, QpType::Rc, 0x10 + p, 0x20 + p, pa, pb, o);
+        connect_pair_with(
+            &mut w,
+            QpType::Rc,
+            (0x10 + p, 0x20 + p),
+            (pa, pb),
+            o,
+            scheme.policy,
+        );
     }
 
     let mut posted: Vec<Posted> = Vec::new();
@@ -323,7 +356,13 @@ fn run_seed(seed: u64) -> (u64, u64) {
     if std::env::var_os("FERROCE_DEBUG").is_some() {
         for (i, h) in w.hosts.iter().enumerate() {
             for q in &h.qps {
-                eprintln!("host {i} {:?} {:?}", q, q.counters());
+                let a = q.query();
+                eprintln!(
+                    "host {i} {q:?} rq_psn={} sq_psn={} {:?}",
+                    a.rq_psn.value(),
+                    a.sq_psn.value(),
+                    q.counters()
+                );
             }
         }
     }
@@ -495,4 +534,58 @@ fn every_wr_completes_exactly_once_under_impairment() {
     eprintln!("{seeds} seeds: {retrans} retransmitted packets, {dups} duplicate requests");
     // The impairments really exercised recovery.
     assert!(seeds < 20 || (retrans > 1000 && dups > 100));
+}
+
+/// The same traffic and checks with every packet sprayed over four parallel paths, each its
+/// own impaired link with its own delay, under each placing policy: ferroce's selective
+/// repeat, ConnectX's RNIC-SR and timeout-only.
+fn sprayed(name: &str, policy: PolicyFn, default_seeds: u64) {
+    let n: u64 = std::env::var("FERROCE_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default_seeds);
+    let scheme = Scheme {
+        paths: 4,
+        policy: Some(policy),
+    };
+    let (mut retrans, mut seeds) = (0, 0);
+    seeded(0..n, |seed| {
+        retrans += run_scheme(seed, scheme).0;
+        seeds += 1;
+    });
+    eprintln!("{name}: {seeds} seeds, {retrans} retransmitted packets");
+    assert!(seeds < 20 || retrans > 100);
+}
+
+fn sr_policy() -> Box<dyn Recovery> {
+    use ferroce::reliability::{spray::Spray, sr};
+    Box::new(sr::SelectiveRepeat::new(
+        Spray::psn(4),
+        sr::SrConfig::default(),
+    ))
+}
+
+fn rnic_sr_policy() -> Box<dyn Recovery> {
+    use ferroce::reliability::{baselines::RnicSr, spray::Spray};
+    Box::new(RnicSr::new(Spray::psn(4), 512))
+}
+
+fn timeout_only_policy() -> Box<dyn Recovery> {
+    use ferroce::reliability::{baselines::TimeoutOnly, spray::Spray};
+    Box::new(TimeoutOnly::new(Spray::random(4, 7), 512))
+}
+
+#[test]
+fn selective_repeat_over_sprayed_paths_completes_every_wr_exactly_once() {
+    sprayed("sr", sr_policy, 128);
+}
+
+#[test]
+fn rnic_sr_over_sprayed_paths_completes_every_wr_exactly_once() {
+    sprayed("rnic-sr", rnic_sr_policy, 32);
+}
+
+#[test]
+fn timeout_only_over_sprayed_paths_completes_every_wr_exactly_once() {
+    sprayed("timeout-only", timeout_only_policy, 32);
 }

@@ -123,8 +123,7 @@ impl Recovery for SelectiveRepeat {
             }
         }
         let degree = psn.distance(epsn);
-        if degree > self.config.ooo_threshold as i32 && !rx.arrived(epsn) && !rx.reported(epsn)
-        {
+        if degree > self.config.ooo_threshold as i32 && !rx.arrived(epsn) && !rx.reported(epsn) {
             report.lost.push(epsn);
             if self.spray.mode() == SprayMode::Psn && n > 1 {
                 report.avoid = Some(self.spray.designated(epsn) as u8);
@@ -133,7 +132,6 @@ impl Recovery for SelectiveRepeat {
     }
 
     fn on_avoid_path(&mut self, path: u8) {
-        self.spray
-            .avoid(u16::from(path), self.config.avoid_packets);
+        self.spray.avoid(u16::from(path), self.config.avoid_packets);
     }
 }

@@ -83,7 +83,13 @@ fn arb_ext(headers: Headers) -> impl Strategy<Value = ExtHeaders> {
         any::<u64>(),
         any::<u32>(),
         any::<u32>(),
-        (any::<u8>(), any::<u32>(), any::<u8>(), any::<u32>(), any::<[u64; 4]>()),
+        (
+            any::<u8>(),
+            any::<u32>(),
+            any::<u8>(),
+            any::<u32>(),
+            any::<[u64; 4]>(),
+        ),
     )
         .prop_map(move |(d, r, a, ae, aa, imm, ieth, sk)| {
             let has = |f: Headers| headers.contains(f);

@@ -12,7 +12,7 @@ use ferroce::drivers::sim::{Fabric, FabricBuilder, HostId, LinkModel};
 use ferroce::drivers::Port;
 use ferroce::stack::transport::{
     required_mask, Access, AddressVector, MrKeys, MrTable, Mtu, PdId, Qp, QpAttr, QpConfig,
-    QpState, QpType, WorkCompletion,
+    QpState, QpType, Recovery, WorkCompletion,
 };
 use ferroce::stack::wire::{Checks, Psn, Qpn, RoceRepr};
 
@@ -341,10 +341,60 @@ pub fn connect_pair<P: Port>(
     psn_b: u32,
     o: ConnOpts,
 ) {
+    connect_pair_with(w, t, (qpn_a, qpn_b), (psn_a, psn_b), o, None);
+}
+
+/// Makes the reliability policy of one end of a connection (both ends get their own).
+pub type PolicyFn = fn() -> Box<dyn Recovery>;
+
+/// [`connect_pair`] with both ends running `policy` (Go-Back-N when `None`).
+pub fn connect_pair_with<P: Port>(
+    w: &mut World<P>,
+    t: QpType,
+    (qpn_a, qpn_b): (u32, u32),
+    (psn_a, psn_b): (u32, u32),
+    o: ConnOpts,
+    policy: Option<PolicyFn>,
+) {
     w.hosts[0].add_qp(qpn_a, t);
     w.hosts[1].add_qp(qpn_b, t);
+    if let Some(make) = policy {
+        w.hosts[0].qp(qpn_a).set_recovery(make());
+        w.hosts[1].qp(qpn_b).set_recovery(make());
+    }
     bring_up(w, (0, qpn_a), (1, qpn_b), psn_a, psn_b, o);
     bring_up(w, (1, qpn_b), (0, qpn_a), psn_b, psn_a, o);
+}
+
+/// Hosts `a` and `b` joined through two switches by one parallel path per model: path `i`
+/// is the `i`-th link between the switches, which pick it as `UDP source port mod n`. The
+/// hosts' own links are clean and fast.
+pub fn multipath_hosts(seed: u64, paths: Vec<LinkModel>, mem_bytes: usize) -> SimWorld {
+    let mut b = FabricBuilder::new(seed);
+    b.rx_ring(1 << 16);
+    b.ecmp(ferroce::drivers::sim::EcmpHash::SourcePortModulo);
+    let ha: HostId = b.host("a", 1);
+    let hb: HostId = b.host("b", 1);
+    let s0 = b.switch("s0");
+    let s1 = b.switch("s1");
+    let edge = |m: &LinkModel| {
+        let mut e = LinkModel::new(m.bandwidth_bps, 100);
+        e.queue_limit_bytes = m.queue_limit_bytes;
+        e
+    };
+    b.link((ha, 0), s0, edge(&paths[0]));
+    b.link((hb, 0), s1, edge(&paths[0]));
+    for m in paths {
+        b.link(s0, s1, m);
+    }
+    let fabric = b.build().unwrap();
+    let pa = fabric.port(ha, 0);
+    let pb = fabric.port(hb, 0);
+    let hosts = vec![
+        Host::new(pa, mem_bytes, Ipv4Addr::new(10, 0, 0, 1), seed ^ 0xa),
+        Host::new(pb, mem_bytes, Ipv4Addr::new(10, 0, 0, 2), seed ^ 0xb),
+    ];
+    World::new(fabric, hosts)
 }
 
 /// The world of the simulated fabric.

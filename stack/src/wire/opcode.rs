@@ -361,8 +361,14 @@ mod tests {
         assert!(!Opcode::RC_RDMA_READ_REQUEST.info().unwrap().payload);
         assert_eq!(Opcode::all().count(), 45);
         assert_eq!(Opcode::SR_ACKNOWLEDGE.info().unwrap().headers.len(), 44);
-        assert_eq!(Opcode::SR_RDMA_WRITE_MIDDLE.standard(), Opcode::RC_RDMA_WRITE_MIDDLE);
-        assert_eq!(Opcode::SR_RDMA_WRITE_MIDDLE.transport(), Transport::Manufacturer);
+        assert_eq!(
+            Opcode::SR_RDMA_WRITE_MIDDLE.standard(),
+            Opcode::RC_RDMA_WRITE_MIDDLE
+        );
+        assert_eq!(
+            Opcode::SR_RDMA_WRITE_MIDDLE.transport(),
+            Transport::Manufacturer
+        );
         assert_eq!(Opcode(0x15).info(), Err(Error::ReservedOpcode(0x15)));
         assert_eq!(Opcode(0x2c).info(), Err(Error::ReservedOpcode(0x2c)));
         assert_eq!(Opcode(0x60).info(), Err(Error::ReservedOpcode(0x60)));

@@ -502,9 +502,9 @@ impl Qp {
             QpState::Rtr if from == QpState::Init => {
                 // Receives posted in INIT stay queued.
                 self.resp.epsn = self.attr.rq_psn;
-                self.resp.ooo = self.placing().then(|| {
-                    Box::new(responder::Ooo::new(self.recovery.window().min(1 << 16)))
-                });
+                self.resp.ooo = self
+                    .placing()
+                    .then(|| Box::new(responder::Ooo::new(self.recovery.window().min(1 << 16))));
                 self.connect_path();
             }
             QpState::Rts if from == QpState::Rtr => {

@@ -142,17 +142,25 @@ impl Qp {
                 Access::REMOTE_WRITE,
             )
             .and_then(|_| {
-                mem.write(reth.rkey, self.pd, reth.va, pkt.payload, Access::REMOTE_WRITE)
+                mem.write(
+                    reth.rkey,
+                    self.pd,
+                    reth.va,
+                    pkt.payload,
+                    Access::REMOTE_WRITE,
+                )
             });
         if placed.is_err() {
             self.counters.resp_remote_access_errors += 1;
             return Err(Fault::Fatal(NakCode::RemoteAccessError, None));
         }
-        Ok(matches!(pos, Position::Last | Position::Only).then(|| WriteEnd {
-            imm: pkt.repr.ext.imm_dt.map(|i| i.imm),
-            len: reth.dma_len,
-            solicited: pkt.repr.bth.solicited,
-        }))
+        Ok(
+            matches!(pos, Position::Last | Position::Only).then(|| WriteEnd {
+                imm: pkt.repr.ext.imm_dt.map(|i| i.imm),
+                len: reth.dma_len,
+                solicited: pkt.repr.bth.solicited,
+            }),
+        )
     }
 
     /// Advances the expected PSN over every arrival in a row: completes WRITE messages whose

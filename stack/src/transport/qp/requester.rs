@@ -143,10 +143,23 @@ impl Requester {
             .then(|| (lo, psn.distance(w.first_psn) as u32))
     }
 
-    /// Queues `psn` to be resent alone, if it is outstanding and not known arrived.
+    /// True when `psn` is outstanding and worth sending again: the responder has not
+    /// reported it arrived, or it is a READ or atomic, whose arrival says nothing of its
+    /// response, or it is the oldest unacknowledged PSN, whose resending doubles as a probe
+    /// (the responder answers a duplicate with a fresh acknowledgement, which matters when
+    /// the one that covered it was lost).
+    fn needs_resend(&self, psn: Psn) -> bool {
+        match self.locate(psn) {
+            Some((idx, _)) => {
+                psn == self.una || !self.sacked.get(psn) || self.sq[idx].op.is_read_or_atomic()
+            }
+            None => false,
+        }
+    }
+
+    /// Queues `psn` to be resent alone, if it needs it.
     fn push_rtx(&mut self, psn: Psn) {
-        let outstanding = psn.distance(self.una) >= 0 && self.nxt.distance(psn) > 0;
-        if outstanding && !self.sacked.get(psn) && !self.rtx.contains(&psn) {
+        if self.needs_resend(psn) && !self.rtx.contains(&psn) {
             self.rtx.push_back(psn);
         }
     }
@@ -255,7 +268,7 @@ impl Qp {
         split_min: usize,
     ) -> Option<TxOut<'m>> {
         while let Some(psn) = self.req.rtx.pop_front() {
-            if self.req.sacked.get(psn) {
+            if !self.req.needs_resend(psn) {
                 continue;
             }
             let Some((idx, pkt)) = self.req.locate(psn) else {
