@@ -370,6 +370,16 @@ pub fn connect_pair_with<P: Port>(
 /// is the `i`-th link between the switches, which pick it as `UDP source port mod n`. The
 /// hosts' own links are clean and fast.
 pub fn multipath_hosts(seed: u64, paths: Vec<LinkModel>, mem_bytes: usize) -> SimWorld {
+    let both = paths.into_iter().map(|m| (m.clone(), m)).collect();
+    multipath_hosts_asym(seed, both, mem_bytes)
+}
+
+/// [`multipath_hosts`] with each path's two directions apart: `(a to b, b to a)`.
+pub fn multipath_hosts_asym(
+    seed: u64,
+    paths: Vec<(LinkModel, LinkModel)>,
+    mem_bytes: usize,
+) -> SimWorld {
     let mut b = FabricBuilder::new(seed);
     b.rx_ring(1 << 16);
     b.ecmp(ferroce::drivers::sim::EcmpHash::SourcePortModulo);
@@ -382,10 +392,10 @@ pub fn multipath_hosts(seed: u64, paths: Vec<LinkModel>, mem_bytes: usize) -> Si
         e.queue_limit_bytes = m.queue_limit_bytes;
         e
     };
-    b.link((ha, 0), s0, edge(&paths[0]));
-    b.link((hb, 0), s1, edge(&paths[0]));
-    for m in paths {
-        b.link(s0, s1, m);
+    b.link((ha, 0), s0, edge(&paths[0].0));
+    b.link((hb, 0), s1, edge(&paths[0].0));
+    for (ab, ba) in paths {
+        b.link_asym(s0, s1, ab, ba);
     }
     let fabric = b.build().unwrap();
     let pa = fabric.port(ha, 0);
