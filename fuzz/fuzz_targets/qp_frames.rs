@@ -1,15 +1,47 @@
-//! Arbitrary frames thrown at connected QPs (RC, UC, UD) with work outstanding in both
-//! halves. Frames are parsed without the ICRC check so the fuzzer reaches the transport; each
+//! Arbitrary frames thrown at connected QPs (RC, UC, UD; RC also with each placing delivery:
+//! selective repeat, RNIC-SR, timeout-only) with work outstanding in both halves. Frames are parsed without the ICRC check so the fuzzer reaches the transport; each
 //! frame is retargeted to the QP under test. Whatever arrives, nothing may panic, transmit
 //! forever, or write outside the registered region (guard bytes around it must stay zero).
 #![no_main]
 
 use ferroce_stack::transport::loopback::connect;
 use ferroce_stack::transport::{
-    Access, MrTable, Mtu, Payload, PdId, Qp, QpAttr, QpConfig, QpType, RecvWr, SendWr, Sge,
-    WrOpcode,
+    Access, Arrivals, Delivery, Feedback, LossReport, MrTable, Mtu, Payload, PdId, Qp, QpAttr,
+    QpConfig, QpType, Recovery, RecvWr, Retransmit, SendWindow, SendWr, Sge, WrOpcode,
 };
-use ferroce_stack::wire::{Checks, Qpn, RoceRepr};
+use ferroce_stack::wire::{Checks, Psn, Qpn, RoceRepr};
+
+/// A placing policy that reports every missing PSN below an arrival lost.
+#[derive(Debug)]
+struct Placing(Feedback);
+
+impl Recovery for Placing {
+    fn name(&self) -> &'static str {
+        "placing"
+    }
+    fn window(&self) -> u32 {
+        128
+    }
+    fn delivery(&self) -> Delivery {
+        Delivery::Placement(self.0)
+    }
+    fn on_sequence_error(&mut self, missing: Psn, w: SendWindow) -> Retransmit {
+        Retransmit::Only(missing, Some(w.nxt.sub(1)))
+    }
+    fn on_timeout(&mut self, _w: SendWindow) -> Retransmit {
+        Retransmit::Holes
+    }
+    fn on_arrival(&mut self, psn: Psn, _port: u16, rx: &dyn Arrivals, report: &mut LossReport) {
+        let epsn = rx.epsn();
+        for i in 0..psn.distance(epsn).clamp(0, 8) as u32 {
+            let m = epsn.add(i);
+            if !rx.arrived(m) && !rx.reported(m) {
+                report.lost.push(m);
+            }
+        }
+        report.avoid = Some(psn.value() as u8);
+    }
+}
 use libfuzzer_sys::fuzz_target;
 
 const GUARD: usize = 256;
@@ -19,7 +51,14 @@ fuzz_target!(|data: &[u8]| {
     let Some((&kind, mut rest)) = data.split_first() else {
         return;
     };
-    let t = [QpType::Rc, QpType::Uc, QpType::Ud][usize::from(kind % 3)];
+    let t = [QpType::Rc, QpType::Uc, QpType::Ud][usize::from(kind % 3).min(2)];
+    let placing = match kind % 6 {
+        3 => Some(Feedback::Selective),
+        4 => Some(Feedback::NakExpected),
+        5 => Some(Feedback::AckOnly),
+        _ => None,
+    };
+    let t = if placing.is_some() { QpType::Rc } else { t };
     let pd = PdId(1);
     let mut mem = vec![0u8; GUARD + REGION + GUARD];
     let mut table = MrTable::new(1);
@@ -31,6 +70,10 @@ fuzz_target!(|data: &[u8]| {
     let keys = unsafe { table.register(pd, mem.as_mut_ptr().add(GUARD), REGION, 0, all) }.unwrap();
     let mut qp = Qp::new(QpConfig::new(Qpn::new(7), t, pd));
     let mut peer = Qp::new(QpConfig::new(Qpn::new(8), t, pd));
+    if let Some(f) = placing {
+        qp.set_recovery(Box::new(Placing(f)));
+        peer.set_recovery(Box::new(Placing(f)));
+    }
     let attr = QpAttr {
         qp_access_flags: all,
         path_mtu: Mtu::Mtu256,

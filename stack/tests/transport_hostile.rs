@@ -1,14 +1,54 @@
 //! Invariants 3 and 4 against a hostile peer: well-formed frames (valid ICRC) with arbitrary
 //! opcodes, PSNs, keys, addresses, lengths, syndromes and payloads, thrown at a connected RC,
 //! UC or UD QP whose registered region sits between two guard areas. Nothing panics, nothing
-//! outside the region changes, and the QP's queues stay bounded.
+//! outside the region changes, and the QP's queues stay bounded. RC runs with Go-Back-N and
+//! with each placing delivery (selective repeat's opcodes and acknowledgements included).
 
 use ferroce_stack::transport::loopback::connect;
 use ferroce_stack::transport::{
-    Access, MrTable, Mtu, PdId, Qp, QpAttr, QpConfig, QpType, RecvWr, Sge,
+    Access, Arrivals, Delivery, Feedback, LossReport, MrTable, Mtu, PdId, Qp, QpAttr, QpConfig,
+    QpType, Recovery, RecvWr, Retransmit, SendWindow, Sge,
 };
 use ferroce_stack::wire::sample::{sample_repr, SampleAddr};
-use ferroce_stack::wire::{AethRepr, AtomicEthRepr, Msn, Opcode, Psn, Qpn, RethRepr, RoceRepr};
+use ferroce_stack::wire::{
+    AethRepr, AtomicEthRepr, Msn, Opcode, Psn, Qpn, RethRepr, RoceRepr, SackEthRepr,
+};
+
+/// A placing policy that sprays over 4 ports and reports every missing PSN below an arrival
+/// lost at once: the most feedback a hostile stream can provoke.
+#[derive(Debug)]
+struct Eager(Feedback);
+
+impl Recovery for Eager {
+    fn name(&self) -> &'static str {
+        "eager"
+    }
+    fn window(&self) -> u32 {
+        256
+    }
+    fn delivery(&self) -> Delivery {
+        Delivery::Placement(self.0)
+    }
+    fn udp_src_port(&mut self, base: u16, psn: Psn, _retransmission: bool) -> u16 {
+        base ^ (psn.value() & 3) as u16
+    }
+    fn on_sequence_error(&mut self, missing: Psn, w: SendWindow) -> Retransmit {
+        Retransmit::Only(missing, Some(w.nxt.sub(1)))
+    }
+    fn on_timeout(&mut self, _w: SendWindow) -> Retransmit {
+        Retransmit::Holes
+    }
+    fn on_arrival(&mut self, psn: Psn, _port: u16, rx: &dyn Arrivals, report: &mut LossReport) {
+        let epsn = rx.epsn();
+        for i in 0..psn.distance(epsn).clamp(0, 8) as u32 {
+            let m = epsn.add(i);
+            if !rx.arrived(m) && !rx.reported(m) {
+                report.lost.push(m);
+            }
+        }
+        report.avoid = Some((psn.value() & 3) as u8);
+    }
+}
 use proptest::prelude::*;
 
 const GUARD: usize = 4096;
@@ -86,6 +126,18 @@ fn frame(e: &Evil, dest: Qpn, rkey: u32, mtu: usize) -> Option<Vec<u8>> {
             msn: Msn::new(e.len),
         });
     }
+    if r.ext.sack_eth.is_some() {
+        r.ext.sack_eth = Some(SackEthRepr {
+            flags: e.syndrome,
+            base: Psn::new(e.psn.wrapping_add(1)),
+            path: e.syndrome,
+            lost: Psn::new(e.len),
+            bits0: e.va,
+            bits1: e.va.rotate_left(17),
+            bits2: !e.va,
+            bits3: u64::from(e.len),
+        });
+    }
     if let Some(d) = r.ext.deth.as_mut() {
         d.qkey = if e.rkey_mode == 0 { 0x1111 } else { e.len };
     }
@@ -96,6 +148,10 @@ fn frame(e: &Evil, dest: Qpn, rkey: u32, mtu: usize) -> Option<Vec<u8>> {
 }
 
 fn run(t: QpType, frames: &[Evil]) {
+    run_with(t, frames, None);
+}
+
+fn run_with(t: QpType, frames: &[Evil], feedback: Option<Feedback>) {
     let mut mem = vec![0u8; GUARD + REGION + GUARD];
     let mut peer_mem = vec![0u8; 64];
     let mut table = MrTable::new(3);
@@ -110,6 +166,10 @@ fn run(t: QpType, frames: &[Evil]) {
     unsafe { peer_table.register(PD, peer_mem.as_mut_ptr(), 64, 0, all) }.unwrap();
     let mut qp = Qp::new(QpConfig::new(Qpn::new(7), t, PD));
     let mut peer = Qp::new(QpConfig::new(Qpn::new(8), t, PD));
+    if let Some(f) = feedback {
+        qp.set_recovery(Box::new(Eager(f)));
+        peer.set_recovery(Box::new(Eager(f)));
+    }
     let attr = QpAttr {
         qp_access_flags: all,
         path_mtu: Mtu::Mtu1024,
@@ -167,6 +227,16 @@ proptest! {
     #[test]
     fn hostile_frames_to_rc(frames in proptest::collection::vec(evil(), 1..40)) {
         run(QpType::Rc, &frames);
+    }
+
+    #[test]
+    fn hostile_frames_to_rc_with_selective_repeat(frames in proptest::collection::vec(evil(), 1..40)) {
+        run_with(QpType::Rc, &frames, Some(Feedback::Selective));
+    }
+
+    #[test]
+    fn hostile_frames_to_rc_with_rnic_sr(frames in proptest::collection::vec(evil(), 1..40)) {
+        run_with(QpType::Rc, &frames, Some(Feedback::NakExpected));
     }
 
     #[test]
