@@ -18,9 +18,9 @@ mod verbs;
 
 pub use engine::{Engine, PortCounters};
 pub use ferroce_stack::transport::{
-    Access, AddressVector, AttrMask, Counters, Mtu, Payload, PostError, QpAttr, QpCaps, QpState,
-    QpType, RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
-    WrOpcode,
+    Access, AddressVector, AttrMask, Counters, Delivery, Mtu, Payload, PostError, QpAttr, QpCaps,
+    QpState, QpType, Recovery, RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
 };
 pub use verbs::{
     AddressHandle, CompletionChannel, CompletionQueue, Context, DeviceAttr, Gid, MemoryRegion,

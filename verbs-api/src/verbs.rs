@@ -40,6 +40,9 @@ pub enum VerbsError {
     /// The device specification could not be opened.
     #[error("{0}")]
     Open(String),
+    /// A reliability policy can only be set before the QP reaches RTR.
+    #[error("set the reliability policy before RTR; the QP is in {0}")]
+    PolicyAfterRtr(QpState),
 }
 
 /// A post that stopped at a bad WR: `index` of it in the list, and why (`bad_wr` in C).
@@ -747,6 +750,34 @@ impl QueuePair {
             self.shared.state.store(state_code(s), Ordering::Release);
         }
         Ok(result?)
+    }
+
+    /// ferroce's extended attribute: the QP's reliability policy (path selection, loss
+    /// recovery, delivery; see `ferroce-reliability`), in RESET or INIT. Both ends of a
+    /// connection must run policies with the same [`Delivery`](ferroce_stack::transport::Delivery):
+    /// agree on it at connection setup, as the QP numbers are. Go-Back-N is the default.
+    pub fn set_reliability(
+        &self,
+        policy: Box<dyn ferroce_stack::transport::Recovery>,
+    ) -> Result<(), VerbsError> {
+        let mut policy = Some(policy);
+        let mut result = Ok(());
+        let found = self
+            .ctx
+            .dev
+            .engine()
+            .with_qp(self.shared.qpn, &mut |qp| match qp.state() {
+                QpState::Reset | QpState::Init => {
+                    if let Some(p) = policy.take() {
+                        qp.set_recovery(p);
+                    }
+                }
+                s => result = Err(VerbsError::PolicyAfterRtr(s)),
+            });
+        if !found {
+            return Err(VerbsError::NoSuchQp(self.shared.qpn));
+        }
+        result
     }
 
     /// `ibv_query_qp`.

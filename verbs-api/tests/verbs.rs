@@ -113,6 +113,73 @@ fn rc_traffic_on_the_sim_with_loss() {
     assert!(ca.qp_counters_total().retransmitted_packets > 0);
 }
 
+/// The extended attribute: both ends run ferroce's selective repeat (set before RTR; refused
+/// after), and the same chain completes over a lossy link with the WRITE placed packet by
+/// packet.
+#[test]
+fn selective_repeat_through_the_verbs_api() {
+    use ferroce_reliability::{spray::Spray, sr};
+    let model = LinkModel {
+        loss: Loss::Bernoulli(0.02),
+        ..LinkModel::new(25_000_000_000, 2_000)
+    };
+    let (net, ca, cb) = SimNet::pair(5, model, 9000, None).unwrap();
+    let (a, b) = (end(&ca, 1 << 20, QpType::Rc), end(&cb, 1 << 20, QpType::Rc));
+    let policy = || -> Box<dyn Recovery> {
+        Box::new(sr::SelectiveRepeat::new(
+            Spray::ecmp(),
+            sr::SrConfig::default(),
+        ))
+    };
+    a.qp.set_reliability(policy()).unwrap();
+    b.qp.set_reliability(policy()).unwrap();
+    wire(&a, &b);
+    let late = a.qp.set_reliability(policy()).unwrap_err();
+    assert!(
+        matches!(late, VerbsError::PolicyAfterRtr(QpState::Rts)),
+        "{late}"
+    );
+    let data: Vec<u8> = (0..65536u32).map(|i| (i * 7 + 1) as u8).collect();
+    assert!(a.mr.write(0, &data));
+    b.qp.post_recv(&[RecvWr {
+        wr_id: 7,
+        sg_list: &[b.mr.sge(0x10000, 65536)],
+    }])
+    .unwrap();
+    let s = [a.mr.sge(0, 65536)];
+    let back = [a.mr.sge(0x20000, 65536)];
+    let wrs = [
+        SendWr::new(1, WrOpcode::Send, Payload::Sges(&s)),
+        SendWr::new(2, WrOpcode::Write, Payload::Sges(&s))
+            .remote(b.mr.addr() + 0x40000, b.mr.rkey()),
+        SendWr::new(3, WrOpcode::Read, Payload::Sges(&back))
+            .remote(b.mr.addr() + 0x40000, b.mr.rkey()),
+    ];
+    a.qp.post_send(&wrs).unwrap();
+    let (mut got, mut got_b) = (Vec::new(), Vec::new());
+    assert!(net.run_until(|| {
+        a.cq.poll(&mut got, 16);
+        b.cq.poll(&mut got_b, 16);
+        got.len() == 3 && got_b.len() == 1
+    }));
+    assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
+    assert_eq!(got.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [1, 2, 3]);
+    let mut out = vec![0u8; 65536];
+    assert!(b.mr.read(0x10000, &mut out));
+    assert_eq!(out, data);
+    assert!(b.mr.read(0x40000, &mut out));
+    assert_eq!(out, data);
+    assert!(a.mr.read(0x20000, &mut out));
+    assert_eq!(out, data);
+    let (qa, qb) = (ca.qp_counters_total(), cb.qp_counters_total());
+    assert!(
+        qa.sacks_received > 0 && qa.retransmitted_packets > 0,
+        "{qa:?}"
+    );
+    // One WRITE message, completed once however its packets came.
+    assert_eq!(qb.rx_write_requests, 1, "{qb:?}");
+}
+
 #[test]
 fn a_chain_stops_at_the_first_bad_wr() {
     let (_net, ca, cb) = SimNet::pair(4, LinkModel::default(), 1500, None).unwrap();
