@@ -10,7 +10,7 @@ use std::process::Command;
 
 use ferroce_drivers::pcap;
 use ferroce_stack::wire::sample::{broken_frames, sample_frame, sample_repr, SampleAddr};
-use ferroce_stack::wire::{Ecn, IpRepr, Opcode, Psn, Qpn, RoceRepr};
+use ferroce_stack::wire::{Ecn, IpRepr, Opcode, Psn, Qpn, RoceRepr, SackEthRepr};
 use serde_json::Value;
 
 fn vectors() -> PathBuf {
@@ -217,4 +217,42 @@ fn decode_fails_cleanly_on_unreadable_input() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8(out.stdout).unwrap().lines().count() > 10);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// ferroce's selective-repeat frames (manufacturer-specific opcodes, which tshark and scapy do
+/// not know) decode with their own fields: the per-packet placement of a WRITE and the
+/// SackETH of an acknowledgement.
+#[test]
+fn decode_shows_selective_repeat_frames() {
+    let write = sample_repr(Opcode::SR_RDMA_WRITE_MIDDLE, SampleAddr::default(), 64);
+    let ack = sample_repr(Opcode::SR_ACKNOWLEDGE, SampleAddr::default(), 0);
+    let frames = vec![sample_frame(&write), sample_frame(&ack)];
+    let path = std::env::temp_dir().join(format!("ferroce-sr-{}.pcap", std::process::id()));
+    std::fs::write(&path, pcap_bytes(&frames)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ferroce"))
+        .arg("decode")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .take(2)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(text.lines().last(), Some("2 decoded, 0 rejected"));
+    assert_eq!(lines[0]["opcode_name"], "SR_RDMA_WRITE_MIDDLE");
+    assert_eq!(lines[0]["reth_rkey"], write.ext.reth.unwrap().rkey);
+    assert_eq!(lines[0]["icrc_ok"], true);
+    let sack = ack.ext.sack_eth.unwrap();
+    assert_eq!(lines[1]["opcode_name"], "SR_ACKNOWLEDGE");
+    assert_eq!(lines[1]["sack_base"], sack.base.value());
+    assert_eq!(lines[1]["sack_lost"], sack.lost.value());
+    let arrived: Vec<u32> = (0..SackEthRepr::SPAN)
+        .filter(|&i| sack.has(i))
+        .map(|i| sack.base.add(1 + i).value())
+        .collect();
+    assert_eq!(lines[1]["sack_arrived"], serde_json::json!(arrived));
+    assert!(lines[1].get("sack_avoid_path").is_none());
 }
