@@ -25,6 +25,19 @@ fn sr() -> Box<dyn Recovery> {
     Box::new(SelectiveRepeat::new(Spray::psn(4), SrConfig::default()))
 }
 
+/// A receive of `len` bytes at `at` on host b's QP `qpn`.
+fn post_recv(w: &mut SimWorld, qpn: u32, wr_id: u64, at: usize, len: u32) {
+    let s = [Sge {
+        addr: at as u64,
+        length: len,
+        lkey: w.hosts[1].keys.lkey,
+    }];
+    w.hosts[1]
+        .qp(qpn)
+        .post_recv(&RecvWr { wr_id, sg_list: &s })
+        .unwrap();
+}
+
 /// What the stream left: the requester's and the responder's counters.
 struct Outcome {
     req: Counters,
@@ -74,18 +87,7 @@ fn stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, messages: usize) -> Out
                         length: len as u32,
                         lkey,
                     }];
-                    let s = [Sge {
-                        addr: recv as u64,
-                        length: 512,
-                        lkey: w.hosts[1].keys.lkey,
-                    }];
-                    w.hosts[1]
-                        .qp(qb)
-                        .post_recv(&RecvWr {
-                            wr_id: k,
-                            sg_list: &s,
-                        })
-                        .unwrap();
+                    post_recv(&mut w, qb, k, recv, 512);
                     expect.push((qa, k, src, recv, len, true));
                     recv += 512;
                     w.hosts[0]
@@ -95,18 +97,7 @@ fn stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, messages: usize) -> Out
                     continue;
                 }
                 1 => {
-                    let s = [Sge {
-                        addr: recv as u64,
-                        length: 0,
-                        lkey: w.hosts[1].keys.lkey,
-                    }];
-                    w.hosts[1]
-                        .qp(qb)
-                        .post_recv(&RecvWr {
-                            wr_id: k,
-                            sg_list: &s,
-                        })
-                        .unwrap();
+                    post_recv(&mut w, qb, k, recv, 0);
                     SendWr::new(k, WrOpcode::WriteWithImm, Payload::Sges(&sge))
                         .remote(dst as u64, rkey)
                         .imm(k as u32)

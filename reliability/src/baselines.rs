@@ -10,9 +10,7 @@
 //!   resending the oldest unacknowledged PSN each time it fires.
 //! - [`SprayedGoBackN`]: IBTA Go-Back-N over any path policy.
 
-use ferroce_stack::transport::recovery::{
-    Delivery, Feedback, OutOfOrder, Recovery, Retransmit, SendWindow,
-};
+use ferroce_stack::transport::recovery::{Delivery, Feedback, Recovery, Retransmit, SendWindow};
 use ferroce_stack::wire::Psn;
 
 use crate::spray::Spray;
@@ -111,11 +109,5 @@ impl Recovery for SprayedGoBackN {
     fn on_timeout(&mut self, window: SendWindow) -> Retransmit {
         Retransmit::From(window.una)
     }
-    fn on_out_of_order(&mut self, _epsn: Psn, _psn: Psn, nak_outstanding: bool) -> OutOfOrder {
-        if nak_outstanding {
-            OutOfOrder::Drop
-        } else {
-            OutOfOrder::NakAndDrop
-        }
-    }
+    // The responder's out-of-order rule is the trait's default: IBTA's.
 }

@@ -55,6 +55,42 @@ fn wire(a: &End, b: &End) {
     assert_eq!(a.qp.state(), QpState::Rts);
 }
 
+/// One chain from `a`: a SEND into a receive on `b`, a WRITE to `b`, a READ of it back; all
+/// complete in order and every copy holds the same 64 KiB.
+fn send_write_read(net: &SimNet, a: &End, b: &End, seed: u32) {
+    let data: Vec<u8> = (0..65536u32).map(|i| (i * seed + 1) as u8).collect();
+    assert!(a.mr.write(0, &data));
+    b.qp.post_recv(&[RecvWr {
+        wr_id: 7,
+        sg_list: &[b.mr.sge(0x10000, 65536)],
+    }])
+    .unwrap();
+    let s = [a.mr.sge(0, 65536)];
+    let back = [a.mr.sge(0x20000, 65536)];
+    let wrs = [
+        SendWr::new(1, WrOpcode::Send, Payload::Sges(&s)),
+        SendWr::new(2, WrOpcode::Write, Payload::Sges(&s))
+            .remote(b.mr.addr() + 0x40000, b.mr.rkey()),
+        SendWr::new(3, WrOpcode::Read, Payload::Sges(&back))
+            .remote(b.mr.addr() + 0x40000, b.mr.rkey()),
+    ];
+    a.qp.post_send(&wrs).unwrap();
+    let (mut got, mut got_b) = (Vec::new(), Vec::new());
+    assert!(net.run_until(|| {
+        a.cq.poll(&mut got, 16);
+        b.cq.poll(&mut got_b, 16);
+        got.len() == 3 && got_b.len() == 1
+    }));
+    assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
+    assert_eq!(got.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!((got_b[0].wr_id, got_b[0].byte_len), (7, 65536));
+    let mut out = vec![0u8; 65536];
+    for (mr, at) in [(&b.mr, 0x10000), (&b.mr, 0x40000), (&a.mr, 0x20000)] {
+        assert!(mr.read(at, &mut out));
+        assert_eq!(out, data, "at {at:#x}");
+    }
+}
+
 #[test]
 fn device_queries() {
     let (_net, a, _b) = SimNet::pair(1, LinkModel::default(), 1500, None).unwrap();
@@ -77,39 +113,7 @@ fn rc_traffic_on_the_sim_with_loss() {
     let (net, ca, cb) = SimNet::pair(3, model, 9000, None).unwrap();
     let (a, b) = (end(&ca, 1 << 20, QpType::Rc), end(&cb, 1 << 20, QpType::Rc));
     wire(&a, &b);
-    let data: Vec<u8> = (0..65536u32).map(|i| (i * 13) as u8).collect();
-    assert!(a.mr.write(0, &data));
-    // A receive on b, then SEND + WRITE + READ from a, as one chain.
-    b.qp.post_recv(&[RecvWr {
-        wr_id: 7,
-        sg_list: &[b.mr.sge(0x10000, 65536)],
-    }])
-    .unwrap();
-    let s = [a.mr.sge(0, 65536)];
-    let back = [a.mr.sge(0x20000, 65536)];
-    let wrs = [
-        SendWr::new(1, WrOpcode::Send, Payload::Sges(&s)),
-        SendWr::new(2, WrOpcode::Write, Payload::Sges(&s))
-            .remote(b.mr.addr() + 0x40000, b.mr.rkey()),
-        SendWr::new(3, WrOpcode::Read, Payload::Sges(&back))
-            .remote(b.mr.addr() + 0x40000, b.mr.rkey()),
-    ];
-    a.qp.post_send(&wrs).unwrap();
-    let mut got = Vec::new();
-    let mut got_b = Vec::new();
-    assert!(net.run_until(|| {
-        a.cq.poll(&mut got, 16);
-        b.cq.poll(&mut got_b, 16);
-        got.len() == 3 && got_b.len() == 1
-    }));
-    assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
-    assert_eq!(got.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [1, 2, 3]);
-    assert_eq!((got_b[0].wr_id, got_b[0].byte_len), (7, 65536));
-    let mut out = vec![0u8; 65536];
-    assert!(b.mr.read(0x10000, &mut out));
-    assert_eq!(out, data);
-    assert!(a.mr.read(0x20000, &mut out));
-    assert_eq!(out, data);
+    send_write_read(&net, &a, &b, 13);
     assert!(ca.qp_counters_total().retransmitted_packets > 0);
 }
 
@@ -139,38 +143,7 @@ fn selective_repeat_through_the_verbs_api() {
         matches!(late, VerbsError::PolicyAfterRtr(QpState::Rts)),
         "{late}"
     );
-    let data: Vec<u8> = (0..65536u32).map(|i| (i * 7 + 1) as u8).collect();
-    assert!(a.mr.write(0, &data));
-    b.qp.post_recv(&[RecvWr {
-        wr_id: 7,
-        sg_list: &[b.mr.sge(0x10000, 65536)],
-    }])
-    .unwrap();
-    let s = [a.mr.sge(0, 65536)];
-    let back = [a.mr.sge(0x20000, 65536)];
-    let wrs = [
-        SendWr::new(1, WrOpcode::Send, Payload::Sges(&s)),
-        SendWr::new(2, WrOpcode::Write, Payload::Sges(&s))
-            .remote(b.mr.addr() + 0x40000, b.mr.rkey()),
-        SendWr::new(3, WrOpcode::Read, Payload::Sges(&back))
-            .remote(b.mr.addr() + 0x40000, b.mr.rkey()),
-    ];
-    a.qp.post_send(&wrs).unwrap();
-    let (mut got, mut got_b) = (Vec::new(), Vec::new());
-    assert!(net.run_until(|| {
-        a.cq.poll(&mut got, 16);
-        b.cq.poll(&mut got_b, 16);
-        got.len() == 3 && got_b.len() == 1
-    }));
-    assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
-    assert_eq!(got.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [1, 2, 3]);
-    let mut out = vec![0u8; 65536];
-    assert!(b.mr.read(0x10000, &mut out));
-    assert_eq!(out, data);
-    assert!(b.mr.read(0x40000, &mut out));
-    assert_eq!(out, data);
-    assert!(a.mr.read(0x20000, &mut out));
-    assert_eq!(out, data);
+    send_write_read(&net, &a, &b, 7);
     let (qa, qb) = (ca.qp_counters_total(), cb.qp_counters_total());
     assert!(
         qa.sacks_received > 0 && qa.retransmitted_packets > 0,

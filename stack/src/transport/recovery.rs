@@ -126,7 +126,8 @@ pub trait Recovery: Send + fmt::Debug {
 
     /// Responder, in-order delivery: request `psn` arrived while `epsn` was expected (`psn`
     /// is ahead of it). `nak_outstanding` is true when a sequence NAK for `epsn` was already
-    /// sent.
+    /// sent. The default is IBTA's (§9.7.5.1.2): one NAK per sequence error, later
+    /// out-of-order packets dropped silently until the expected PSN arrives.
     fn on_out_of_order(&mut self, epsn: Psn, psn: Psn, nak_outstanding: bool) -> OutOfOrder {
         let _ = (epsn, psn);
         if nak_outstanding {
@@ -176,15 +177,5 @@ impl Recovery for GoBackN {
 
     fn on_timeout(&mut self, window: SendWindow) -> Retransmit {
         Retransmit::From(window.una)
-    }
-
-    fn on_out_of_order(&mut self, _epsn: Psn, _psn: Psn, nak_outstanding: bool) -> OutOfOrder {
-        // §9.7.5.1.2: one NAK per sequence error; later out-of-order packets are dropped
-        // silently until the expected PSN arrives.
-        if nak_outstanding {
-            OutOfOrder::Drop
-        } else {
-            OutOfOrder::NakAndDrop
-        }
     }
 }
