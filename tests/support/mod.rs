@@ -321,14 +321,7 @@ pub fn two_hosts(
     let ha: HostId = b.host("a", 1);
     let hb: HostId = b.host("b", 1);
     b.link((ha, 0), (hb, 0), model);
-    let fabric = b.build().unwrap();
-    let pa = fabric.port(ha, 0);
-    let pb = fabric.port(hb, 0);
-    let hosts = vec![
-        Host::new(pa, mem_bytes, Ipv4Addr::new(10, 0, 0, 1), seed ^ 0xa),
-        Host::new(pb, mem_bytes, Ipv4Addr::new(10, 0, 0, 2), seed ^ 0xb),
-    ];
-    World::new(fabric, hosts)
+    hosts_a_and_b(b, (ha, hb), seed, mem_bytes)
 }
 
 /// A connected RC/UC pair: QP `qpn_a` on host 0 and `qpn_b` on host 1.
@@ -397,6 +390,17 @@ pub fn multipath_hosts_asym(
     for (ab, ba) in paths {
         b.link_asym(s0, s1, ab, ba);
     }
+    hosts_a_and_b(b, (ha, hb), seed, mem_bytes)
+}
+
+/// Builds the fabric and puts hosts 10.0.0.1 and 10.0.0.2 with `mem_bytes` of registered
+/// memory on port 0 of `ha` and `hb`.
+fn hosts_a_and_b(
+    b: FabricBuilder,
+    (ha, hb): (HostId, HostId),
+    seed: u64,
+    mem_bytes: usize,
+) -> SimWorld {
     let fabric = b.build().unwrap();
     let pa = fabric.port(ha, 0);
     let pb = fabric.port(hb, 0);

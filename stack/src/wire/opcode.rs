@@ -282,16 +282,6 @@ impl Opcode {
     pub const fn is_selective_repeat(self) -> bool {
         matches!(self.0, 0xc6..=0xcb | 0xd1)
     }
-
-    /// The standard RC opcode a selective-repeat WRITE opcode stands for (same position and
-    /// immediate), or `self`.
-    pub const fn standard(self) -> Self {
-        match self.0 {
-            0xc6..=0xcb => Self(self.0 & 0x1f),
-            0xd1 => Self(0x11),
-            _ => self,
-        }
-    }
 }
 
 static TABLE: [Option<OpcodeInfo>; 256] = {
@@ -361,10 +351,8 @@ mod tests {
         assert!(!Opcode::RC_RDMA_READ_REQUEST.info().unwrap().payload);
         assert_eq!(Opcode::all().count(), 45);
         assert_eq!(Opcode::SR_ACKNOWLEDGE.info().unwrap().headers.len(), 44);
-        assert_eq!(
-            Opcode::SR_RDMA_WRITE_MIDDLE.standard(),
-            Opcode::RC_RDMA_WRITE_MIDDLE
-        );
+        assert!(Opcode::SR_RDMA_WRITE_MIDDLE.is_selective_repeat());
+        assert!(!Opcode(0xc5).is_selective_repeat());
         assert_eq!(
             Opcode::SR_RDMA_WRITE_MIDDLE.transport(),
             Transport::Manufacturer

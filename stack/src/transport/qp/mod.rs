@@ -462,9 +462,13 @@ impl Qp {
         self.recovery = recovery;
     }
 
-    /// True when this QP places requests out of order (an RC QP whose policy asks for it).
-    fn placing(&self) -> bool {
-        self.qp_type == QpType::Rc && self.recovery.delivery() != Delivery::InOrder
+    /// The feedback of a QP that places requests out of order (an RC QP whose policy asks
+    /// for it).
+    fn placing(&self) -> Option<super::recovery::Feedback> {
+        match self.recovery.delivery() {
+            Delivery::Placement(f) if self.qp_type == QpType::Rc => Some(f),
+            _ => None,
+        }
     }
 
     /// Send WRs posted and not yet completed.
@@ -502,14 +506,15 @@ impl Qp {
             QpState::Rtr if from == QpState::Init => {
                 // Receives posted in INIT stay queued.
                 self.resp.epsn = self.attr.rq_psn;
+                let capacity = self.recovery.window().min(1 << 16);
                 self.resp.ooo = self
                     .placing()
-                    .then(|| Box::new(responder::Ooo::new(self.recovery.window().min(1 << 16))));
+                    .map(|feedback| Box::new(responder::Ooo::new(feedback, capacity)));
                 self.connect_path();
             }
             QpState::Rts if from == QpState::Rtr => {
                 self.req = requester::Requester::new(self.attr.sq_psn);
-                if self.placing() {
+                if self.placing().is_some() {
                     self.req.sacked =
                         ring::PsnRing::with_capacity(self.recovery.window().min(1 << 16));
                 }

@@ -249,7 +249,7 @@ impl Qp {
 
     /// What the requester hears about an arrival, by the policy's feedback.
     fn feedback(&mut self, psn: Psn, early: bool, udp_src_port: u16) {
-        let Delivery::Placement(feedback) = self.recovery.delivery() else {
+        let Some(feedback) = self.resp.ooo.as_ref().map(|o| o.feedback) else {
             return;
         };
         match feedback {

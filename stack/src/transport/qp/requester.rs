@@ -129,6 +129,7 @@ impl Requester {
         if d < 0 || self.nxt.distance(psn) <= 0 {
             return None;
         }
+        // WQEs are in PSN order: binary search for the one containing `psn`.
         let (mut lo, mut hi) = (0, self.assigned);
         while lo < hi {
             let mid = (lo + hi) / 2;
@@ -143,23 +144,21 @@ impl Requester {
             .then(|| (lo, psn.distance(w.first_psn) as u32))
     }
 
-    /// True when `psn` is outstanding and worth sending again: the responder has not
+    /// `psn` is outstanding and worth sending again when the responder has not
     /// reported it arrived, or it is a READ or atomic, whose arrival says nothing of its
     /// response, or it is the oldest unacknowledged PSN, whose resending doubles as a probe
     /// (the responder answers a duplicate with a fresh acknowledgement, which matters when
     /// the one that covered it was lost).
-    fn needs_resend(&self, psn: Psn) -> bool {
-        match self.locate(psn) {
-            Some((idx, _)) => {
-                psn == self.una || !self.sacked.get(psn) || self.sq[idx].op.is_read_or_atomic()
-            }
-            None => false,
-        }
+    /// Where `psn` sits (as [`locate`](Self::locate)), if it needs resending.
+    fn resendable(&self, psn: Psn) -> Option<(usize, u32)> {
+        let (idx, pkt) = self.locate(psn)?;
+        let op = self.sq[idx].op;
+        (psn == self.una || !self.sacked.get(psn) || op.is_read_or_atomic()).then_some((idx, pkt))
     }
 
     /// Queues `psn` to be resent alone, if it needs it.
     fn push_rtx(&mut self, psn: Psn) {
-        if self.needs_resend(psn) && !self.rtx.contains(&psn) {
+        if self.resendable(psn).is_some() && !self.rtx.contains(&psn) {
             self.rtx.push_back(psn);
         }
     }
@@ -171,27 +170,7 @@ impl Requester {
         } else {
             psn
         };
-        if psn == self.nxt {
-            self.cur = self.assigned;
-            self.cur_pkt = 0;
-            return;
-        }
-        // WQEs are in PSN order: binary search for the one containing `psn`.
-        let (mut lo, mut hi) = (0, self.assigned);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            if self.sq[mid].last_psn().distance(self.una) < psn.distance(self.una) {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        self.cur = lo.min(self.assigned);
-        self.cur_pkt = if self.cur < self.assigned {
-            psn.distance(self.sq[self.cur].first_psn).max(0) as u32
-        } else {
-            0
-        };
+        (self.cur, self.cur_pkt) = self.locate(psn).unwrap_or((self.assigned, 0));
     }
 
     /// Removes the front WQE (acknowledged or failed), keeping the cursor on the same WQE.
@@ -268,10 +247,7 @@ impl Qp {
         split_min: usize,
     ) -> Option<TxOut<'m>> {
         while let Some(psn) = self.req.rtx.pop_front() {
-            if !self.req.needs_resend(psn) {
-                continue;
-            }
-            let Some((idx, pkt)) = self.req.locate(psn) else {
+            let Some((idx, pkt)) = self.req.resendable(psn) else {
                 continue;
             };
             // READ responses come back in order: only the READ at `una` is worth asking

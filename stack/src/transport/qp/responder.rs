@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use super::ring::PsnRing;
 use super::{Qp, RecvWqe};
 use crate::transport::mr::{Access, AccessError, MrTable};
-use crate::transport::recovery::{Arrivals, Delivery, Feedback, LossReport, OutOfOrder};
+use crate::transport::recovery::{Arrivals, Feedback, LossReport, OutOfOrder};
 use crate::transport::sg::{self, SgError};
 use crate::transport::srq::Srq;
 use crate::transport::state::{QpState, QpType};
@@ -54,8 +54,10 @@ struct Held {
 }
 
 /// A placing responder's state beyond the expected PSN (direct data placement).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Ooo {
+    /// What the requester hears (the policy's, fixed at RTR).
+    feedback: Feedback,
     /// PSNs at or after `epsn` that arrived (placed, or held).
     arrived: PsnRing,
     /// PSNs reported lost to the requester.
@@ -71,11 +73,15 @@ pub(crate) struct Ooo {
 }
 
 impl Ooo {
-    pub(crate) fn new(capacity: u32) -> Self {
+    pub(crate) fn new(feedback: Feedback, capacity: u32) -> Self {
         Self {
+            feedback,
             arrived: PsnRing::with_capacity(capacity),
             reported: PsnRing::with_capacity(capacity),
-            ..Self::default()
+            ends: hashbrown::HashMap::new(),
+            held: hashbrown::HashMap::new(),
+            lost: VecDeque::new(),
+            avoid: None,
         }
     }
 
@@ -262,8 +268,7 @@ impl Responder {
         self.ack_pending = false;
         self.msg = None;
         if let Some(o) = self.ooo.as_mut() {
-            let cap = o.arrived.capacity();
-            **o = Ooo::new(cap);
+            **o = Ooo::new(o.feedback, o.arrived.capacity());
         }
         if !self.final_nak {
             self.nak = None;
@@ -766,7 +771,12 @@ impl Qp {
             self.resp.ack_pending = false;
             return self.emit_ack(buf, syndrome, psn);
         }
-        if self.recovery.delivery() == Delivery::Placement(Feedback::Selective) {
+        if self
+            .resp
+            .ooo
+            .as_ref()
+            .is_some_and(|o| o.feedback == Feedback::Selective)
+        {
             return self.emit_sack(buf);
         }
         if self.resp.ack_pending {
