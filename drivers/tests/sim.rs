@@ -363,6 +363,71 @@ fn switch_hook_drops_reroutes_and_rewrites() {
     );
 }
 
+/// Holds every third frame back and releases the held one, bounced to the sender, with the
+/// next frame; records which ports it saw as host-facing.
+#[derive(Default)]
+struct Bouncer {
+    held: Option<Vec<u8>>,
+    out: Option<Vec<u8>>,
+    seen: usize,
+    host_ports: std::sync::Arc<std::sync::Mutex<Vec<bool>>>,
+}
+impl SwitchHook for Bouncer {
+    fn on_frame(&mut self, ctx: &HookCtx<'_>, frame: &mut Vec<u8>) -> Verdict {
+        *self.host_ports.lock().unwrap() = ctx.host_ports.to_vec();
+        self.seen += 1;
+        if let Some(mut f) = self.held.take() {
+            // Swap the MACs: the held frame goes back where it came from.
+            let (dst, src) = (f[..6].to_vec(), f[6..12].to_vec());
+            f[..6].copy_from_slice(&src);
+            f[6..12].copy_from_slice(&dst);
+            self.out = Some(f);
+        }
+        if self.seen % 3 == 0 {
+            self.held = Some(frame.clone());
+            return Verdict::Drop;
+        }
+        Verdict::Forward
+    }
+    fn poll_emit(&mut self) -> Option<Vec<u8>> {
+        self.out.take()
+    }
+}
+
+#[test]
+fn switch_hook_originates_frames_routed_by_their_destination() {
+    let mut b = FabricBuilder::new(17);
+    let a = b.host("a", 1);
+    let z = b.host("z", 1);
+    let s0 = b.switch("s0");
+    let s1 = b.switch("s1");
+    b.link((a, 0), s0, LinkModel::new(0, 100));
+    b.link(s0, s1, LinkModel::new(0, 100));
+    b.link((z, 0), s1, LinkModel::new(0, 100));
+    let fabric = b.build().unwrap();
+    let bouncer = Bouncer::default();
+    let host_ports = bouncer.host_ports.clone();
+    fabric.set_hook(s0, bouncer);
+    let (mut pa, mut pz) = (fabric.port(a, 0), fabric.port(z, 0));
+    let dst = pz.mac();
+    send_n(&mut pa, dst, 9, |_| 0);
+    let got = drain(&fabric, &mut pz);
+    // Frames 3, 6 and 9 were held; the first two came back to `a` with the next frame, the
+    // last is still held.
+    assert_eq!(got.len(), 6);
+    let mut back = Vec::new();
+    pa.rx_burst(64, |f| back.push(f.to_vec()));
+    assert_eq!(back.len(), 2);
+    assert!(back
+        .iter()
+        .all(|f| f[..6] == pa.mac().0 && f[6..12] == dst.0));
+    let st = fabric.switch_stats(s0);
+    assert_eq!((st.hook_dropped, st.hook_emitted), (3, 2));
+    assert_eq!(st.forwarded, 6 + 2);
+    // s0's port 0 faces host `a`, port 1 faces s1.
+    assert_eq!(*host_ports.lock().unwrap(), [true, false]);
+}
+
 #[test]
 fn frames_to_unknown_macs_are_not_forwarded() {
     let mut b = FabricBuilder::new(16);

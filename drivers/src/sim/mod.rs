@@ -205,6 +205,7 @@ impl FabricBuilder {
                 name: name.clone(),
                 ports: Vec::new(),
                 routes: HashMap::new(),
+                host_ports: Vec::new(),
                 hook: None,
                 stats: SwitchStats::default(),
                 salt: (self.seed as u32) ^ (i as u32).wrapping_mul(0x9e37_79b9),
@@ -269,6 +270,7 @@ impl FabricBuilder {
             pool: Vec::new(),
         };
         core.compute_routes();
+        core.mark_host_ports();
         Ok(Fabric {
             core: Arc::new(Mutex::new(core)),
         })
@@ -524,6 +526,8 @@ struct SwitchSlot {
     ports: Vec<usize>,
     /// Equal-cost egress switch ports per destination MAC.
     routes: HashMap<MacAddr, Vec<usize>>,
+    /// Per switch port: a host at the other end.
+    host_ports: Vec<bool>,
     hook: Option<Box<dyn SwitchHook>>,
     stats: SwitchStats,
     salt: u32,
@@ -648,14 +652,8 @@ impl Core {
 
     fn forward(&mut self, s: usize, ingress: usize, mut frame: Vec<u8>) {
         let sw = &mut self.switches[s];
-        let dst = frame
-            .get(..6)
-            .map(|d| MacAddr(d.try_into().expect("6 bytes")));
-        let candidates: &[usize] = dst
-            .and_then(|d| sw.routes.get(&d))
-            .map_or(&[], |v| v.as_slice());
-        let ecmp_choice = (!candidates.is_empty())
-            .then(|| candidates[FlowKey::of(&frame).pick(self.ecmp, sw.salt, candidates.len())]);
+        let (candidates, ecmp_choice) = ecmp(&sw.routes, sw.salt, self.ecmp, &frame);
+        let mut emitted = Vec::new();
         let verdict = match sw.hook.as_mut() {
             Some(hook) => {
                 let ctx = HookCtx {
@@ -664,31 +662,60 @@ impl Core {
                     ingress,
                     candidates,
                     ecmp_choice,
+                    host_ports: &sw.host_ports,
                 };
-                hook.on_frame(&ctx, &mut frame)
+                let verdict = hook.on_frame(&ctx, &mut frame);
+                while let Some(f) = hook.poll_emit() {
+                    emitted.push(f);
+                }
+                verdict
             }
             None => Verdict::Forward,
         };
-        let egress = match verdict {
+        match verdict {
             Verdict::Drop => {
                 sw.stats.hook_dropped += 1;
-                None
+                self.recycle(frame);
             }
-            Verdict::ForwardVia(p) if p < sw.ports.len() => Some(p),
-            Verdict::ForwardVia(_) | Verdict::Forward => {
-                if ecmp_choice.is_none() {
-                    sw.stats.no_route += 1;
-                }
-                ecmp_choice
-            }
-        };
+            Verdict::ForwardVia(p) if p < sw.ports.len() => self.output(s, Some(p), frame),
+            Verdict::ForwardVia(_) | Verdict::Forward => self.output(s, ecmp_choice, frame),
+        }
+        for f in emitted {
+            self.switches[s].stats.hook_emitted += 1;
+            let sw = &self.switches[s];
+            let egress = ecmp(&sw.routes, sw.salt, self.ecmp, &f).1;
+            self.output(s, egress, f);
+        }
+    }
+
+    /// Sends a frame out of switch port `egress`; `None` counts it as unroutable.
+    fn output(&mut self, s: usize, egress: Option<usize>, frame: Vec<u8>) {
+        let sw = &mut self.switches[s];
         match egress {
             Some(p) => {
                 sw.stats.forwarded += 1;
                 let out = sw.ports[p];
                 self.send(out, frame);
             }
-            None => self.recycle(frame),
+            None => {
+                sw.stats.no_route += 1;
+                self.recycle(frame);
+            }
+        }
+    }
+
+    /// Marks the switch ports whose link leads to a host.
+    fn mark_host_ports(&mut self) {
+        for sw in &mut self.switches {
+            sw.host_ports = sw
+                .ports
+                .iter()
+                .map(|&slot| {
+                    self.ports[slot].peer.is_some_and(|(l, dir)| {
+                        matches!(self.ports[self.links[l].ends[1 - dir]].owner, Owner::Host)
+                    })
+                })
+                .collect();
         }
     }
 
@@ -745,6 +772,25 @@ impl Core {
             }
         }
     }
+}
+
+/// The equal-cost egress ports toward a frame's destination MAC and the one the flow hash
+/// picks among them.
+fn ecmp<'a>(
+    routes: &'a HashMap<MacAddr, Vec<usize>>,
+    salt: u32,
+    hash: EcmpHash,
+    frame: &[u8],
+) -> (&'a [usize], Option<usize>) {
+    let dst = frame
+        .get(..6)
+        .map(|d| MacAddr(d.try_into().expect("6 bytes")));
+    let candidates: &[usize] = dst
+        .and_then(|d| routes.get(&d))
+        .map_or(&[], |v| v.as_slice());
+    let choice = (!candidates.is_empty())
+        .then(|| candidates[FlowKey::of(frame).pick(hash, salt, candidates.len())]);
+    (candidates, choice)
 }
 
 /// SplitMix64, to spread one seed into independent per-stream seeds.

@@ -114,6 +114,8 @@ pub struct HookCtx<'a> {
     pub candidates: &'a [usize],
     /// The port ECMP picked among `candidates`.
     pub ecmp_choice: Option<usize>,
+    /// Per switch port: true when a host is at the other end of its link (a ToR's downlinks).
+    pub host_ports: &'a [bool],
 }
 
 /// In-network logic at a switch: inspect, rewrite, reroute or drop each frame it forwards
@@ -121,6 +123,13 @@ pub struct HookCtx<'a> {
 pub trait SwitchHook: Send {
     /// Called for every frame the switch receives, before it is forwarded.
     fn on_frame(&mut self, ctx: &HookCtx<'_>, frame: &mut Vec<u8>) -> Verdict;
+
+    /// A frame the hook originates (a NACK it held back and now releases, say), asked for
+    /// after every `on_frame` until it returns `None`. The switch forwards it by its
+    /// destination MAC as ECMP would, without calling the hook on it again.
+    fn poll_emit(&mut self) -> Option<Vec<u8>> {
+        None
+    }
 }
 
 /// Counters of one switch.
@@ -133,4 +142,6 @@ pub struct SwitchStats {
     pub no_route: u64,
     /// Frames a hook dropped.
     pub hook_dropped: u64,
+    /// Frames a hook originated.
+    pub hook_emitted: u64,
 }
