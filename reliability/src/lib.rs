@@ -13,6 +13,8 @@
 //!   Themis idea at the endpoint).
 //! - [`baselines`]: ConnectX-7's selective repeat ("RNIC-SR"), timeout-only recovery, and
 //!   Go-Back-N over any path policy, so schemes run side by side.
+//! - [`themis`]: Themis itself, as the paper deployed it: a ToR switch hook on the simulated
+//!   fabric in front of RNIC-SR endpoints.
 //!
 //! SDR-RDMA's partial-completion messaging with SR and erasure coding, and multi-port failover
 //! (native, SHIFT, Varuna, R2CCL) arrive with later issues as more implementations of the same
@@ -21,6 +23,7 @@
 pub mod baselines;
 pub mod spray;
 pub mod sr;
+pub mod themis;
 
 pub use ferroce_stack::transport::recovery::{
     Arrivals, Delivery, Feedback, LossReport, OutOfOrder, Recovery, Retransmit, SendWindow,
