@@ -1,12 +1,14 @@
 //! The `ferroce` command.
 //!
-//! Subcommands: `decode` (a pcap of RoCEv2 frames as one JSON object per frame) and `demo`
-//! (crafted frames through an impaired simulated link). `perf`, `model` and `scenario` arrive
-//! with the issues that build what they measure.
+//! Subcommands: `decode` (a pcap of RoCEv2 frames as one JSON object per frame), `demo`
+//! (crafted frames through an impaired simulated link), `perf` (perftest's tests), `stats`
+//! (counters of running processes) and `scenario` (the papers' experiments on the simulated
+//! fabric). `model` arrives with the issue that builds what it computes.
 
 mod decode;
 mod demo;
 mod perf;
+mod scenario;
 mod stats;
 
 use std::process::ExitCode;
@@ -31,6 +33,8 @@ enum Command {
     Perf(perf::Args),
     /// Counters of the ferroce processes running here, per port and per QP.
     Stats(stats::Args),
+    /// The papers' experiments on the simulated fabric: `scenario spray` (Themis' testbed).
+    Scenario(scenario::Args),
 }
 
 /// A failure the user can act on, printed as one line.
@@ -69,6 +73,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Perf(args) => perf::run(&args),
         Command::Stats(args) => stats::run(&args),
+        Command::Scenario(args) => scenario::run(&args),
     };
     match result {
         Ok(code) => code,

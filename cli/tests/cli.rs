@@ -114,3 +114,108 @@ fn demo_accounts_for_every_frame_and_replays_from_its_seed() {
     assert!(n(&rx["missing_psns"]) <= dropped + n(&link["corrupted"]));
     assert!(n(&rx["rejected_by_kind"]["bad_icrc"]) > 0);
 }
+
+#[test]
+fn scenario_spray_reports_every_scheme_and_replays_from_its_seed() {
+    let args = [
+        "scenario", "spray", "--size", "512KiB", "--loss", "0,0.01", "--runs", "1", "--seed", "3",
+        "--json",
+    ];
+    let out = ferroce(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["all_flows_verified"], true);
+    let points = v["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2 * 5);
+    let at = |scheme: &str, loss: f64| {
+        points
+            .iter()
+            .find(|p| p["scheme"] == scheme && p["loss"].as_f64() == Some(loss))
+            .unwrap_or_else(|| panic!("no point {scheme} {loss}"))
+    };
+    let n = |p: &Value, k: &str| p[k].as_u64().unwrap_or_else(|| panic!("{k} in {p}"));
+    // Reordering only: ferroce's SR and Themis send nothing twice; RNIC-SR NACKs the
+    // reordering and resends what was never lost; timeout-only waits for nothing.
+    let sr = at("spray+ferroce-sr", 0.0);
+    assert_eq!(n(sr, "retransmitted_packets"), 0);
+    assert!(sr["goodput_ratio"].as_f64().unwrap() > 0.95, "{sr}");
+    // (PSN spraying over two equal paths barely reorders, so the receivers may not NACK.)
+    let themis = at("spray+themis", 0.0);
+    assert!(
+        themis["themis"]["sprayed"].as_u64().unwrap() > 0,
+        "{themis}"
+    );
+    assert_eq!(n(themis, "nacks_received"), 0, "{themis}");
+    assert_eq!(n(themis, "retransmitted_packets"), 0);
+    assert_eq!(
+        n(themis, "nacks_sent"),
+        themis["themis"]["nacks_invalid"].as_u64().unwrap()
+            + themis["themis"]["nacks_stashed"].as_u64().unwrap()
+    );
+    let rnic = at("spray+rnic-sr", 0.0);
+    assert!(n(rnic, "spurious_retransmissions") > 0, "{rnic}");
+    assert_eq!(n(at("ecmp+gbn", 0.0), "nacks_sent"), 0);
+    // With a 1% lossy link, the timer is the only way back for timeout-only.
+    let lossy = at("spray+timeout-only", 0.01);
+    assert!(n(lossy, "link_drops") > 0);
+    assert_eq!(n(lossy, "nacks_sent"), 0);
+    assert!(n(lossy, "timeouts") > 0, "{lossy}");
+    for p in points {
+        assert_eq!(p["verified"], true, "{p}");
+        assert!(p["tail_fct_us"].as_f64().unwrap() > 0.0);
+    }
+    // Same seed, same run: every number but the wall clock agrees.
+    let again: Value = serde_json::from_slice(&ferroce(&args).stdout).unwrap();
+    assert_eq!(again["points"], v["points"]);
+}
+
+#[test]
+fn scenario_spray_writes_its_plot_and_refuses_bad_arguments() {
+    let dir = std::env::temp_dir().join(format!("ferroce-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("spray.svg");
+    let out = ferroce(&[
+        "scenario",
+        "spray",
+        "--size",
+        "64KiB",
+        "--loss",
+        "0,0.001",
+        "--runs",
+        "1",
+        "--scheme",
+        "spray-sr,ecmp-gbn",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("spray+ferroce-sr") && !text.contains("spray+themis"),
+        "{text}"
+    );
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.starts_with("<svg") && plot.matches("<polyline").count() == 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    one_line_error(
+        &ferroce(&["scenario", "spray", "--size", "12parsecs"]),
+        "ferroce: invalid value '12parsecs'",
+    );
+    one_line_error(
+        &ferroce(&["scenario", "spray", "--loss", "1.5"]),
+        "ferroce: loss rate 1.5 is not in [0, 1)",
+    );
+    one_line_error(
+        &ferroce(&["scenario", "spray", "--scheme", "magic"]),
+        "ferroce: invalid value 'magic'",
+    );
+}

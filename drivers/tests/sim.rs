@@ -383,7 +383,7 @@ impl SwitchHook for Bouncer {
             f[6..12].copy_from_slice(&dst);
             self.out = Some(f);
         }
-        if self.seen % 3 == 0 {
+        if self.seen.is_multiple_of(3) {
             self.held = Some(frame.clone());
             return Verdict::Drop;
         }

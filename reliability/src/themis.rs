@@ -89,6 +89,39 @@ pub struct ThemisStats {
     pub paths_avoided: u64,
 }
 
+impl ThemisStats {
+    /// Every counter with its name, for reports.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+        [
+            ("sprayed", self.sprayed),
+            ("rerouted", self.rerouted),
+            ("avoided", self.avoided),
+            ("nacks_valid", self.nacks_valid),
+            ("nacks_invalid", self.nacks_invalid),
+            ("nacks_stashed", self.nacks_stashed),
+            ("stash_released", self.stash_released),
+            ("stash_discarded", self.stash_discarded),
+            ("avoidance_signals", self.avoidance_signals),
+            ("paths_avoided", self.paths_avoided),
+        ]
+        .into_iter()
+    }
+
+    /// Adds `o` into `self` (several ToRs into one report).
+    pub fn accumulate(&mut self, o: &Self) {
+        self.sprayed += o.sprayed;
+        self.rerouted += o.rerouted;
+        self.avoided += o.avoided;
+        self.nacks_valid += o.nacks_valid;
+        self.nacks_invalid += o.nacks_invalid;
+        self.nacks_stashed += o.nacks_stashed;
+        self.stash_released += o.stash_released;
+        self.stash_discarded += o.stash_discarded;
+        self.avoidance_signals += o.avoidance_signals;
+        self.paths_avoided += o.paths_avoided;
+    }
+}
+
 fn bump(stats: &Mutex<ThemisStats>, f: impl FnOnce(&mut ThemisStats)) {
     f(&mut stats.lock().unwrap_or_else(|e| e.into_inner()));
 }

@@ -1,0 +1,304 @@
+//! `ferroce scenario spray`: the Themis paper's testbed experiment (seed 002, §6.1) on the
+//! simulated fabric. Eight hosts on four ToRs and two spines, every link 100 Gbit/s; hosts
+//! {0, 2, 4, 6} and {1, 3, 5, 7} each WRITE one message to the next host of their group (a
+//! ring permutation, every flow crossing racks); one ToR-to-spine link drops frames at a set
+//! rate. Each recovery scheme runs the same workload with the same seeds, and the table shows
+//! the slowest flow's completion time against the loss rate.
+
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
+
+use ferroce_drivers::sim::{EcmpHash, FabricBuilder, LinkModel, LinkStats, Loss, SwitchId};
+use ferroce_reliability::baselines::{RnicSr, SprayedGoBackN, TimeoutOnly};
+use ferroce_reliability::spray::Spray;
+use ferroce_reliability::sr::{SelectiveRepeat, SrConfig};
+use ferroce_reliability::themis::{ThemisConfig, ThemisStats, ThemisTor};
+use ferroce_stack::transport::{
+    Access, Counters, Mtu, Payload, PdId, Recovery, SendWr, Sge, WcStatus, WrOpcode,
+};
+
+use super::world::{Link, Node, World};
+
+/// Hosts, ToRs and spines of the testbed.
+const HOSTS: usize = 8;
+/// One flow per host.
+pub(crate) const FLOWS: usize = HOSTS;
+const TORS: usize = 4;
+const SPINES: usize = 2;
+/// The TX window of every scheme: ConnectX-7's default, as in the paper.
+pub(crate) const WINDOW: u32 = 512;
+/// Local ACK timeout exponent 10: 4.096 µs × 2^10 ≈ 4.19 ms, the paper's 4 ms RTO.
+pub(crate) const TIMEOUT: u8 = 10;
+
+/// A recovery scheme of the comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Scheme {
+    /// One path per flow (ECMP), IBTA Go-Back-N.
+    EcmpGbn,
+    /// Random packet spraying with ConnectX-7's selective repeat.
+    SprayRnicSr,
+    /// Random packet spraying, recovery by the retransmission timer only.
+    SprayTimeout,
+    /// RNIC-SR endpoints behind Themis ToRs (PSN spraying and NACK validation in the switch).
+    SprayThemis,
+    /// PSN spraying with ferroce's endpoint selective repeat.
+    SpraySr,
+}
+
+impl Scheme {
+    pub(crate) const ALL: [Self; 5] = [
+        Self::EcmpGbn,
+        Self::SprayRnicSr,
+        Self::SprayTimeout,
+        Self::SprayThemis,
+        Self::SpraySr,
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::EcmpGbn => "ecmp+gbn",
+            Self::SprayRnicSr => "spray+rnic-sr",
+            Self::SprayTimeout => "spray+timeout-only",
+            Self::SprayThemis => "spray+themis",
+            Self::SpraySr => "spray+ferroce-sr",
+        }
+    }
+
+    /// The policy of one end of flow `flow`.
+    fn policy(self, seed: u64, flow: usize) -> Box<dyn Recovery> {
+        let random = || Spray::random(SPINES as u16, seed ^ (flow as u64).wrapping_mul(0x51));
+        match self {
+            Self::EcmpGbn => Box::new(SprayedGoBackN::new(Spray::ecmp(), WINDOW)),
+            Self::SprayRnicSr => Box::new(RnicSr::new(random(), WINDOW)),
+            Self::SprayTimeout => Box::new(TimeoutOnly::new(random(), WINDOW)),
+            // The ToRs spray; the endpoints keep one UDP port, as a ConnectX does.
+            Self::SprayThemis => Box::new(RnicSr::new(Spray::ecmp(), WINDOW)),
+            Self::SpraySr => Box::new(SelectiveRepeat::new(
+                Spray::psn(SPINES as u16),
+                SrConfig {
+                    window: WINDOW,
+                    ..SrConfig::default()
+                },
+            )),
+        }
+    }
+}
+
+/// The experiment's fixed parameters.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Setup {
+    /// Bytes each flow writes.
+    pub(crate) size: usize,
+    /// Link rate in bit/s.
+    pub(crate) bps: u64,
+    /// One-way delay of every link, ns.
+    pub(crate) delay_ns: u64,
+}
+
+/// What one run (one scheme, one loss rate, one seed) measured.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Run {
+    /// Completion time of each flow, ns (`None`: it did not complete successfully).
+    pub(crate) fct_ns: Vec<Option<u64>>,
+    /// Bytes every host port put on the wire (data, retransmissions, ACKs, NACKs).
+    pub(crate) wire_bytes: u64,
+    /// Every QP's counters, summed: requester and responder counters are separate fields
+    /// (retransmissions and NAKs received on one side, duplicates and NAKs sent on the other).
+    pub(crate) counters: Counters,
+    /// Frames the lossy link dropped (both directions).
+    pub(crate) link_drops: u64,
+    /// Themis on the four ToRs, summed (zero for the other schemes).
+    pub(crate) themis: ThemisStats,
+    /// Every flow's bytes arrived intact.
+    pub(crate) verified: bool,
+}
+
+impl Run {
+    /// The slowest flow, or `None` if one failed.
+    pub(crate) fn tail_ns(&self) -> Option<u64> {
+        self.fct_ns
+            .iter()
+            .copied()
+            .collect::<Option<Vec<_>>>()
+            .and_then(|v| v.into_iter().max())
+    }
+}
+
+/// The byte flow `flow` writes at offset `i` of its message.
+fn pattern(flow: usize, i: usize) -> u8 {
+    let x = (i as u64 ^ ((flow as u64) << 40)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (x >> 56) as u8
+}
+
+fn link(bps: u64, delay_ns: u64) -> LinkModel {
+    let mut m = LinkModel::new(bps, delay_ns);
+    // Deep enough that only the lossy link drops: two colliding flows' windows fit.
+    m.queue_limit_bytes = 16 << 20;
+    m
+}
+
+/// One run of `scheme` with one ToR-to-spine link dropping at `loss`.
+pub(crate) fn run(setup: Setup, scheme: Scheme, loss: f64, seed: u64) -> Run {
+    let mut b = FabricBuilder::new(seed);
+    b.ecmp(EcmpHash::SourcePortModulo).rx_ring(1 << 16);
+    let hosts: Vec<_> = (0..HOSTS).map(|i| b.host(&format!("h{i}"), 1)).collect();
+    let tors: Vec<_> = (0..TORS).map(|t| b.switch(&format!("tor{t}"))).collect();
+    let spines: Vec<_> = (0..SPINES)
+        .map(|s| b.switch(&format!("spine{s}")))
+        .collect();
+    for (i, &h) in hosts.iter().enumerate() {
+        b.link((h, 0), tors[i / 2], link(setup.bps, setup.delay_ns));
+    }
+    let mut lossy = None;
+    for &t in &tors {
+        for &s in &spines {
+            let mut m = link(setup.bps, setup.delay_ns);
+            if lossy.is_none() && loss > 0.0 {
+                m.loss = Loss::Bernoulli(loss);
+            }
+            let id = b.link(t, s, m);
+            lossy.get_or_insert(id);
+        }
+    }
+    let fabric = b.build().expect("the testbed topology is valid");
+    let themis: Vec<Arc<Mutex<ThemisStats>>> = if scheme == Scheme::SprayThemis {
+        tors.iter()
+            .map(|&t| {
+                let tor = ThemisTor::new(ThemisConfig {
+                    paths: SPINES as u16,
+                    window: WINDOW,
+                    seed: seed ^ t.0 as u64,
+                    ..ThemisConfig::default()
+                });
+                let stats = tor.stats();
+                fabric.set_hook(SwitchId(t.0), tor);
+                stats
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+
+    let size = setup.size;
+    let nodes = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, &h)| {
+            let ip = Ipv4Addr::new(10, 0, 0, i as u8 + 1);
+            Node::new(fabric.port(h, 0), 2 * size, ip, seed ^ i as u64)
+        })
+        .collect();
+    let mut w = World::new(fabric.clone(), hosts, nodes);
+    let mut rng = seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let l = Link {
+        mtu: Mtu::Mtu4096,
+        timeout: TIMEOUT,
+        retry_cnt: 7,
+    };
+    let peer = |i: usize| (i + 2) % HOSTS;
+    for i in 0..HOSTS {
+        let (sq, rq) = (0x100 + i as u32, 0x200 + i as u32);
+        let psn = (next() & 0xff_ffff) as u32;
+        // Each end its own UDP port: where ECMP puts the flow is up to the hash.
+        let (p1, p2) = (
+            0xc000 | (next() & 0x3fff) as u16,
+            0xc000 | (next() & 0x3fff) as u16,
+        );
+        let policy = |f| scheme.policy(seed, f);
+        w.connect((i, sq), (peer(i), rq), (psn, psn), p1, policy(i), l);
+        w.connect((peer(i), rq), (i, sq), (psn, psn), p2, policy(i + HOSTS), l);
+    }
+    for i in 0..HOSTS {
+        let n = &mut w.nodes[i];
+        let mut chunk = vec![0u8; 1 << 20];
+        for at in (0..size).step_by(chunk.len()) {
+            let len = chunk.len().min(size - at);
+            for (k, b) in chunk[..len].iter_mut().enumerate() {
+                *b = pattern(i, at + k);
+            }
+            n.mem
+                .write(
+                    n.keys.lkey,
+                    PdId(1),
+                    n.base + at as u64,
+                    &chunk[..len],
+                    Access::LOCAL_WRITE,
+                )
+                .expect("inside the buffer");
+        }
+    }
+    for i in 0..HOSTS {
+        let (rkey, raddr) = (
+            w.nodes[peer(i)].keys.rkey,
+            w.nodes[peer(i)].base + size as u64,
+        );
+        let n = &mut w.nodes[i];
+        let sge = [Sge {
+            addr: n.base,
+            length: size as u32,
+            lkey: n.keys.lkey,
+        }];
+        let wr = SendWr::new(i as u64, WrOpcode::Write, Payload::Sges(&sge)).remote(raddr, rkey);
+        n.qp(0x100 + i as u32).post_send(&wr).expect("one WR fits");
+    }
+    // A flow that cannot finish in a virtual minute has failed; the run reports it.
+    w.run(60_000_000_000);
+
+    let mut out = Run {
+        verified: true,
+        ..Run::default()
+    };
+    for i in 0..HOSTS {
+        let n = &w.nodes[i];
+        let done = n
+            .completions
+            .iter()
+            .find(|(_, c)| c.wr_id == i as u64 && c.qp_num.value() == 0x100 + i as u32);
+        out.fct_ns
+            .push(done.and_then(|(t, c)| (c.status == WcStatus::Success).then_some(*t)));
+        out.wire_bytes += fabric.port_stats(w.host(i), 0).tx_bytes;
+        out.counters.accumulate(&n.counters());
+    }
+    for i in 0..HOSTS {
+        let n = &w.nodes[i];
+        let src = (i + HOSTS - 2) % HOSTS;
+        let mut got = vec![0u8; 1 << 20];
+        for at in (0..size).step_by(got.len()) {
+            let len = got.len().min(size - at);
+            let ok = n
+                .mem
+                .read(
+                    n.keys.lkey,
+                    PdId(1),
+                    n.base + (size + at) as u64,
+                    &mut got[..len],
+                    Access::LOCAL_WRITE,
+                )
+                .is_ok();
+            if !ok
+                || got[..len]
+                    .iter()
+                    .enumerate()
+                    .any(|(k, &b)| b != pattern(src, at + k))
+            {
+                out.verified = false;
+                break;
+            }
+        }
+    }
+    if let Some(id) = lossy {
+        let [a, b]: [LinkStats; 2] = fabric.link_stats(id);
+        out.link_drops = a.dropped_loss + b.dropped_loss;
+    }
+    for s in themis {
+        out.themis
+            .accumulate(&s.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+    out
+}
