@@ -64,6 +64,7 @@ impl PingPong {
             addr: self.mr.addr(),
             len: self.mr.len() as u64,
             rkey: self.mr.rkey(),
+            offers: 0,
         }
     }
 

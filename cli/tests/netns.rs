@@ -77,6 +77,55 @@ fn six_perf_tests_between_two_namespaces() {
 }
 
 #[test]
+fn selective_repeat_runs_only_when_both_ends_offer_it() {
+    if !root() {
+        return;
+    }
+    let p = format!("fs{}", std::process::id() % 100_000);
+    let _pair = Pair::up(&p);
+    let (na, nb) = (format!("{p}-a"), format!("{p}-b"));
+    let short = &p[..p.len().min(8)];
+    let (ia, ib) = (
+        format!("afpacket:{short}-va"),
+        format!("afpacket:{short}-vb"),
+    );
+    let bin = env!("CARGO_BIN_EXE_ferroce");
+    let run = |server_offer: &str, client_offer: &str, port: u16| {
+        let port = port.to_string();
+        let common = [
+            "--size", "4096", "--iters", "300", "--port", &port, "--json",
+        ];
+        let server = Command::new("ip")
+            .args([
+                "netns", "exec", &nb, bin, "perf", "write", "bw", "--device", &ib,
+            ])
+            .args(["--server", "--reliability", server_offer])
+            .args(common)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let client = Command::new("ip")
+            .args([
+                "netns", "exec", &na, bin, "perf", "write", "bw", "--device", &ia,
+            ])
+            .args(["--connect", "192.168.77.2", "--reliability", client_offer])
+            .args(common)
+            .output()
+            .unwrap();
+        let server = server.wait_with_output().unwrap();
+        let (c, s) = (json_of(&client), json_of(&server));
+        assert_eq!(c["verified"], true, "{c}");
+        assert_eq!(s["verified"], true, "{s}");
+        (c["reliability"].clone(), s["reliability"].clone())
+    };
+    // A peer that does not offer selective repeat gets Go-Back-N, whichever end it is.
+    assert_eq!(run("sr", "gbn", 20_100), ("gbn".into(), "gbn".into()));
+    assert_eq!(run("gbn", "sr", 20_101), ("gbn".into(), "gbn".into()));
+    assert_eq!(run("sr", "sr", 20_102), ("sr".into(), "sr".into()));
+}
+
+#[test]
 fn an_absent_or_foreign_peer_is_one_clear_line() {
     if !root() {
         return;

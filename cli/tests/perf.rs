@@ -157,3 +157,48 @@ fn stats_shows_the_counters_a_run_exported() {
     assert!(String::from_utf8_lossy(&text.stdout).contains("sim:b (pid "));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn selective_repeat_is_negotiated_and_resends_less_than_go_back_n() {
+    let run = |reliability: &str| {
+        json_run(&[
+            "perf",
+            "write",
+            "bw",
+            "--size",
+            "8192",
+            "--iters",
+            "1000",
+            "--loss",
+            "0.01",
+            "--reorder",
+            "0.05",
+            "--seed",
+            "4",
+            "--json",
+            "--reliability",
+            reliability,
+        ])
+    };
+    let (gbn, sr) = (run("gbn"), run("sr"));
+    for v in [&gbn, &sr] {
+        assert_eq!(v["verified"], true, "{v}");
+    }
+    assert_eq!(gbn["reliability"], "gbn");
+    assert_eq!(sr["reliability"], "sr");
+    let retx = |v: &Value| {
+        v["counters"]["client"]["retransmitted_packets"]
+            .as_u64()
+            .unwrap()
+    };
+    // Go-Back-N resends the whole window behind every loss; selective repeat only the losses
+    // (and the responder places what arrives early instead of dropping it).
+    assert!(
+        retx(&sr) * 10 < retx(&gbn),
+        "sr {} gbn {}",
+        retx(&sr),
+        retx(&gbn)
+    );
+    assert!(sr["counters"]["server"]["ooo_placed"].as_u64().unwrap() > 0);
+    assert_eq!(gbn["counters"]["server"]["ooo_placed"].as_u64().unwrap(), 0);
+}

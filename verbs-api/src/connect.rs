@@ -34,12 +34,47 @@ pub struct Endpoint {
     pub len: u64,
     /// Its rkey.
     pub rkey: u32,
+    /// Recovery schemes this end offers beyond Go-Back-N ([`OFFER_SELECTIVE_REPEAT`]); the
+    /// connection runs one only when both ends offer it ([`negotiate`]).
+    pub offers: u8,
 }
 
-/// First bytes of an exchange message, so a peer speaking something else is caught.
-const MAGIC: &[u8; 8] = b"FERROCE1";
+/// The [`Endpoint::offers`] bit for ferroce's selective repeat (SR opcodes, SACKs).
+pub const OFFER_SELECTIVE_REPEAT: u8 = 1;
+
+/// The recovery scheme two ends agreed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Negotiated {
+    /// IBTA Go-Back-N: the default, and what any peer that offers nothing gets.
+    GoBackN,
+    /// ferroce's selective repeat: both ends offered it.
+    SelectiveRepeat,
+}
+
+impl Negotiated {
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::GoBackN => "gbn",
+            Self::SelectiveRepeat => "sr",
+        }
+    }
+}
+
+/// What a connection runs: the best scheme both ends offer.
+pub fn negotiate(mine: &Endpoint, peer: &Endpoint) -> Negotiated {
+    if mine.offers & peer.offers & OFFER_SELECTIVE_REPEAT != 0 {
+        Negotiated::SelectiveRepeat
+    } else {
+        Negotiated::GoBackN
+    }
+}
+
+/// First bytes of an exchange message, so a peer speaking something else (or an older
+/// exchange without offers) is caught.
+const MAGIC: &[u8; 8] = b"FERROCE2";
 /// Bytes of one encoded endpoint.
-pub const ENDPOINT_LEN: usize = 8 + 4 + 4 + 16 + 6 + 8 + 8 + 4;
+pub const ENDPOINT_LEN: usize = 8 + 4 + 4 + 16 + 6 + 8 + 8 + 4 + 1;
 
 impl Endpoint {
     /// The wire form: magic, then fields big-endian.
@@ -53,6 +88,7 @@ impl Endpoint {
         b[38..46].copy_from_slice(&self.addr.to_be_bytes());
         b[46..54].copy_from_slice(&self.len.to_be_bytes());
         b[54..58].copy_from_slice(&self.rkey.to_be_bytes());
+        b[58] = self.offers;
         b
     }
 
@@ -75,6 +111,7 @@ impl Endpoint {
             addr: u64_at(38),
             len: u64_at(46),
             rkey: u32_at(54),
+            offers: b[58],
         })
     }
 }
@@ -352,4 +389,43 @@ pub fn connect_qp(
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn end(offers: u8) -> Endpoint {
+        Endpoint {
+            qpn: 0x12,
+            psn: 0xab_cdef,
+            gid: Gid([7; 16]),
+            mac: MacAddr([2, 0, 0, 0, 0, 9]),
+            addr: 0x1000,
+            len: 4096,
+            rkey: 0xdead_beef,
+            offers,
+        }
+    }
+
+    #[test]
+    fn endpoints_round_trip_with_their_offers_and_old_magic_is_refused() {
+        let e = end(OFFER_SELECTIVE_REPEAT);
+        let b = e.encode();
+        assert_eq!(Endpoint::decode(&b), Some(e));
+        assert_eq!(b[58], 1);
+        let mut old = b;
+        old[..8].copy_from_slice(b"FERROCE1");
+        assert_eq!(Endpoint::decode(&old), None);
+    }
+
+    #[test]
+    fn selective_repeat_only_when_both_offer_it() {
+        let (sr, none) = (end(OFFER_SELECTIVE_REPEAT), end(0));
+        assert_eq!(negotiate(&sr, &sr), Negotiated::SelectiveRepeat);
+        assert_eq!(negotiate(&sr, &none), Negotiated::GoBackN);
+        assert_eq!(negotiate(&none, &sr), Negotiated::GoBackN);
+        // Bits this build does not know are ignored.
+        assert_eq!(negotiate(&end(0x80), &end(0x81)), Negotiated::GoBackN);
+    }
 }

@@ -53,6 +53,7 @@ fn rc_write_send_read(ctx: &Context) -> PortCounters {
         addr: mr.addr(),
         len: mr.len() as u64,
         rkey: mr.rkey(),
+        offers: 0,
     };
     let (ea, eb) = (ep(&qa, &ma, 1), ep(&qb, &mb, 2));
     let o = ConnectOpts {

@@ -44,6 +44,7 @@ fn endpoint(e: &End, psn: u32) -> Endpoint {
         addr: e.mr.addr(),
         len: e.mr.len() as u64,
         rkey: e.mr.rkey(),
+        offers: 0,
     }
 }
 
@@ -301,6 +302,7 @@ fn two_qps_share_one_receive_queue_under_loss() {
             addr: 0,
             len: 0,
             rkey: 0,
+            offers: 0,
         };
         let eb = Endpoint {
             qpn: qb.qpn().value(),
@@ -310,6 +312,7 @@ fn two_qps_share_one_receive_queue_under_loss() {
             addr: 0,
             len: 0,
             rkey: 0,
+            offers: 0,
         };
         connect_qp(&ca, &qa, 7, &eb, &o).unwrap();
         connect_qp(&cb, &qb, 9, &ea, &o).unwrap();

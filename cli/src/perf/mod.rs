@@ -13,7 +13,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use ferroce_drivers::sim::{LinkModel, Loss};
-use ferroce_verbs::connect::{connect_qp, ConnectOpts, Endpoint};
+use ferroce_reliability::spray::Spray;
+use ferroce_reliability::sr::{SelectiveRepeat, SrConfig};
+use ferroce_verbs::connect::{
+    connect_qp, negotiate, ConnectOpts, Endpoint, Negotiated, OFFER_SELECTIVE_REPEAT,
+};
 use ferroce_verbs::sim::SimNet;
 use ferroce_verbs::{
     Access, CompletionQueue, Context, MemoryRegion, Mtu, Payload, ProtectionDomain, QpCaps, QpType,
@@ -36,6 +40,15 @@ pub(crate) enum Verb {
 pub(crate) enum Kind {
     Bw,
     Lat,
+}
+
+/// The recovery scheme an end offers at connection setup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Reliability {
+    /// Go-Back-N only (IBTA; what a ConnectX peer speaks).
+    Gbn,
+    /// Offer ferroce's selective repeat; used when the peer offers it too.
+    Sr,
 }
 
 #[derive(clap::Args, Clone, Debug)]
@@ -97,6 +110,13 @@ pub(crate) struct Args {
     /// Sim: link flaps, up ON ms then down OFF ms, repeating.
     #[arg(long, value_name = "ON,OFF", value_parser = parse_pair)]
     flap_ms: Option<(f64, f64)>,
+    /// Recovery scheme to offer; the connection runs selective repeat only when both ends
+    /// offer it, Go-Back-N otherwise.
+    #[arg(long, value_enum, default_value = "gbn")]
+    reliability: Reliability,
+    /// With selective repeat: UDP source ports (paths) to spray over by PSN; 1 keeps ECMP.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    paths: u16,
     /// Seed of every random choice on sim.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -192,6 +212,8 @@ struct Side {
     cq: CompletionQueue,
     conns: Vec<Conn>,
     _pd: ProtectionDomain,
+    /// The recovery scheme the connections agreed on.
+    agreed: Negotiated,
 }
 
 impl Side {
@@ -234,6 +256,7 @@ fn side(ctx: &Context, qps: u32, buf_len: usize, depth: u32) -> Result<Side, Fai
                 addr: 0,
                 len: 0,
                 rkey: 0,
+                offers: 0,
             },
         });
     }
@@ -242,10 +265,11 @@ fn side(ctx: &Context, qps: u32, buf_len: usize, depth: u32) -> Result<Side, Fai
         cq,
         conns,
         _pd: pd,
+        agreed: Negotiated::GoBackN,
     })
 }
 
-fn endpoint(s: &Side, i: usize, psn: u32) -> Result<Endpoint, Failure> {
+fn endpoint(s: &Side, i: usize, psn: u32, a: &Args) -> Result<Endpoint, Failure> {
     let c = &s.conns[i];
     Ok(Endpoint {
         qpn: c.qp.qpn().value(),
@@ -255,7 +279,24 @@ fn endpoint(s: &Side, i: usize, psn: u32) -> Result<Endpoint, Failure> {
         addr: c.mr.addr(),
         len: c.mr.len() as u64,
         rkey: c.mr.rkey(),
+        offers: match a.reliability {
+            Reliability::Gbn => 0,
+            Reliability::Sr => OFFER_SELECTIVE_REPEAT,
+        },
     })
+}
+
+/// Puts a QP (in RESET) on the scheme its connection agreed on.
+fn use_scheme(qp: &QueuePair, agreed: Negotiated, a: &Args) -> Result<(), Failure> {
+    if agreed == Negotiated::SelectiveRepeat {
+        let spray = if a.paths > 1 {
+            Spray::psn(a.paths)
+        } else {
+            Spray::ecmp()
+        };
+        qp.set_reliability(Box::new(SelectiveRepeat::new(spray, SrConfig::default())))?;
+    }
+    Ok(())
 }
 
 /// Deterministic message bytes for QP `q`.
@@ -327,9 +368,14 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
     };
     for i in 0..a.qps as usize {
         let (ec, es) = (
-            endpoint(&client, i, 0x10 + i as u32)?,
-            endpoint(&server, i, 0x80 + i as u32)?,
+            endpoint(&client, i, 0x10 + i as u32, a)?,
+            endpoint(&server, i, 0x80 + i as u32, a)?,
         );
+        let agreed = negotiate(&ec, &es);
+        use_scheme(&client.conns[i].qp, agreed, a)?;
+        use_scheme(&server.conns[i].qp, agreed, a)?;
+        client.agreed = agreed;
+        server.agreed = agreed;
         connect_qp(&ca, &client.conns[i].qp, ec.psn, &es, &o)?;
         connect_qp(&cb, &server.conns[i].qp, es.psn, &ec, &o)?;
         client.conns[i].peer = es;
@@ -798,6 +844,7 @@ fn report(
                 "server": server.map(counters).unwrap_or_default(),
             },
             "simulated": simulated,
+            "reliability": client.or(server).map_or("gbn", |s| s.agreed.name()),
         });
         if a.kind == Kind::Lat {
             let m = obj.as_object_mut().expect("object");
@@ -827,6 +874,14 @@ fn report(
             a.mtu,
             if a.kind == Kind::Lat { 1 } else { a.tx_depth },
             a.inline
+        );
+        println!(
+            " Reliability     : {}",
+            match client.or(server).map(|s| s.agreed) {
+                Some(Negotiated::SelectiveRepeat) =>
+                    format!("selective repeat over {} path(s) (negotiated)", a.paths),
+                _ => "Go-Back-N".to_string(),
+            }
         );
         if simulated {
             println!(

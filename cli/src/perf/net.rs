@@ -14,13 +14,15 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use ferroce_verbs::connect::{
-    connect_qp, exchange_client, exchange_server, swap, ConnectOpts, OobListener, OobStream,
+    connect_qp, exchange_client, exchange_server, negotiate, swap, ConnectOpts, OobListener,
+    OobStream,
 };
 use ferroce_verbs::sim::open_device_with_pcap;
 use ferroce_verbs::Mtu;
 
 use super::{
-    bad, endpoint, pattern, post, post_recv, report, side, Args, Kind, Outcome, Side, Verb, SLOTS,
+    bad, endpoint, pattern, post, post_recv, report, side, use_scheme, Args, Kind, Outcome, Side,
+    Verb, SLOTS,
 };
 use crate::Failure;
 
@@ -110,7 +112,7 @@ pub(super) fn run(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
     // port's control plane answers ARP and ping only when the engine turns).
     ctx.start_engine_thread()?;
     let psn0: u32 = if a.server { 0x800 } else { 0x100 };
-    let first = endpoint(&me, 0, psn0)?;
+    let first = endpoint(&me, 0, psn0, a)?;
     let (peer0, mut stream) = if a.server {
         let mut listener = OobListener::bind(&ctx, a.port)?;
         if !a.json {
@@ -142,12 +144,15 @@ pub(super) fn run(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
         ..ConnectOpts::default()
     };
     for i in 0..a.qps as usize {
-        let mine = endpoint(&me, i, psn0 + i as u32)?;
+        let mine = endpoint(&me, i, psn0 + i as u32, a)?;
         let peer = if i == 0 {
             peer0
         } else {
             swap(&mut stream, &mine)?
         };
+        // Selective repeat only if the peer offered it too; Go-Back-N otherwise.
+        me.agreed = negotiate(&mine, &peer);
+        use_scheme(&me.conns[i].qp, me.agreed, a)?;
         connect_qp(&ctx, &me.conns[i].qp, mine.psn, &peer, &o)?;
         me.conns[i].peer = peer;
         let source = (a.verb == Verb::Read) == a.server;
