@@ -20,14 +20,8 @@ fn six_perf_tests_between_two_namespaces() {
     if !root() {
         return;
     }
-    let p = format!("fn{}", std::process::id() % 100_000);
-    let _pair = Pair::up(&p);
-    let (na, nb) = (format!("{p}-a"), format!("{p}-b"));
-    let short = &p[..p.len().min(8)];
-    let (ia, ib) = (
-        format!("afpacket:{short}-va"),
-        format!("afpacket:{short}-vb"),
-    );
+    let pair = Pair::up(&format!("fn{}", std::process::id() % 100_000));
+    let [(na, ia), (nb, ib)] = pair.afpacket_ends();
     let bin = env!("CARGO_BIN_EXE_ferroce");
     let run = |verb: &str, kind: &str, port: usize, no_ring: bool| {
         let port = port.to_string();
@@ -81,14 +75,8 @@ fn selective_repeat_runs_only_when_both_ends_offer_it() {
     if !root() {
         return;
     }
-    let p = format!("fs{}", std::process::id() % 100_000);
-    let _pair = Pair::up(&p);
-    let (na, nb) = (format!("{p}-a"), format!("{p}-b"));
-    let short = &p[..p.len().min(8)];
-    let (ia, ib) = (
-        format!("afpacket:{short}-va"),
-        format!("afpacket:{short}-vb"),
-    );
+    let pair = Pair::up(&format!("fs{}", std::process::id() % 100_000));
+    let [(na, ia), (nb, ib)] = pair.afpacket_ends();
     let bin = env!("CARGO_BIN_EXE_ferroce");
     let run = |server_offer: &str, client_offer: &str, port: u16| {
         let port = port.to_string();

@@ -108,6 +108,26 @@ proptest! {
 /// Where Themis-D sits: port 0 faces the host, ports 1 and 2 are uplinks.
 const HOSTS: [bool; 3] = [true, false, false];
 
+/// Hands the ToR a data packet coming down to the host, or a NACK going up from it.
+fn at_tor(tor: &mut ThemisTor, is_nak: bool, psn: u32) -> (Verdict, Vec<u8>) {
+    let mut f = frame(if is_nak { 2 } else { 0 }, psn, false, &[]);
+    let (ingress, candidates) = if is_nak {
+        (0, vec![1, 2])
+    } else {
+        (1, vec![0])
+    };
+    let ctx = HookCtx {
+        now: 0,
+        switch: 0,
+        ingress,
+        candidates: &candidates,
+        ecmp_choice: Some(candidates[0]),
+        host_ports: &HOSTS,
+    };
+    let v = tor.on_frame(&ctx, &mut f);
+    (v, f)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -129,17 +149,7 @@ proptest! {
         });
         let (mut delivered, mut stashed) = (Vec::new(), Vec::new());
         for (is_nak, psn) in events {
-            let mut f = frame(if is_nak { 2 } else { 0 }, psn, false, &[]);
-            let (ingress, candidates) = if is_nak { (0, vec![1, 2]) } else { (1, vec![0]) };
-            let ctx = HookCtx {
-                now: 0,
-                switch: 0,
-                ingress,
-                candidates: &candidates,
-                ecmp_choice: Some(candidates[0]),
-                host_ports: &HOSTS,
-            };
-            let verdict = tor.on_frame(&ctx, &mut f);
+            let (verdict, f) = at_tor(&mut tor, is_nak, psn);
             if is_nak {
                 if verdict == Verdict::Forward {
                     prop_assert!(!delivered.contains(&psn), "passed a NACK for a PSN delivered");
@@ -162,21 +172,7 @@ fn a_stashed_nack_is_released_by_a_later_psn_on_its_path() {
     let mut tor = ThemisTor::new(ThemisConfig::default());
     let stats = tor.stats();
     let mut pass = |is_nak: bool, psn: u32| {
-        let mut f = frame(if is_nak { 2 } else { 0 }, psn, false, &[]);
-        let (ingress, candidates) = if is_nak {
-            (0, vec![1, 2])
-        } else {
-            (1, vec![0])
-        };
-        let ctx = HookCtx {
-            now: 0,
-            switch: 0,
-            ingress,
-            candidates: &candidates,
-            ecmp_choice: Some(candidates[0]),
-            host_ports: &HOSTS,
-        };
-        let v = tor.on_frame(&ctx, &mut f);
+        let (v, f) = at_tor(&mut tor, is_nak, psn);
         (v, f, tor.poll_emit())
     };
     // The paper's Figure 7: PSN 1 arrives, the host NACKs 0: undetermined, stashed.

@@ -34,6 +34,14 @@ impl Pair {
         );
         Self(prefix.into())
     }
+
+    /// `(namespace, afpacket device)` of the `a` and `b` ends.
+    #[allow(dead_code)] // not every test binary that shares this module uses it
+    pub fn afpacket_ends(&self) -> [(String, String); 2] {
+        let p = &self.0;
+        let short = &p[..p.len().min(8)];
+        ["a", "b"].map(|end| (format!("{p}-{end}"), format!("afpacket:{short}-v{end}")))
+    }
 }
 
 impl Drop for Pair {
