@@ -108,9 +108,7 @@ fn stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, themis: bool, messages:
             "WR {k}: bytes differ"
         );
     }
-    let tor = stats.map_or([ThemisStats::default(); 2], |s| {
-        s.map(|s| *s.lock().unwrap())
-    });
+    let tor = stats.map_or([ThemisStats::default(); 2], |s| s.map(|s| s.snapshot()));
     Outcome {
         req: *a.qps[0].counters(),
         resp: *b.qps[0].counters(),

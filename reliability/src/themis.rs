@@ -29,10 +29,11 @@
 //! setting and clearing it needs no CRC update.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-use ferroce_drivers::sim::{FlowKey, HookCtx, SwitchHook, Verdict};
-use ferroce_stack::wire::{Checks, NakCode, Opcode, Psn, RoceRepr, Syndrome, Transport};
+use ferroce_drivers::sim::{HookCtx, SwitchHook, Verdict};
+use ferroce_stack::wire::{Checks, IpRepr, NakCode, Opcode, Psn, RoceRepr, Syndrome, Transport};
 
 /// The BTH byte-4 bit Themis-D sets on a NACK to tell Themis-S to avoid a path.
 pub const AVOID_SIGNAL: u8 = 0x01;
@@ -64,66 +65,67 @@ impl Default for ThemisConfig {
     }
 }
 
-/// What one ToR's Themis did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ThemisStats {
+macro_rules! themis_stats {
+    ($($(#[$m:meta])* $name:ident,)+) => {
+        /// What one ToR's Themis did.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct ThemisStats {
+            $( $(#[$m])* pub $name: u64, )+
+        }
+
+        impl ThemisStats {
+            /// Every counter with its name, for reports.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+                [$((stringify!($name), self.$name)),+].into_iter()
+            }
+
+            /// Adds `o` into `self` (several ToRs into one report).
+            pub fn accumulate(&mut self, o: &Self) {
+                $( self.$name += o.$name; )+
+            }
+        }
+
+        /// The live counters of a hook the fabric owns: atomics, so counting costs no lock
+        /// per frame.
+        #[derive(Debug, Default)]
+        pub struct SharedStats {
+            $( $name: AtomicU64, )+
+        }
+
+        impl SharedStats {
+            /// The counters now.
+            pub fn snapshot(&self) -> ThemisStats {
+                ThemisStats { $( $name: self.$name.load(Ordering::Relaxed), )+ }
+            }
+        }
+    };
+}
+
+themis_stats! {
     /// Requests Themis-S steered by PSN.
-    pub sprayed: u64,
+    sprayed,
     /// Retransmissions sent away from their designated path.
-    pub rerouted: u64,
+    rerouted,
     /// Requests moved off a path under avoidance.
-    pub avoided: u64,
+    avoided,
     /// NACKs passed as valid.
-    pub nacks_valid: u64,
+    nacks_valid,
     /// NACKs dropped as invalid (their PSN had reached the host).
-    pub nacks_invalid: u64,
+    nacks_invalid,
     /// NACKs stashed as undetermined.
-    pub nacks_stashed: u64,
+    nacks_stashed,
     /// Stashed NACKs released because a later PSN on their path arrived.
-    pub stash_released: u64,
+    stash_released,
     /// Stashed NACKs discarded because their PSN arrived (or a later NACK replaced them).
-    pub stash_discarded: u64,
+    stash_discarded,
     /// Stashed NACKs released with the path-avoidance signal.
-    pub avoidance_signals: u64,
+    avoidance_signals,
     /// Path-avoidance signals Themis-S acted on.
-    pub paths_avoided: u64,
+    paths_avoided,
 }
 
-impl ThemisStats {
-    /// Every counter with its name, for reports.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
-        [
-            ("sprayed", self.sprayed),
-            ("rerouted", self.rerouted),
-            ("avoided", self.avoided),
-            ("nacks_valid", self.nacks_valid),
-            ("nacks_invalid", self.nacks_invalid),
-            ("nacks_stashed", self.nacks_stashed),
-            ("stash_released", self.stash_released),
-            ("stash_discarded", self.stash_discarded),
-            ("avoidance_signals", self.avoidance_signals),
-            ("paths_avoided", self.paths_avoided),
-        ]
-        .into_iter()
-    }
-
-    /// Adds `o` into `self` (several ToRs into one report).
-    pub fn accumulate(&mut self, o: &Self) {
-        self.sprayed += o.sprayed;
-        self.rerouted += o.rerouted;
-        self.avoided += o.avoided;
-        self.nacks_valid += o.nacks_valid;
-        self.nacks_invalid += o.nacks_invalid;
-        self.nacks_stashed += o.nacks_stashed;
-        self.stash_released += o.stash_released;
-        self.stash_discarded += o.stash_discarded;
-        self.avoidance_signals += o.avoidance_signals;
-        self.paths_avoided += o.paths_avoided;
-    }
-}
-
-fn bump(stats: &Mutex<ThemisStats>, f: impl FnOnce(&mut ThemisStats)) {
-    f(&mut stats.lock().unwrap_or_else(|e| e.into_inner()));
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Connection key: (data sender's address, data receiver's address).
@@ -161,7 +163,7 @@ pub struct ThemisTor {
     src: HashMap<Conn, Source>,
     dst: HashMap<Conn, Dest>,
     out: Vec<Vec<u8>>,
-    stats: Arc<Mutex<ThemisStats>>,
+    stats: Arc<SharedStats>,
     rng: u64,
 }
 
@@ -191,16 +193,17 @@ impl ThemisTor {
     }
 
     /// The counters, readable while the fabric owns the hook.
-    pub fn stats(&self) -> Arc<Mutex<ThemisStats>> {
+    pub fn stats(&self) -> Arc<SharedStats> {
         Arc::clone(&self.stats)
     }
 
-    fn random(&mut self, n: usize) -> usize {
+    /// SplitMix64: cheap, and reproducible from the seed.
+    fn next_random(&mut self) -> u64 {
         self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.rng;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        ((z ^ (z >> 31)) % n as u64) as usize
+        z ^ (z >> 31)
     }
 
     fn classify(frame: &[u8]) -> Option<Seen> {
@@ -217,13 +220,15 @@ impl ThemisTor {
             && pkt.repr.ext.aeth.is_some_and(|a| {
                 Syndrome::from_byte(a.syndrome) == Syndrome::Nak(NakCode::PsnSequenceError)
             });
-        let key = FlowKey::of(frame);
-        // A request flows sender -> receiver; a NACK receiver -> sender.
-        let conn = if response {
-            (key.dst, key.src)
-        } else {
-            (key.src, key.dst)
+        let (src, dst) = match pkt.repr.ip {
+            IpRepr::V4(ip) => (
+                ip.src.to_ipv6_mapped().octets(),
+                ip.dst.to_ipv6_mapped().octets(),
+            ),
+            IpRepr::V6(ip) => (ip.src.octets(), ip.dst.octets()),
         };
+        // A request flows sender -> receiver; a NACK receiver -> sender.
+        let conn = if response { (dst, src) } else { (src, dst) };
         Some(Seen {
             psn: bth.psn,
             nak,
@@ -240,6 +245,7 @@ impl ThemisTor {
             .ecmp_choice
             .and_then(|c| ctx.candidates.iter().position(|&p| p == c))
             .unwrap_or(0);
+        let r = self.next_random();
         let src = self.src.entry(s.conn).or_insert_with(|| Source {
             base,
             last_nack: None,
@@ -252,17 +258,24 @@ impl ThemisTor {
         if avoided {
             src.avoid[path] -= 1;
         }
-        let healthy: Vec<usize> = (0..n)
-            .filter(|&p| p != path && src.avoid.get(p).is_none_or(|&a| a == 0))
-            .collect();
-        if (rerouted || avoided) && !healthy.is_empty() {
-            path = healthy[self.random(healthy.len())];
+        if rerouted || avoided {
+            // A random other path among those not avoided, if there is one.
+            let healthy = |p: &usize| *p != path && src.avoid.get(*p).is_none_or(|&a| a == 0);
+            let k = (0..n).filter(healthy).count();
+            if k > 0 {
+                path = (0..n)
+                    .filter(healthy)
+                    .nth((r % k as u64) as usize)
+                    .expect("counted");
+            }
         }
-        bump(&self.stats, |st| {
-            st.sprayed += 1;
-            st.rerouted += u64::from(rerouted);
-            st.avoided += u64::from(avoided);
-        });
+        bump(&self.stats.sprayed);
+        if rerouted {
+            bump(&self.stats.rerouted);
+        }
+        if avoided {
+            bump(&self.stats.avoided);
+        }
         Verdict::ForwardVia(ctx.candidates[path])
     }
 
@@ -278,7 +291,7 @@ impl ThemisTor {
             let n = src.avoid.len();
             let path = (s.psn.value() as usize % n + src.base) % n;
             src.avoid[path] = self.cfg.avoidance_window;
-            bump(&self.stats, |st| st.paths_avoided += 1);
+            bump(&self.stats.paths_avoided);
         }
     }
 
@@ -302,16 +315,16 @@ impl ThemisTor {
         let sepsn = *sepsn;
         if s.psn == sepsn {
             dst.stash = None;
-            bump(&self.stats, |st| st.stash_discarded += 1);
+            bump(&self.stats.stash_discarded);
         } else if sepsn.before(s.psn) && s.psn.value() % n == sepsn.value() % n {
             let (_, frame, _) = dst.stash.take().expect("checked");
             self.out.push(frame);
-            bump(&self.stats, |st| st.stash_released += 1);
+            bump(&self.stats.stash_released);
         } else if s.psn.distance(sepsn) > self.cfg.ooo_threshold as i32 {
             let (_, mut frame, bth_at) = dst.stash.take().expect("checked");
             frame[bth_at + 4] |= AVOID_SIGNAL;
             self.out.push(frame);
-            bump(&self.stats, |st| st.avoidance_signals += 1);
+            bump(&self.stats.avoidance_signals);
         }
     }
 
@@ -324,19 +337,19 @@ impl ThemisTor {
         };
         // A later NACK means the host got the PSN an earlier one was waiting for.
         if dst.stash.take().is_some() {
-            bump(&self.stats, |st| st.stash_discarded += 1);
+            bump(&self.stats.stash_discarded);
         }
         if dst.delivered(s.psn) {
-            bump(&self.stats, |st| st.nacks_invalid += 1);
+            bump(&self.stats.nacks_invalid);
             return Verdict::Drop;
         }
         let path = (s.psn.value() % n) as usize;
         if dst.path_max[path].is_some_and(|m| s.psn.before(m)) {
-            bump(&self.stats, |st| st.nacks_valid += 1);
+            bump(&self.stats.nacks_valid);
             return Verdict::Forward;
         }
         dst.stash = Some((s.psn, frame.to_vec(), s.bth_at));
-        bump(&self.stats, |st| st.nacks_stashed += 1);
+        bump(&self.stats.nacks_stashed);
         Verdict::Drop
     }
 }

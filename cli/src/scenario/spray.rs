@@ -6,13 +6,13 @@
 //! the slowest flow's completion time against the loss rate.
 
 use std::net::Ipv4Addr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ferroce_drivers::sim::{EcmpHash, FabricBuilder, LinkModel, LinkStats, Loss, SwitchId};
 use ferroce_reliability::baselines::{RnicSr, SprayedGoBackN, TimeoutOnly};
 use ferroce_reliability::spray::Spray;
 use ferroce_reliability::sr::{SelectiveRepeat, SrConfig};
-use ferroce_reliability::themis::{ThemisConfig, ThemisStats, ThemisTor};
+use ferroce_reliability::themis::{SharedStats, ThemisConfig, ThemisStats, ThemisTor};
 use ferroce_stack::transport::{
     Access, Counters, Mtu, Payload, PdId, Recovery, SendWr, Sge, WcStatus, WrOpcode,
 };
@@ -161,7 +161,7 @@ pub(crate) fn run(setup: Setup, scheme: Scheme, loss: f64, seed: u64) -> Run {
         }
     }
     let fabric = b.build().expect("the testbed topology is valid");
-    let themis: Vec<Arc<Mutex<ThemisStats>>> = if scheme == Scheme::SprayThemis {
+    let themis: Vec<Arc<SharedStats>> = if scheme == Scheme::SprayThemis {
         tors.iter()
             .map(|&t| {
                 let tor = ThemisTor::new(ThemisConfig {
@@ -297,8 +297,7 @@ pub(crate) fn run(setup: Setup, scheme: Scheme, loss: f64, seed: u64) -> Run {
         out.link_drops = a.dropped_loss + b.dropped_loss;
     }
     for s in themis {
-        out.themis
-            .accumulate(&s.lock().unwrap_or_else(|e| e.into_inner()));
+        out.themis.accumulate(&s.snapshot());
     }
     out
 }
