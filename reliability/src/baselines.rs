@@ -10,7 +10,9 @@
 //!   resending the oldest unacknowledged PSN each time it fires.
 //! - [`SprayedGoBackN`]: IBTA Go-Back-N over any path policy.
 
-use ferroce_stack::transport::recovery::{Delivery, Feedback, Recovery, Retransmit, SendWindow};
+use ferroce_stack::transport::recovery::{
+    Arrivals, Delivery, Feedback, LossReport, Recovery, Retransmit, SendWindow,
+};
 use ferroce_stack::wire::Psn;
 
 use crate::spray::Spray;
@@ -68,6 +70,20 @@ impl Recovery for RnicSr {
     }
     fn on_timeout(&mut self, window: SendWindow) -> Retransmit {
         Retransmit::Only(window.una, None)
+    }
+    fn on_response_arrival(
+        &mut self,
+        psn: Psn,
+        _udp_src_port: u16,
+        rx: &dyn Arrivals,
+        report: &mut LossReport,
+    ) {
+        // The requester treats a response gap as the responder treats a request gap: the
+        // expected PSN is asked for again the first time a later one arrives.
+        let epsn = rx.epsn();
+        if epsn.before(psn) && !rx.arrived(epsn) && !rx.reported(epsn) {
+            report.lost.push(epsn);
+        }
     }
 }
 

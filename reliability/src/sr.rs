@@ -24,8 +24,8 @@ use crate::spray::{Spray, SprayMode};
 pub struct SrConfig {
     /// Packets in flight before the sender waits (the TX window).
     pub window: u32,
-    /// Out-of-order degree (PSNs past the stuck expected one) beyond which the expected PSN
-    /// is declared lost without proof and its path avoided.
+    /// Out-of-order degree (packets that arrived past the stuck expected PSN) beyond which
+    /// the expected PSN is declared lost without proof and its path avoided.
     pub ooo_threshold: u32,
     /// Packets a path is avoided for after the receiver signals it.
     pub avoid_packets: u32,
@@ -46,8 +46,10 @@ impl Default for SrConfig {
 pub struct SelectiveRepeat {
     spray: Spray,
     config: SrConfig,
-    /// Receiver: the highest PSN that arrived on each path.
+    /// Responder: the highest request PSN that arrived on each path.
     path_max: Vec<Option<Psn>>,
+    /// Requester: the highest READ response PSN that arrived on each path.
+    response_path_max: Vec<Option<Psn>>,
 }
 
 impl SelectiveRepeat {
@@ -58,6 +60,7 @@ impl SelectiveRepeat {
             spray,
             config,
             path_max: vec![None; n],
+            response_path_max: vec![None; n],
         }
     }
 
@@ -99,39 +102,81 @@ impl Recovery for SelectiveRepeat {
         rx: &dyn Arrivals,
         report: &mut LossReport,
     ) {
-        let epsn = rx.epsn();
-        let n = self.spray.paths();
-        if self.spray.mode() == SprayMode::Psn && n > 1 {
-            let path = self.spray.path_of_port(udp_src_port);
-            let slot = &mut self.path_max[usize::from(path)];
-            let prev = *slot;
-            if prev.is_none_or(|p| p.before(psn)) {
-                *slot = Some(psn);
-                // Every PSN meant for this path, sent before `psn` and still missing, is
-                // lost: the path delivers in order.
-                let start = match prev {
-                    Some(p) if !p.before(epsn) => p.add(1),
-                    _ => epsn,
-                };
-                let span = psn.distance(start).max(0) as u32;
-                for i in 0..span {
-                    let m = start.add(i);
-                    if self.spray.designated(m) == path && !rx.arrived(m) && !rx.reported(m) {
-                        report.lost.push(m);
-                    }
-                }
-            }
-        }
-        let degree = psn.distance(epsn);
-        if degree > self.config.ooo_threshold as i32 && !rx.arrived(epsn) && !rx.reported(epsn) {
-            report.lost.push(epsn);
-            if self.spray.mode() == SprayMode::Psn && n > 1 {
-                report.avoid = Some(self.spray.designated(epsn) as u8);
-            }
-        }
+        detect(
+            &self.spray,
+            self.config,
+            &mut self.path_max,
+            (psn, udp_src_port),
+            rx,
+            report,
+        );
+    }
+
+    fn on_response_arrival(
+        &mut self,
+        psn: Psn,
+        udp_src_port: u16,
+        rx: &dyn Arrivals,
+        report: &mut LossReport,
+    ) {
+        detect(
+            &self.spray,
+            self.config,
+            &mut self.response_path_max,
+            (psn, udp_src_port),
+            rx,
+            report,
+        );
     }
 
     fn on_avoid_path(&mut self, path: u8) {
         self.spray.avoid(u16::from(path), self.config.avoid_packets);
+    }
+}
+
+/// Path-aware loss detection for one direction: `(psn, port)` arrived, `path_max` is that
+/// direction's highest PSN per path.
+fn detect(
+    spray: &Spray,
+    config: SrConfig,
+    path_max: &mut [Option<Psn>],
+    (psn, port): (Psn, u16),
+    rx: &dyn Arrivals,
+    report: &mut LossReport,
+) {
+    let epsn = rx.epsn();
+    let n = spray.paths();
+    let psn_sprayed = spray.mode() == SprayMode::Psn && n > 1;
+    if psn_sprayed {
+        let path = spray.path_of_port(port);
+        let slot = &mut path_max[usize::from(path)];
+        let prev = *slot;
+        if prev.is_none_or(|p| p.before(psn)) {
+            *slot = Some(psn);
+            // Every PSN meant for this path, sent before `psn` and still missing, is lost:
+            // the path delivers in order.
+            let start = match prev {
+                Some(p) if !p.before(epsn) => p.add(1),
+                _ => epsn,
+            };
+            let span = psn.distance(start).max(0) as u32;
+            for i in 0..span {
+                let m = start.add(i);
+                if spray.designated(m) == path && !rx.arrived(m) && !rx.reported(m) {
+                    report.lost.push(m);
+                }
+            }
+        }
+    }
+    // The PSN distance bounds the degree from above, so the count is taken only past it.
+    let stuck = !rx.arrived(epsn) && !rx.reported(epsn);
+    if stuck
+        && psn.distance(epsn) > config.ooo_threshold as i32
+        && rx.ahead(psn) > config.ooo_threshold
+    {
+        report.lost.push(epsn);
+        if psn_sprayed {
+            report.avoid = Some(spray.designated(epsn) as u8);
+        }
     }
 }

@@ -97,4 +97,9 @@ counters! {
     sacks_received,
     /// Requester (selective repeat): paths the responder asked to avoid.
     path_avoidances,
+    /// Requester (placement): READ responses and atomic ACKs placed ahead of the oldest
+    /// unacknowledged PSN.
+    ooo_responses_placed,
+    /// Requester (placement): responses the policy found lost and asked for again.
+    response_losses_detected,
 }

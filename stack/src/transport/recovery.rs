@@ -82,6 +82,15 @@ pub trait Arrivals {
     fn arrived(&self, psn: Psn) -> bool;
     /// True when `psn` was already reported lost.
     fn reported(&self, psn: Psn) -> bool;
+    /// How many packets after `epsn`, up to and including `psn`, arrived: the out-of-order
+    /// degree in packets. It is not the PSN distance, because a READ takes one PSN per
+    /// response packet but crosses the request direction as one packet.
+    fn ahead(&self, psn: Psn) -> u32 {
+        let n = psn.distance(self.epsn()).max(0) as u32;
+        (1..=n)
+            .filter(|&i| self.arrived(self.epsn().add(i)))
+            .count() as u32
+    }
 }
 
 /// What a policy decided on an arrival: PSNs to report lost, a path the requester should
@@ -141,6 +150,25 @@ pub trait Recovery: Send + fmt::Debug {
     /// UDP source port `udp_src_port`. Fills `report` with PSNs now known lost and a path to
     /// avoid. The default reports nothing: recovery then waits for the requester's timer.
     fn on_arrival(
+        &mut self,
+        psn: Psn,
+        udp_src_port: u16,
+        rx: &dyn Arrivals,
+        report: &mut LossReport,
+    ) {
+        let _ = (psn, udp_src_port, rx, report);
+    }
+
+    /// Requester, placement delivery: READ response (or atomic ACK) `psn` arrived (recorded
+    /// in `rx` already, whose `epsn` is the oldest unacknowledged PSN) from UDP source port
+    /// `udp_src_port`. The responder sprays READ responses over the paths as the requester
+    /// sprays requests, so the same reasoning finds their losses; PSNs put in `report.lost`
+    /// are asked for again, one each. The response direction has no channel back to the
+    /// responder's path choice, so `report.avoid` is ignored here. The default reports
+    /// nothing: a missing response then waits for the requester's timer. Keep this state
+    /// apart from [`on_arrival`](Self::on_arrival)'s: the two directions number their PSNs
+    /// independently.
+    fn on_response_arrival(
         &mut self,
         psn: Psn,
         udp_src_port: u16,

@@ -517,6 +517,10 @@ impl Qp {
                 if self.placing().is_some() {
                     self.req.sacked =
                         ring::PsnRing::with_capacity(self.recovery.window().min(1 << 16));
+                    self.req.responses = Some(Box::new(requester::Responses::new(
+                        self.recovery.window(),
+                        self.attr.sq_psn,
+                    )));
                 }
                 self.req.retries_left = self.attr.retry_cnt;
                 self.req.rnr_retries_left = self.attr.rnr_retry;

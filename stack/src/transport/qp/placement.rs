@@ -35,6 +35,8 @@ impl Qp {
         if d > 0 {
             self.counters.out_of_sequence += 1;
         }
+        // Whether the expected PSN moves past this packet only in the drain below.
+        let drained_itself = d == 0 && pkt.repr.bth.opcode.is_selective_repeat();
         if pkt.repr.bth.opcode.is_selective_repeat() {
             match self.place_write(pkt, mem) {
                 Ok(end) => {
@@ -74,8 +76,10 @@ impl Qp {
         }
         let before = self.resp.epsn;
         self.drain(mem);
-        if self.resp.epsn.distance(before) > 1 {
-            // A hole filled: tell the requester how far it now reaches.
+        if self.resp.epsn.distance(before) > i32::from(drained_itself) {
+            // A hole filled and the expected PSN moved over early arrivals: tell the
+            // requester how far it now reaches (a READ's responses, which acknowledge what
+            // came before it, say nothing of what came after).
             self.resp.ack_pending = true;
         }
         self.feedback(psn, d > 0, pkt.repr.udp_src_port);

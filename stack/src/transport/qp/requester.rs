@@ -11,6 +11,10 @@ use std::collections::VecDeque;
 
 use super::ring::PsnRing;
 use super::{Qp, SendWqe, WqeData};
+
+#[path = "responses.rs"]
+mod responses;
+
 use crate::transport::mr::{Access, MrTable};
 use crate::transport::recovery::{Retransmit, SendWindow};
 use crate::transport::sg;
@@ -22,6 +26,7 @@ use crate::wire::{
     AtomicEthRepr, DethRepr, ExtHeaders, IethRepr, ImmDtRepr, NakCode, Opcode, Position, Psn,
     RethRepr, RocePacket, SackEthRepr, Syndrome,
 };
+pub(crate) use responses::Responses;
 
 /// The requester asks for an ACK at least every this many packets of a long message (and on
 /// every message's last packet), so the window keeps moving without an ACK per packet.
@@ -62,6 +67,9 @@ pub(crate) struct Requester {
     highest_sacked: Option<Psn>,
     /// PSNs to resend one by one, before new data (selective repeat and its baselines).
     pub(crate) rtx: VecDeque<Psn>,
+    /// Placement delivery: READ responses and atomic ACKs that arrived ahead of `una`
+    /// (`None` for in-order delivery, where a response gap is an implied NAK).
+    pub(crate) responses: Option<Box<Responses>>,
 }
 
 impl Requester {
@@ -88,11 +96,15 @@ impl Requester {
             sack_floor: sq_psn,
             highest_sacked: None,
             rtx: VecDeque::new(),
+            responses: None,
         }
     }
 
     pub(crate) fn clear_in_flight(&mut self) {
         self.rtx.clear();
+        if let Some(r) = self.responses.as_mut() {
+            r.reset(self.nxt);
+        }
         self.sacked.clear_range(self.sack_floor, self.nxt);
         self.sack_floor = self.nxt;
         self.highest_sacked = None;
@@ -153,7 +165,12 @@ impl Requester {
     fn resendable(&self, psn: Psn) -> Option<(usize, u32)> {
         let (idx, pkt) = self.locate(psn)?;
         let op = self.sq[idx].op;
-        (psn == self.una || !self.sacked.get(psn) || op.is_read_or_atomic()).then_some((idx, pkt))
+        if op.is_read_or_atomic() {
+            // Its response, not its request, says whether it needs asking again.
+            return (!self.responses.as_ref().is_some_and(|r| r.arrived(psn)))
+                .then_some((idx, pkt));
+        }
+        (psn == self.una || !self.sacked.get(psn)).then_some((idx, pkt))
     }
 
     /// Queues `psn` to be resent alone, if it needs it.
@@ -196,7 +213,8 @@ impl Requester {
 
 /// What acknowledging up to a PSN found.
 enum Acked {
-    /// Done; `true` when `una` moved.
+    /// Done; `true` when the responder was seen to progress: `una` moved, or (placement)
+    /// acknowledgements reached further while responses before them are still on their way.
     Ok(bool),
     /// A READ or atomic before the acknowledged PSN has no response: its responses were
     /// lost (implied NAK, IBTA §9.7.5.1.5).
@@ -207,7 +225,9 @@ impl Qp {
     pub(crate) fn requester_may_send(&self) -> bool {
         matches!(self.state, QpState::Rts | QpState::Sqd)
             && self.req.rnr_until.is_none()
-            && (self.req.cur < self.req.sq.len() || !self.req.rtx.is_empty())
+            && (self.req.cur < self.req.sq.len()
+                || !self.req.rtx.is_empty()
+                || self.req.responses.as_ref().is_some_and(|r| r.has_rereads()))
     }
 
     /// Acts on a policy's decision of what to resend.
@@ -234,6 +254,18 @@ impl Qp {
                         }
                     }
                 }
+                // And every gap between the responses that did arrive: each starts a run
+                // asked for again up to the next arrival.
+                if let Some(r) = req.responses.as_ref() {
+                    for p in r.gap_starts(una) {
+                        let awaits_response = req
+                            .locate(p)
+                            .is_some_and(|(i, _)| req.sq[i].op.is_read_or_atomic());
+                        if awaits_response && !req.rtx.contains(&p) {
+                            req.rtx.push_back(p);
+                        }
+                    }
+                }
             }
         }
     }
@@ -246,16 +278,39 @@ impl Qp {
         mem: &'m MrTable,
         split_min: usize,
     ) -> Option<TxOut<'m>> {
-        while let Some(psn) = self.req.rtx.pop_front() {
+        loop {
+            // Single responses found lost go first: each is asked for alone.
+            let (psn, single) = match self.req.responses.as_mut().and_then(|r| r.next_reread()) {
+                Some(p) => (p, true),
+                None => match self.req.rtx.pop_front() {
+                    Some(p) => (p, false),
+                    None => return None,
+                },
+            };
             let Some((idx, pkt)) = self.req.resendable(psn) else {
                 continue;
             };
-            // READ responses come back in order: only the READ at `una` is worth asking
-            // again, for what is still missing.
-            if self.req.sq[idx].op == WrOpcode::Read && psn != self.req.una {
-                continue;
+            let mut read_pkts = u32::MAX;
+            if self.req.sq[idx].op == WrOpcode::Read {
+                match self.req.responses.as_ref() {
+                    // In-order responses: only the READ at `una` is worth asking again, for
+                    // everything from there on.
+                    None if psn != self.req.una => continue,
+                    None => {}
+                    Some(_) if single => read_pkts = 1,
+                    Some(r) => {
+                        // Up to the next response that arrived; queued PSNs inside the run
+                        // are covered by it.
+                        let left = self.req.sq[idx].npkts - pkt;
+                        read_pkts = r.missing_run(psn, left);
+                        let end = psn.add(read_pkts);
+                        self.req
+                            .rtx
+                            .retain(|p| !(p.distance(psn) > 0 && p.distance(end) < 0));
+                    }
+                }
             }
-            return match self.emit_request(idx, pkt, buf, mem, split_min) {
+            return match self.emit_request(idx, (pkt, read_pkts), buf, mem, split_min) {
                 Ok(n) => {
                     self.counters.retransmitted_packets += 1;
                     if self.req.retry_deadline.is_none() {
@@ -269,7 +324,6 @@ impl Qp {
                 }
             };
         }
-        None
     }
 
     /// The next request packet, if the window, credits and READ/atomic limits allow one.
@@ -283,7 +337,8 @@ impl Qp {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_until.is_some() {
             return None;
         }
-        if !self.req.rtx.is_empty() {
+        if !self.req.rtx.is_empty() || self.req.responses.as_ref().is_some_and(|r| r.has_rereads())
+        {
             if let Some(out) = self.retransmission(now, buf, mem, split_min) {
                 return Some(out);
             }
@@ -349,7 +404,7 @@ impl Qp {
             return None;
         }
         let (idx, pkt) = (req.cur, req.cur_pkt);
-        let n = match self.emit_request(idx, pkt, buf, mem, split_min) {
+        let n = match self.emit_request(idx, (pkt, u32::MAX), buf, mem, split_min) {
             Ok(n) => n,
             Err(status) => {
                 self.send_queue_error(idx, status);
@@ -389,11 +444,12 @@ impl Qp {
         Some(n)
     }
 
-    /// Writes packet `pkt` of `sq[idx]` into `buf`.
+    /// Writes packet `pkt` of `sq[idx]` into `buf`; a READ asks for at most `read_pkts`
+    /// response packets from there.
     fn emit_request<'m>(
         &mut self,
         idx: usize,
-        pkt: u32,
+        (pkt, read_pkts): (u32, u32),
         buf: &mut [u8],
         mem: &'m MrTable,
         split_min: usize,
@@ -469,10 +525,11 @@ impl Qp {
             }
             WrOpcode::Read => {
                 // A re-issued READ asks only for what is still missing (§9.7.5.1.5).
+                let left = w.len - off.min(w.len);
                 ext.reth = Some(RethRepr {
                     va: w.remote_addr.wrapping_add(u64::from(off)),
                     rkey: w.rkey,
-                    dma_len: w.len - off.min(w.len),
+                    dma_len: left.min(read_pkts.saturating_mul(mtu)),
                 });
                 plen = 0;
                 0x0c
@@ -582,15 +639,46 @@ impl Qp {
 
     /// Completes every SEND/WRITE whose PSNs all come before `limit`, and moves `una` up to
     /// `limit` inside a partly acknowledged one.
+    ///
+    /// With placement delivery a READ or atomic at the front instead completes once every one
+    /// of its responses arrived, however they were ordered, and the SEND/WRITEs after it up
+    /// to the highest `limit` seen then complete too: responses are sprayed, so an
+    /// acknowledgement overtaking them says nothing of their loss.
     fn ack_through(&mut self, now: u64, limit: Psn) -> Acked {
         let mut moved = false;
+        let mut progressed = false;
+        let limit = match self.req.responses.as_mut() {
+            Some(r) => {
+                let before = r.acknowledged(self.req.una);
+                let after = r.acknowledged(limit);
+                progressed = after != before;
+                after
+            }
+            None => limit,
+        };
         while self.req.assigned > 0 {
             let w = &self.req.sq[0];
             if w.op.is_read_or_atomic() {
-                if self.req.una.before(limit) {
-                    return Acked::ImpliedNak;
+                let Some(r) = self.req.responses.as_ref() else {
+                    if self.req.una.before(limit) {
+                        return Acked::ImpliedNak;
+                    }
+                    break;
+                };
+                let end = w.last_psn().add(1);
+                let una = r.arrived_through(self.req.una, end);
+                if una != self.req.una {
+                    self.req.una = una;
+                    moved = true;
                 }
-                break;
+                if una != end {
+                    break;
+                }
+                if let Some(w) = self.req.pop_front() {
+                    let len = if w.op.is_atomic() { 8 } else { w.len };
+                    self.push_send_completion(&w, WcStatus::Success, len);
+                }
+                continue;
             }
             let last = w.last_psn();
             if last.before(limit) {
@@ -610,12 +698,19 @@ impl Qp {
         }
         if moved {
             self.on_progress(now);
+        } else if progressed {
+            // Not our doing that nothing completed: a response is missing, which its own
+            // recovery handles. The retry budget is for a responder that stopped answering.
+            self.req.retries_left = self.attr.retry_cnt;
         }
-        Acked::Ok(moved)
+        Acked::Ok(moved || progressed)
     }
 
     fn on_progress(&mut self, now: u64) {
         let req = &mut self.req;
+        if let Some(r) = req.responses.as_mut() {
+            r.slide(req.una);
+        }
         if req.sacked.capacity() > 0 {
             let (floor, una) = (req.sack_floor, req.una);
             req.sacked.clear_range(floor, una);
@@ -682,7 +777,16 @@ impl Qp {
             self.counters.loss_reports_received += 1;
             self.span
                 .in_scope(|| tracing::debug!(psn = sack.lost.value(), "loss report"));
-            self.req.push_rtx(sack.lost);
+            // The responder cannot tell a READ's response PSNs from requests it never saw
+            // (it learns the READ's length only from the request): a report inside a READ
+            // is about responses, which the requester judges itself.
+            let inside_read = self
+                .req
+                .locate(sack.lost)
+                .is_some_and(|(i, pkt)| self.req.sq[i].op == WrOpcode::Read && pkt > 0);
+            if !inside_read {
+                self.req.push_rtx(sack.lost);
+            }
             if self.req.retry_deadline.is_none() {
                 self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t);
             }
@@ -803,6 +907,10 @@ impl Qp {
     }
 
     fn on_read_response(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &MrTable) {
+        if self.req.responses.is_some() {
+            self.place_read_response(now, pkt, mem);
+            return;
+        }
         let psn = pkt.repr.bth.psn;
         if !self.response_target(now, psn) {
             return;
@@ -854,6 +962,10 @@ impl Qp {
     }
 
     fn on_atomic_ack(&mut self, now: u64, psn: Psn, syndrome: u8, orig: u64, mem: &MrTable) {
+        if self.req.responses.is_some() {
+            self.place_atomic_ack(now, psn, syndrome, orig, mem);
+            return;
+        }
         if !self.response_target(now, psn) {
             return;
         }

@@ -110,6 +110,9 @@ impl Arrivals for View<'_> {
     fn reported(&self, psn: Psn) -> bool {
         psn.distance(self.epsn) >= 0 && self.ooo.reported.get(psn)
     }
+    fn ahead(&self, psn: Psn) -> u32 {
+        self.ooo.arrived.count(self.epsn.add(1), psn.add(1))
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -846,6 +849,13 @@ impl Qp {
                 };
                 let psn = reply.psn.add(sent / mtu);
                 let mut r = self.repr(opcode, psn, plen as usize);
+                if self.resp.ooo.is_some() {
+                    // The requester places responses in any order: they take the paths
+                    // requests take, and a response sent again takes another.
+                    r.udp_src_port =
+                        self.recovery
+                            .udp_src_port(self.udp_src_port, psn, reply.duplicate);
+                }
                 if opcode != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
                     r.ext.aeth = Some(aeth);
                 }

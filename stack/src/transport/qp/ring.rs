@@ -52,6 +52,10 @@ impl PsnRing {
         }
     }
 
+    pub(crate) fn clear_all(&mut self) {
+        self.words.fill(0);
+    }
+
     /// Clears `[from, to)`, at most one whole ring's worth.
     pub(crate) fn clear_range(&mut self, from: Psn, to: Psn) {
         let n = to.distance(from);
@@ -65,6 +69,42 @@ impl PsnRing {
         for i in 0..n as u32 {
             self.clear(from.add(i));
         }
+    }
+
+    /// How many PSNs of `[from, to)` are set, a word at a time.
+    pub(crate) fn count(&self, from: Psn, to: Psn) -> u32 {
+        let n = to.distance(from);
+        if n <= 0 || self.words.is_empty() {
+            return 0;
+        }
+        let cap = self.capacity();
+        if n as u32 >= cap {
+            return self.words.iter().map(|w| w.count_ones()).sum();
+        }
+        let start = from.value() & (cap - 1);
+        let end = start + n as u32;
+        if end <= cap {
+            self.count_bits(start, end)
+        } else {
+            self.count_bits(start, cap) + self.count_bits(0, end - cap)
+        }
+    }
+
+    /// Set bits at indices `[a, b)`, `a < b <= capacity`.
+    fn count_bits(&self, a: u32, b: u32) -> u32 {
+        let (first, last) = (a / 64, (b - 1) / 64);
+        (first..=last)
+            .map(|i| {
+                let mut w = self.words[i as usize];
+                if i == first {
+                    w &= !0u64 << (a % 64);
+                }
+                if i == last {
+                    w &= !0u64 >> (63 - (b - 1) % 64);
+                }
+                w.count_ones()
+            })
+            .sum()
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
@@ -92,5 +132,27 @@ mod tests {
         assert!(!r.get(base.add(100)));
         let empty = PsnRing::default();
         assert!(!empty.get(base));
+    }
+
+    #[test]
+    fn count_agrees_with_bit_by_bit_across_words_and_the_wrap() {
+        let mut r = PsnRing::with_capacity(256);
+        let base = Psn::new(0xff_ff80);
+        let mut rng = 0x1234_5678u64;
+        for i in 0..256 {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            if rng >> 62 == 0 {
+                r.set(base.add(i));
+            }
+        }
+        for from in [0u32, 1, 63, 64, 100, 200, 255] {
+            for len in [0u32, 1, 2, 63, 64, 65, 128, 200, 255, 256, 300] {
+                let (a, b) = (base.add(from), base.add(from + len));
+                let naive = (0..len.min(256)).filter(|&i| r.get(a.add(i))).count() as u32;
+                assert_eq!(r.count(a, b), naive, "from {from} len {len}");
+            }
+        }
     }
 }
