@@ -41,6 +41,9 @@ impl Recovery for Placing {
         }
         report.avoid = Some(psn.value() as u8);
     }
+    fn on_response_arrival(&mut self, psn: Psn, port: u16, rx: &dyn Arrivals, report: &mut LossReport) {
+        self.on_arrival(psn, port, rx, report);
+    }
 }
 use libfuzzer_sys::fuzz_target;
 

@@ -6,8 +6,8 @@
 
 use ferroce_stack::transport::loopback::connect;
 use ferroce_stack::transport::{
-    Access, Arrivals, Delivery, Feedback, LossReport, MrTable, Mtu, PdId, Qp, QpAttr, QpConfig,
-    QpType, Recovery, RecvWr, Retransmit, SendWindow, Sge,
+    Access, Arrivals, Delivery, Feedback, LossReport, MrTable, Mtu, Payload, PdId, Qp, QpAttr,
+    QpConfig, QpType, Recovery, RecvWr, Retransmit, SendWindow, SendWr, Sge, WrOpcode,
 };
 use ferroce_stack::wire::sample::{sample_repr, SampleAddr};
 use ferroce_stack::wire::{
@@ -48,6 +48,15 @@ impl Recovery for Eager {
         }
         report.avoid = Some((psn.value() & 3) as u8);
     }
+    fn on_response_arrival(
+        &mut self,
+        psn: Psn,
+        port: u16,
+        rx: &dyn Arrivals,
+        report: &mut LossReport,
+    ) {
+        self.on_arrival(psn, port, rx, report);
+    }
 }
 use proptest::prelude::*;
 
@@ -76,7 +85,8 @@ fn evil() -> impl Strategy<Value = Evil> {
         0u8..3,
         prop_oneof![0u32..(REGION as u32 + 64), any::<u32>()],
         any::<u8>(),
-        0usize..1100,
+        // Now and then exactly what a response to the outstanding READs carries.
+        prop_oneof![4 => 0usize..1100, 1 => Just(1024usize), 1 => Just(952usize), 1 => Just(500usize)],
         any::<bool>(),
     )
         .prop_map(
@@ -193,6 +203,25 @@ fn run_with(t: QpType, frames: &[Evil], feedback: Option<Feedback>) {
         .unwrap();
     }
     let mut out = vec![0u8; 9000];
+    if t == QpType::Rc {
+        // Outstanding READs and an atomic from PSN 0 on, so forged responses find something
+        // to land in: a 3-packet READ, a FETCH_ADD, a 1-packet READ.
+        let wrs = [
+            (WrOpcode::Read, 4096, 3000),
+            (WrOpcode::FetchAdd, 7168, 8),
+            (WrOpcode::Read, 7680, 500),
+        ];
+        for (i, &(op, at, len)) in wrs.iter().enumerate() {
+            let s = [Sge {
+                addr: at,
+                length: len,
+                lkey: keys.lkey,
+            }];
+            qp.post_send(&SendWr::new(100 + i as u64, op, Payload::Sges(&s)).remote(0, 0x99))
+                .unwrap();
+        }
+        while qp.poll_transmit(0, &mut out, &table).is_some() {}
+    }
     let mut now = 0;
     for e in frames {
         let Some(f) = frame(e, Qpn::new(7), keys.rkey, 1024) else {
