@@ -2,7 +2,8 @@
 # The full ferroce test suite, as CI runs it (.ci/run calls exactly this).
 #
 # On a fresh Debian 12 machine it first installs what it needs: Debian packages (libdpdk-dev,
-# libclang-dev and pkg-config for the DPDK driver's build, tshark for wire checks,
+# libclang-dev and pkg-config for the DPDK driver's build, libibverbs-dev for the drop-in
+# libibverbs' types, ibverbs-utils and perftest to run over it, tshark for wire checks,
 # python3-venv), scapy from PyPI into target/ci-venv, and cargo-fuzz from crates.io. Then:
 # format and lint, every test of the workspace, the wire cross-check against tshark and
 # scapy, a bounded fuzz run, the demo, a build of every benchmark, and the 2^24-PSN run
@@ -17,7 +18,7 @@ step() { printf '\n==> %s\n' "$*"; }
 
 step "system packages"
 need_pkgs=()
-for p in pkg-config libdpdk-dev libclang-dev tshark python3-venv python3-pip iproute2 iperf3 iputils-ping; do
+for p in pkg-config libdpdk-dev libclang-dev libibverbs-dev ibverbs-utils perftest tshark python3-venv python3-pip iproute2 iperf3 iputils-ping; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -60,6 +61,9 @@ cargo test -q -p ferroce-verbs --features dpdk --test dpdk 2>&1 | grep -E "test 
 cargo test -q -p ferroce-cli --features dpdk --test dpdk_netns -- --test-threads=1 2>&1 | grep -E "test result|panicked|FAILED|skipped"
 # EAL keeps a runtime directory per --file-prefix; the tests' prefixes all start ferroce-.
 rm -rf /var/run/dpdk/ferroce-* 2>/dev/null || true
+
+step "libibverbs drop-in: unmodified rdma-core programs over ferroce (two namespaces, veth)"
+scripts/ibverbs-test.sh
 
 step "wire cross-check with tshark and scapy"
 cargo build -q --release -p ferroce-cli
