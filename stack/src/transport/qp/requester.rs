@@ -929,26 +929,7 @@ impl Qp {
         }
         let idx = psn.distance(w.first_psn) as u32;
         let is_last = idx + 1 == w.npkts;
-        let off = idx * self.mtu;
-        let code = pkt.repr.bth.opcode.0 & 0x1f;
-        let fits = if is_last {
-            matches!(code, 0x0f | 0x10) && pkt.payload.len() as u32 == w.len - off.min(w.len)
-        } else {
-            matches!(code, 0x0d | 0x0e) && pkt.payload.len() as u32 == self.mtu
-        };
-        if !fits {
-            self.counters.rx_dropped += 1;
-            return;
-        }
-        let placed = match &w.data {
-            WqeData::Sges(s) => sg::scatter(mem, self.pd, s, u64::from(off), pkt.payload),
-            WqeData::Inline(_) => Err(sg::SgError::Length),
-        };
-        if let Some(a) = pkt.repr.ext.aeth {
-            self.take_credits(a.syndrome);
-        }
-        if placed.is_err() {
-            self.enter_error(Some((0, WcStatus::LocProtErr)));
+        if !self.land_read_response(0, idx, pkt, mem, false) {
             return;
         }
         self.req.una = psn.add(1);
@@ -959,6 +940,49 @@ impl Qp {
             }
         }
         self.on_progress(now);
+    }
+
+    /// Checks READ response `pkt` as packet `i` of `sq[idx]` and writes its payload there;
+    /// false when it was dropped or the QP failed. A re-issued READ starts its own
+    /// FIRST..LAST sequence, so with `any_position` only the READ's last packet has a fixed
+    /// opcode (LAST or ONLY); in order, every position is checked.
+    fn land_read_response(
+        &mut self,
+        idx: usize,
+        i: u32,
+        pkt: &RocePacket<'_>,
+        mem: &MrTable,
+        any_position: bool,
+    ) -> bool {
+        let w = &self.req.sq[idx];
+        let off = i * self.mtu;
+        let code = pkt.repr.bth.opcode.0 & 0x1f;
+        let fits = if i + 1 == w.npkts {
+            matches!(code, 0x0f | 0x10) && pkt.payload.len() as u32 == w.len - off.min(w.len)
+        } else {
+            let opcode_ok = if any_position {
+                (0x0d..=0x10).contains(&code)
+            } else {
+                matches!(code, 0x0d | 0x0e)
+            };
+            opcode_ok && pkt.payload.len() as u32 == self.mtu
+        };
+        if !fits {
+            self.counters.rx_dropped += 1;
+            return false;
+        }
+        let placed = match &w.data {
+            WqeData::Sges(s) => sg::scatter(mem, self.pd, s, u64::from(off), pkt.payload),
+            WqeData::Inline(_) => Err(sg::SgError::Length),
+        };
+        if let Some(a) = pkt.repr.ext.aeth {
+            self.take_credits(a.syndrome);
+        }
+        if placed.is_err() {
+            self.enter_error(Some((0, WcStatus::LocProtErr)));
+            return false;
+        }
+        true
     }
 
     fn on_atomic_ack(&mut self, now: u64, psn: Psn, syndrome: u8, orig: u64, mem: &MrTable) {

@@ -212,30 +212,7 @@ impl Qp {
         let Some((idx, i)) = self.response_slot(now, psn, true) else {
             return;
         };
-        let w = &self.req.sq[idx];
-        let off = i * self.mtu;
-        let last = i + 1 == w.npkts;
-        let code = pkt.repr.bth.opcode.0 & 0x1f;
-        // A re-issued READ starts its own FIRST..LAST sequence anywhere inside the original,
-        // so only the READ's last packet has a fixed position (LAST or ONLY).
-        let fits = if last {
-            matches!(code, 0x0f | 0x10) && pkt.payload.len() as u32 == w.len - off.min(w.len)
-        } else {
-            (0x0d..=0x10).contains(&code) && pkt.payload.len() as u32 == self.mtu
-        };
-        if !fits {
-            self.counters.rx_dropped += 1;
-            return;
-        }
-        let placed = match &w.data {
-            WqeData::Sges(s) => sg::scatter(mem, self.pd, s, u64::from(off), pkt.payload),
-            WqeData::Inline(_) => Err(sg::SgError::Length),
-        };
-        if let Some(a) = pkt.repr.ext.aeth {
-            self.take_credits(a.syndrome);
-        }
-        if placed.is_err() {
-            self.enter_error(Some((0, WcStatus::LocProtErr)));
+        if !self.land_read_response(idx, i, pkt, mem, true) {
             return;
         }
         self.response_arrived(now, psn, pkt.repr.udp_src_port);
