@@ -115,18 +115,8 @@ fn stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, messages: usize) -> Out
         "did not finish in 60 s of virtual time"
     );
 
+    check_send_completions(&w, &pairs, messages);
     let (a, b) = (&w.hosts[0], &w.hosts[1]);
-    for &(qa, _) in &pairs {
-        let done: Vec<_> = a
-            .completions
-            .iter()
-            .filter(|c| c.qp_num.value() == qa)
-            .collect();
-        assert_eq!(done.len(), messages, "QP {qa:#x}: one completion per WR");
-        for (k, c) in done.iter().enumerate() {
-            assert_eq!((c.wr_id, c.status), (k as u64, WcStatus::Success), "{c:?}");
-        }
-    }
     for &(qa, wr_id, src, at, len, recv) in &expect {
         assert_eq!(
             &b.bytes()[at..at + len],
@@ -155,11 +145,31 @@ fn stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, messages: usize) -> Out
             .collect();
         assert!(ids.windows(2).all(|p| p[0] < p[1]), "{ids:?}");
     }
+    outcome(&w)
+}
+
+/// Every send WR of host `a`'s QPs in `pairs` completed once, successfully, in posting order.
+fn check_send_completions(w: &SimWorld, pairs: &[(u32, u32)], messages: usize) {
+    for &(qa, _) in pairs {
+        let done: Vec<_> = w.hosts[0]
+            .completions
+            .iter()
+            .filter(|c| c.qp_num.value() == qa)
+            .collect();
+        assert_eq!(done.len(), messages, "QP {qa:#x}: one completion per WR");
+        for (k, c) in done.iter().enumerate() {
+            assert_eq!((c.wr_id, c.status), (k as u64, WcStatus::Success), "{c:?}");
+        }
+    }
+}
+
+/// Host `a`'s (requester) and host `b`'s (responder) counters, summed over their QPs.
+fn outcome(w: &SimWorld) -> Outcome {
     let (mut req, mut resp) = (Counters::default(), Counters::default());
-    for q in &a.qps {
+    for q in &w.hosts[0].qps {
         req.accumulate(q.counters());
     }
-    for q in &b.qps {
+    for q in &w.hosts[1].qps {
         resp.accumulate(q.counters());
     }
     Outcome { req, resp }
@@ -292,18 +302,8 @@ fn read_stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, messages: usize) -
         w.run(60_000_000_000),
         "did not finish in 60 s of virtual time"
     );
+    check_send_completions(&w, &pairs, messages);
     let (a, b) = (&w.hosts[0], &w.hosts[1]);
-    for &(qa, _) in &pairs {
-        let done: Vec<_> = a
-            .completions
-            .iter()
-            .filter(|c| c.qp_num.value() == qa)
-            .collect();
-        assert_eq!(done.len(), messages, "QP {qa:#x}: one completion per WR");
-        for (k, c) in done.iter().enumerate() {
-            assert_eq!((c.wr_id, c.status), (k as u64, WcStatus::Success), "{c:?}");
-        }
-    }
     for &(qa, wr_id, read, src, at, len) in &expect {
         let (from, to) = if read { (b, a) } else { (a, b) };
         assert_eq!(
@@ -312,14 +312,7 @@ fn read_stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, messages: usize) -
             "QP {qa:#x} WR {wr_id} (READ: {read}): bytes differ"
         );
     }
-    let (mut req, mut resp) = (Counters::default(), Counters::default());
-    for q in &a.qps {
-        req.accumulate(q.counters());
-    }
-    for q in &b.qps {
-        resp.accumulate(q.counters());
-    }
-    Outcome { req, resp }
+    outcome(&w)
 }
 
 #[test]

@@ -241,12 +241,12 @@ pub unsafe extern "C" fn ferroce_ibv_query_gid(
     let (Some(c), false) = (unsafe { context(ctx) }, gid.is_null()) else {
         return -1;
     };
-    let Ok(g) = c.verbs.query_gid(index.max(0) as u32) else {
-        return -1;
-    };
     if port != 1 || index < 0 {
         return -1;
     }
+    let Ok(g) = c.verbs.query_gid(index as u32) else {
+        return -1;
+    };
     // SAFETY: `gid` points to 16 writable bytes per the contract.
     unsafe { (*gid).raw = g.0 };
     0

@@ -120,6 +120,9 @@ impl Responses {
     /// How many PSNs from `psn` (at most `left`) are missing in a row: the run a re-issued
     /// READ asks for. Past the last arrival, that is all the rest.
     pub(crate) fn missing_run(&self, psn: Psn, left: u32) -> u32 {
+        if self.highest.is_none_or(|h| !psn.before(h)) {
+            return left;
+        }
         let mut n = 1;
         while n < left && !self.arrived(psn.add(n)) {
             n += 1;
