@@ -75,6 +75,7 @@ pub unsafe extern "C" fn ferroce_ibv_open_device(
         cmd_fd: eventfd(),
         async_fd: eventfd(),
         num_comp_vectors: 1,
+        ops: crate::ops::table(),
         ..Default::default()
     };
     // SAFETY: initializing a zeroed mutex in place before anyone can see it.

@@ -56,21 +56,12 @@ fn guid_of_mac(mac: [u8; 6]) -> u64 {
 /// The MAC of a Linux interface, from sysfs.
 fn iface_mac(iface: &str) -> Option<[u8; 6]> {
     let s = std::fs::read_to_string(format!("/sys/class/net/{iface}/address")).ok()?;
-    let mut mac = [0u8; 6];
-    let mut parts = s.trim().split(':');
-    for b in &mut mac {
-        *b = u8::from_str_radix(parts.next()?, 16).ok()?;
-    }
-    Some(mac)
+    crate::neigh::parse_mac(&s).map(|m| m.0)
 }
 
 impl Device {
     fn new(index: usize, spec: &str) -> Self {
-        let iface = spec.strip_prefix("afpacket:").or_else(|| {
-            spec.strip_prefix("tap:")
-                .map(|s| s.split('@').next().unwrap_or(s))
-        });
-        let guid = iface
+        let guid = crate::neigh::interface(spec)
             .and_then(iface_mac)
             .map_or(0x0200_00ff_fe00_0000 | index as u64, guid_of_mac);
         let mut ibv = ffi::ibv_device {

@@ -17,3 +17,9 @@ mod symver;
 
 pub mod context;
 pub mod device;
+pub mod misc;
+pub mod neigh;
+pub mod objects;
+pub mod ops;
+pub mod qp;
+pub mod shadow;

@@ -110,10 +110,21 @@ impl CqShared {
 }
 
 /// A completion channel: CQ ids whose notification fired, for a thread that waits.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct ChannelShared {
     events: Mutex<std::collections::VecDeque<u32>>,
     ready: Condvar,
+    /// Called after each event is queued (the libibverbs shim makes the channel's fd
+    /// readable with it).
+    pub(crate) notify: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for ChannelShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelShared")
+            .field("events", &self.events)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ChannelShared {
@@ -121,6 +132,10 @@ impl ChannelShared {
         let mut q = self.events.lock().unwrap_or_else(|e| e.into_inner());
         q.push_back(cq);
         self.ready.notify_all();
+        drop(q);
+        if let Some(f) = self.notify.get() {
+            f();
+        }
     }
 
     /// Waits up to `timeout` for a CQ event; returns the CQ's id.

@@ -397,13 +397,29 @@ impl ProtectionDomain {
         len: usize,
         access: Access,
     ) -> Result<MemoryRegion, VerbsError> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.reg_mr_iova(addr, len, addr as u64, access) }
+    }
+
+    /// `ibv_reg_mr_iova2`: as [`reg_mr`](Self::reg_mr), but peers and local gather lists
+    /// address the region as `iova .. iova + len`.
+    ///
+    /// # Safety
+    /// As [`reg_mr`](Self::reg_mr).
+    pub unsafe fn reg_mr_iova(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<MemoryRegion, VerbsError> {
         let mut e = self.ctx.dev.engine();
         // SAFETY: the caller's promise above, passed on.
-        let keys = unsafe { e.mem().register(self.id, addr, len, addr as u64, access) }?;
+        let keys = unsafe { e.mem().register(self.id, addr, len, iova, access) }?;
         Ok(MemoryRegion {
             ctx: self.ctx.clone(),
             pd: self.id,
-            addr: addr as u64,
+            addr: iova,
             len,
             lkey: keys.lkey,
             rkey: keys.rkey,
@@ -524,7 +540,8 @@ impl std::fmt::Debug for MemoryRegion {
 }
 
 impl MemoryRegion {
-    /// Start address (and iova).
+    /// Where the region starts in the address space peers and gather lists use: the
+    /// virtual address, unless it was registered with [`ProtectionDomain::reg_mr_iova`].
     pub fn addr(&self) -> u64 {
         self.addr
     }
@@ -620,6 +637,13 @@ impl CompletionChannel {
     pub fn get_event(&self, timeout: Duration) -> Option<u32> {
         let _ = &self.ctx;
         self.shared.wait(timeout)
+    }
+
+    /// Calls `f` after every event the channel receives, on the thread that completed the
+    /// work (the engine's): for a waiter that sleeps on something other than the channel,
+    /// such as a file descriptor. Set once; later calls return false and change nothing.
+    pub fn set_notify(&self, f: Box<dyn Fn() + Send + Sync>) -> bool {
+        self.shared.notify.set(f).is_ok()
     }
 }
 

@@ -1,0 +1,309 @@
+//! Queue pairs: create, modify, query, destroy. `ibv_qp_attr` and ferroce's `QpAttr` share
+//! the mask bits and the values of every enumeration, so translation is field by field; the
+//! address vector is the one exception (a GID in, a full path out: see
+//! [`path_of`](crate::objects::path_of)).
+
+use std::ffi::c_int;
+use std::net::IpAddr;
+
+use ferroce_stack::transport::{Access, AttrMask, Mtu, QpAttr, QpCaps, QpState, QpType};
+use ferroce_stack::wire::{Psn, Qpn};
+use ferroce_verbs::{Gid, QueuePair, VerbsError};
+
+use crate::device::set_errno;
+use crate::ffi;
+use crate::objects::{object, owner, path_of, Cq, Pd, Srq};
+
+/// The largest inline payload a QP offers (what `ibv_create_qp` grants at most).
+pub const MAX_INLINE: u32 = 1024;
+
+/// A queue pair.
+#[repr(C)]
+pub struct Qp {
+    pub(crate) ibv: ffi::ibv_qp,
+    pub(crate) qp: QueuePair,
+    pub(crate) caps: ffi::ibv_qp_cap,
+    pub(crate) sq_sig_all: bool,
+}
+
+fn qp_type(t: ffi::ibv_qp_type) -> Option<QpType> {
+    Some(match t {
+        ffi::IBV_QPT_RC => QpType::Rc,
+        ffi::IBV_QPT_UC => QpType::Uc,
+        ffi::IBV_QPT_UD => QpType::Ud,
+        _ => return None,
+    })
+}
+
+fn state(s: ffi::ibv_qp_state) -> Option<QpState> {
+    QpState::ALL.get(s as usize).copied()
+}
+
+fn state_code(s: QpState) -> ffi::ibv_qp_state {
+    QpState::ALL.iter().position(|&x| x == s).unwrap_or(0) as ffi::ibv_qp_state
+}
+
+fn mtu(m: ffi::ibv_mtu) -> Option<Mtu> {
+    Some(match m {
+        1 => Mtu::Mtu256,
+        2 => Mtu::Mtu512,
+        3 => Mtu::Mtu1024,
+        4 => Mtu::Mtu2048,
+        5 => Mtu::Mtu4096,
+        _ => return None,
+    })
+}
+
+/// `ibv_create_qp`: the capabilities are written back with what was granted.
+///
+/// # Safety
+/// `pd` is a live PD; `init` points to a `struct ibv_qp_init_attr` whose CQs (and SRQ) are
+/// live objects of the same context.
+#[no_mangle]
+pub unsafe extern "C" fn ferroce_ibv_create_qp(
+    pd: *mut ffi::ibv_pd,
+    init: *mut ffi::ibv_qp_init_attr,
+) -> *mut ffi::ibv_qp {
+    // SAFETY: per the contract.
+    let (Some(p), Some(a)) = (unsafe { object::<Pd, _>(pd) }, unsafe { init.as_mut() }) else {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    // SAFETY: per the contract, null or live.
+    let (scq, rcq, srq) = unsafe {
+        (
+            object::<Cq, _>(a.send_cq),
+            object::<Cq, _>(a.recv_cq),
+            object::<Srq, _>(a.srq),
+        )
+    };
+    let (Some(scq), Some(rcq), Some(t)) = (scq, rcq, qp_type(a.qp_type)) else {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    // SAFETY: PDs are made with a live context.
+    let c = unsafe { owner(p.ibv.context) };
+    let dev = c.verbs.query_device();
+    let cap = &mut a.cap;
+    if cap.max_send_wr > dev.max_qp_wr
+        || cap.max_recv_wr > dev.max_qp_wr
+        || cap.max_send_sge > dev.max_sge
+        || cap.max_recv_sge > dev.max_sge
+        || cap.max_inline_data > MAX_INLINE
+    {
+        set_errno(libc::ENOMEM);
+        return std::ptr::null_mut();
+    }
+    // Grant at least one of everything (a queue of zero is still a queue to post to, as on
+    // mlx5), and the inline size the program asked for.
+    cap.max_send_wr = cap.max_send_wr.max(1);
+    cap.max_send_sge = cap.max_send_sge.max(1);
+    if srq.is_none() {
+        cap.max_recv_wr = cap.max_recv_wr.max(1);
+        cap.max_recv_sge = cap.max_recv_sge.max(1);
+    }
+    let caps = QpCaps {
+        max_send_wr: cap.max_send_wr,
+        max_recv_wr: cap.max_recv_wr,
+        max_send_sge: cap.max_send_sge,
+        max_recv_sge: cap.max_recv_sge,
+        max_inline_data: cap.max_inline_data,
+        sq_sig_all: a.sq_sig_all != 0,
+    };
+    let made = match srq {
+        Some(s) => p.pd.create_qp_with_srq(t, caps, &scq.cq, &rcq.cq, &s.srq),
+        None => p.pd.create_qp(t, caps, &scq.cq, &rcq.cq),
+    };
+    let qp = match made {
+        Ok(q) => q,
+        Err(e) => {
+            eprintln!("ferroce: ibv_create_qp: {e}");
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
+    };
+    let mut ibv = ffi::ibv_qp {
+        context: p.ibv.context,
+        qp_context: a.qp_context,
+        pd,
+        send_cq: a.send_cq,
+        recv_cq: a.recv_cq,
+        srq: a.srq,
+        qp_num: qp.qpn().value(),
+        state: ffi::IBV_QPS_RESET,
+        qp_type: a.qp_type,
+        ..Default::default()
+    };
+    // SAFETY: fresh, unshared storage.
+    unsafe {
+        libc::pthread_mutex_init(
+            &mut ibv.mutex as *mut _ as *mut libc::pthread_mutex_t,
+            std::ptr::null(),
+        );
+        libc::pthread_cond_init(
+            &mut ibv.cond as *mut _ as *mut libc::pthread_cond_t,
+            std::ptr::null(),
+        );
+    }
+    Box::into_raw(Box::new(Qp {
+        ibv,
+        qp,
+        caps: *cap,
+        sq_sig_all: a.sq_sig_all != 0,
+    })) as *mut ffi::ibv_qp
+}
+symver!(ferroce_ibv_create_qp => "ibv_create_qp" @ "IBVERBS_1.1");
+
+/// `ibv_destroy_qp`.
+///
+/// # Safety
+/// `qp` came from `ibv_create_qp` and is not used again.
+#[no_mangle]
+pub unsafe extern "C" fn ferroce_ibv_destroy_qp(qp: *mut ffi::ibv_qp) -> c_int {
+    if qp.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: per the contract, a `Qp` from `Box::into_raw`, destroyed once.
+    drop(unsafe { Box::from_raw(qp as *mut Qp) });
+    0
+}
+symver!(ferroce_ibv_destroy_qp => "ibv_destroy_qp" @ "IBVERBS_1.1");
+
+/// The ferroce attributes of an `ibv_qp_attr` for the bits of `mask`. Err holds the errno.
+fn to_attr(q: &Qp, a: &ffi::ibv_qp_attr, mask: AttrMask) -> Result<QpAttr, c_int> {
+    let mut out = QpAttr::default();
+    if mask.contains(AttrMask::STATE) {
+        out.qp_state = state(a.qp_state).ok_or(libc::EINVAL)?;
+    }
+    if mask.contains(AttrMask::PATH_MTU) {
+        out.path_mtu = mtu(a.path_mtu).ok_or(libc::EINVAL)?;
+    }
+    if mask.contains(AttrMask::PORT) && a.port_num != 1 {
+        return Err(libc::EINVAL);
+    }
+    if mask.contains(AttrMask::AV) {
+        // SAFETY: QPs are made with a live context.
+        let c = unsafe { owner(q.ibv.context) };
+        out.ah_attr = path_of(c, &a.ah_attr)?;
+    }
+    out.qp_access_flags = Access(a.qp_access_flags & 0xf);
+    out.pkey_index = a.pkey_index;
+    out.qkey = a.qkey;
+    out.timeout = a.timeout;
+    out.retry_cnt = a.retry_cnt;
+    out.rnr_retry = a.rnr_retry;
+    out.rq_psn = Psn::new(a.rq_psn & 0xff_ffff);
+    out.sq_psn = Psn::new(a.sq_psn & 0xff_ffff);
+    out.max_rd_atomic = a.max_rd_atomic;
+    out.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    out.min_rnr_timer = a.min_rnr_timer;
+    out.dest_qp_num = Qpn::new(a.dest_qp_num & 0xff_ffff);
+    Ok(out)
+}
+
+/// `ibv_modify_qp`: the spec's transition rules, as ferroce's QP enforces them; a refusal
+/// says why on stderr (libibverbs only returns EINVAL, which leaves a user guessing).
+///
+/// # Safety
+/// `qp` is a live QP; `attr` points to a `struct ibv_qp_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ferroce_ibv_modify_qp(
+    qp: *mut ffi::ibv_qp,
+    attr: *mut ffi::ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
+    // SAFETY: per the contract.
+    let (Some(q), Some(a)) = (unsafe { object::<Qp, _>(qp) }, unsafe { attr.as_ref() }) else {
+        return libc::EINVAL;
+    };
+    let mask = AttrMask(mask as u32);
+    let attr = match to_attr(q, a, mask) {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
+    match q.qp.modify(&attr, mask) {
+        Ok(()) => {
+            if mask.contains(AttrMask::STATE) {
+                // SAFETY: the program's own QP header; libibverbs updates it the same way.
+                unsafe { (*qp).state = a.qp_state };
+            }
+            0
+        }
+        Err(VerbsError::Modify(e)) => {
+            eprintln!("ferroce: ibv_modify_qp on QP {:#x}: {e}", q.ibv.qp_num);
+            libc::EINVAL
+        }
+        Err(e) => {
+            eprintln!("ferroce: ibv_modify_qp on QP {:#x}: {e}", q.ibv.qp_num);
+            libc::EINVAL
+        }
+    }
+}
+symver!(ferroce_ibv_modify_qp => "ibv_modify_qp" @ "IBVERBS_1.1");
+
+/// `ibv_query_qp`: every attribute, whatever the mask (as providers do).
+///
+/// # Safety
+/// `qp` is a live QP; `attr` and `init` point to their structures.
+#[no_mangle]
+pub unsafe extern "C" fn ferroce_ibv_query_qp(
+    qp: *mut ffi::ibv_qp,
+    attr: *mut ffi::ibv_qp_attr,
+    _mask: c_int,
+    init: *mut ffi::ibv_qp_init_attr,
+) -> c_int {
+    // SAFETY: per the contract.
+    let (Some(q), false, false) = (
+        unsafe { object::<Qp, _>(qp) },
+        attr.is_null(),
+        init.is_null(),
+    ) else {
+        return libc::EINVAL;
+    };
+    let Ok(x) = q.qp.query() else {
+        return libc::EINVAL;
+    };
+    let mut out = ffi::ibv_qp_attr {
+        qp_state: state_code(x.qp_state),
+        cur_qp_state: state_code(x.qp_state),
+        path_mtu: x.path_mtu as ffi::ibv_mtu,
+        qkey: x.qkey,
+        rq_psn: x.rq_psn.value(),
+        sq_psn: x.sq_psn.value(),
+        dest_qp_num: x.dest_qp_num.value(),
+        qp_access_flags: x.qp_access_flags.0,
+        cap: q.caps,
+        pkey_index: x.pkey_index,
+        max_rd_atomic: x.max_rd_atomic,
+        max_dest_rd_atomic: x.max_dest_rd_atomic,
+        min_rnr_timer: x.min_rnr_timer,
+        port_num: 1,
+        timeout: x.timeout,
+        retry_cnt: x.retry_cnt,
+        rnr_retry: x.rnr_retry,
+        ..Default::default()
+    };
+    let av = x.ah_attr;
+    if !matches!(av.dst, IpAddr::V4(a) if a.is_unspecified()) {
+        out.ah_attr.is_global = 1;
+        out.ah_attr.port_num = 1;
+        out.ah_attr.grh.dgid.raw = Gid::from_ip(av.dst).0;
+        out.ah_attr.grh.hop_limit = av.hop_limit;
+        out.ah_attr.grh.traffic_class = av.traffic_class;
+        out.ah_attr.grh.flow_label = av.flow_label;
+    }
+    // SAFETY: per the contract, both point to whole structures.
+    unsafe {
+        attr.write(out);
+        let i = &mut *init;
+        i.qp_context = q.ibv.qp_context;
+        i.send_cq = q.ibv.send_cq;
+        i.recv_cq = q.ibv.recv_cq;
+        i.srq = q.ibv.srq;
+        i.cap = q.caps;
+        i.qp_type = q.ibv.qp_type;
+        i.sq_sig_all = c_int::from(q.sq_sig_all);
+    }
+    0
+}
+symver!(ferroce_ibv_query_qp => "ibv_query_qp" @ "IBVERBS_1.1");
