@@ -1,35 +1,64 @@
 #!/usr/bin/env bash
-# Unmodified rdma-core programs over ferroce's libibverbs.so.1 (issue 7): builds the library,
-# puts it alone in target/ibverbs/, creates two namespaces joined by a veth pair and runs the
-# programs there with LD_LIBRARY_PATH pointing at it and FERROCE_DEVICES naming the veth end.
-# Every check fails the script. Root only; needs ibverbs-utils (the test command installs it).
+# Unmodified rdma-core and perftest programs over ferroce's libibverbs.so.1 (issue 7): builds
+# the library, puts it in target/ibverbs/ with links named after the libraries perftest also
+# loads (libmlx5, libefa, librdmacm: see ibverbs/src/shadow.rs), creates two namespaces
+# joined by a veth pair and runs each program as a server in one and a client in the other,
+# with LD_LIBRARY_PATH pointing at the library and FERROCE_DEVICES naming the veth end.
+# Every program must exit 0 on both sides; any failure fails the script (and CI). Prints
+# perftest's figures beside `ferroce perf` on the same pair at the end.
+# Root only; needs ibverbs-utils, perftest and tshark (the test command installs them).
 #   scripts/ibverbs-test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build -q --release -p ferroce-ibverbs
+cargo build -q --release -p ferroce-ibverbs -p ferroce-cli
 lib=$PWD/target/ibverbs
 mkdir -p "$lib"
 cp target/release/libibverbs.so "$lib/libibverbs.so.1"
+for n in libmlx5.so.1 libefa.so.1 librdmacm.so.1; do ln -sf libibverbs.so.1 "$lib/$n"; done
+ferroce=$PWD/target/release/ferroce
 
 p=fribv
-trap 'scripts/netns-pair.sh down $p' EXIT
+logs=$(mktemp -d)
+trap 'scripts/netns-pair.sh down $p; rm -rf "$logs"' EXIT
 scripts/netns-pair.sh down $p
 scripts/netns-pair.sh up $p >/dev/null
 fail() { echo "FAIL: $*" >&2; exit 1; }
-# run NS DEVICE PROGRAM ARGS...: PROGRAM in namespace NS over ferroce device DEVICE.
+# run NS PROGRAM ARGS...: PROGRAM in namespace NS ("a" or "b") over that side's veth end.
 run() {
-  local ns=$1 dev=$2
-  shift 2
-  ip netns exec "$p-$ns" env LD_LIBRARY_PATH="$lib" FERROCE_DEVICES="$dev" "$@"
+  local ns=$1
+  shift
+  ip netns exec "$p-$ns" env LD_LIBRARY_PATH="$lib" FERROCE_DEVICES="afpacket:$p-v$ns" "$@"
+}
+# pair NAME PROGRAM ARGS...: PROGRAM ARGS as the server in a, then as the client in b
+# connecting to it; both must exit 0. Their output is kept as $logs/NAME.{server,client}.
+pair() {
+  local name=$1
+  shift
+  run a timeout 120 "$@" >"$logs/$name.server" 2>&1 &
+  local spid=$!
+  # The client starts once the server listens on perftest's / rdma-core's port.
+  for _ in $(seq 200); do
+    ip netns exec $p-a ss -ltn | grep -q ':18515 ' && break
+    sleep 0.05
+  done
+  local c=0 s=0
+  run b timeout 120 "$@" 192.168.77.1 >"$logs/$name.client" 2>&1 || c=$?
+  wait $spid || s=$?
+  if [ $c -ne 0 ] || [ $s -ne 0 ]; then
+    echo "--- $name server (exit $s)"; cat "$logs/$name.server"
+    echo "--- $name client (exit $c)"; cat "$logs/$name.client"
+    fail "$* (server exit $s, client exit $c)"
+  fi
+  echo "ok: $*"
 }
 
 echo "== ibv_devices"
-out=$(run a afpacket:$p-va ibv_devices)
+out=$(run a ibv_devices)
 echo "$out"
 grep -Eq '^\s+ferroce0\s+[0-9a-f]{16}$' <<<"$out" || fail "ibv_devices does not list ferroce0"
 
 echo "== ibv_devinfo -v"
-out=$(run a afpacket:$p-va ibv_devinfo -v)
+out=$(run a ibv_devinfo -v)
 grep -q 'fw_ver:.*ferroce' <<<"$out" || fail "ibv_devinfo did not load ferroce's library"
 grep -q 'state:.*PORT_ACTIVE' <<<"$out" || fail "port not active"
 grep -q 'link_layer:.*Ethernet' <<<"$out" || fail "link layer not Ethernet"
@@ -38,9 +67,98 @@ grep -q 'GID\[  0\]:.*::ffff:192.168.77.1, RoCE v2' <<<"$out" || fail "GID 0 is 
 echo "$out" | grep -E 'hca_id|fw_ver|state|link_layer|active_mtu|GID'
 
 echo "== a device that does not exist"
-if run a afpacket:nosuchif ibv_devinfo >/dev/null 2>/tmp/ferroce-ibv-err; then
+if ip netns exec $p-a env LD_LIBRARY_PATH="$lib" FERROCE_DEVICES=afpacket:nosuchif \
+  ibv_devinfo >/dev/null 2>"$logs/err"; then
   fail "ibv_devinfo opened a missing interface"
 fi
-grep -q "no network interface named 'nosuchif'" /tmp/ferroce-ibv-err || fail "no clear message: $(cat /tmp/ferroce-ibv-err)"
-echo "ok: $(head -1 /tmp/ferroce-ibv-err)"
+grep -q "no network interface named 'nosuchif'" "$logs/err" || fail "no clear message: $(cat "$logs/err")"
+echo "ok: $(head -1 "$logs/err")"
+
+echo "== rdma-core's pingpong examples, data validated (-c)"
+pair rc ibv_rc_pingpong -g 0 -c -n 1000
+pair rc-events ibv_rc_pingpong -g 0 -c -e -n 1000
+pair uc ibv_uc_pingpong -g 0 -c -n 1000
+pair ud ibv_ud_pingpong -g 0 -c -n 1000
+pair srq ibv_srq_pingpong -g 0 -c -n 1000
+for t in rc uc ud srq; do
+  grep -q '1000 iters in' "$logs/$t.client" || fail "ibv_${t}_pingpong did not report its iterations"
+done
+
+echo "== perftest, with a capture of the first run on the wire"
+# Captured where the WRITEs arrive: the kernel's capture taps do not see what a packet
+# socket sends with PACKET_QDISC_BYPASS, as ferroce's AF_PACKET driver does.
+ip netns exec $p-a dumpcap -q -P -i $p-va -f 'udp port 4791' -w "$logs/write.pcap" >/dev/null 2>&1 &
+cap=$!
+for _ in $(seq 100); do [ -s "$logs/write.pcap" ] && break; sleep 0.05; done
+pair write-capture ib_write_bw -s 8192 -n 200
+sleep 0.3
+kill -INT $cap 2>/dev/null || true
+wait $cap || true
+summary=$("$ferroce" decode --json "$logs/write.pcap" | tail -1)
+echo "ferroce decode: $summary"
+python3 - "$summary" <<'EOF' || fail "the capture does not decode cleanly"
+import json, sys
+s = json.loads(sys.argv[1])
+assert s["rejected"] == 0, s
+assert s["decoded"] >= 200, s
+EOF
+"$ferroce" decode "$logs/write.pcap" | grep -q '"opcode_name":"RC_RDMA_WRITE_FIRST' || fail "no RDMA WRITE in the capture"
+n=$(tshark -r "$logs/write.pcap" -Y 'infiniband.bth.opcode' 2>/dev/null | wc -l)
+[ "$n" -ge 200 ] || fail "tshark reads $n RoCE frames in the capture"
+echo "ok: tshark reads $n RoCE frames"
+
+for bw in ib_write_bw ib_read_bw ib_send_bw; do
+  pair "$bw" $bw
+  pair "$bw-all" $bw -a -n 100
+  pair "$bw-q4" $bw -q 4
+  pair "$bw-D2" $bw -D 2
+done
+for lat in ib_write_lat ib_send_lat ib_read_lat; do
+  pair "$lat" $lat -n 1000
+done
+pair ib_atomic_bw ib_atomic_bw
+
+echo "== ferroce perf on the same pair"
+ferroce_perf() {
+  local name=$1
+  shift
+  ip netns exec $p-a "$ferroce" perf "$@" --device afpacket:$p-va --server --json >"$logs/$name.fs" 2>&1 &
+  local spid=$!
+  sleep 0.3
+  ip netns exec $p-b "$ferroce" perf "$@" --device afpacket:$p-vb --connect 192.168.77.1 --json \
+    >"$logs/$name.fc" 2>"$logs/$name.fe" || { cat "$logs/$name.fe"; fail "ferroce perf $*"; }
+  wait $spid || fail "ferroce perf $* (server)"
+}
+for v in write read send; do
+  ferroce_perf "$v-bw" "$v" bw --size 65536 --iters 5000
+  ferroce_perf "$v-lat" "$v" lat --size 2 --iters 1000
+done
+
+echo "== figures (same veth pair, same run)"
+python3 - "$logs" <<'EOF'
+import json, os, sys
+logs = sys.argv[1]
+def perftest(name, lat):
+    lines = open(os.path.join(logs, name + ".client")).read().splitlines()
+    for i, l in enumerate(lines):
+        if l.strip().startswith("#bytes"):
+            f = lines[i + 1].split()
+            # bw: bytes iters peak avg(MB/s) msgrate; lat: bytes iters min max typical avg stdev p99 p99.9
+            return (float(f[3]) * 8 / 1000) if not lat else (float(f[2]), float(f[4]), float(f[7]))
+def ferroce(name):
+    return json.load(open(os.path.join(logs, name + ".fc")))
+print(f"{'operation':<8}{'perftest BW (Gb/s)':>20}{'ferroce perf BW (Gb/s)':>24}")
+for v in ("write", "read", "send"):
+    f = ferroce(v + "-bw")
+    assert f["verified"], f
+    print(f"{v:<8}{perftest('ib_' + v + '_bw', False):>20.2f}{f['bw_avg_gbps']:>24.2f}")
+print(f"{'operation':<8}{'perftest lat min/typ/p99 (us)':>32}{'ferroce perf lat min/p50/p99 (us)':>36}")
+for v in ("write", "send", "read"):
+    mn, typ, p99 = perftest("ib_" + v + "_lat", True)
+    f = ferroce(v + "-lat")
+    assert f["verified"], f
+    a = f"{mn:.1f}/{typ:.1f}/{p99:.1f}"
+    b = f"{f['lat_min_us']:.1f}/{f['lat_p50_us']:.1f}/{f['lat_p99_us']:.1f}"
+    print(f"{v:<8}{a:>32}{b:>36}")
+EOF
 echo "libibverbs drop-in: all checks passed"

@@ -298,6 +298,8 @@ pub struct Engine<P> {
     /// Payloads of at least this many bytes are sent in place (the port's
     /// `tx_split_min`; `usize::MAX` when it copies).
     split_min: usize,
+    /// Completions between a QP and its CQs (reused; see `settle`).
+    done: Vec<WorkCompletion>,
 }
 
 impl<P: Port> Engine<P> {
@@ -320,6 +322,7 @@ impl<P: Port> Engine<P> {
             idle_turns: 0,
             now,
             split_min,
+            done: Vec::new(),
         }
     }
 
@@ -402,7 +405,7 @@ impl<P: Port> Engine<P> {
     pub(crate) fn with_qp<T>(&mut self, qpn: u32, f: impl FnOnce(&mut Qp) -> T) -> Option<T> {
         let slot = self.qps.get_mut(&qpn)?;
         let out = f(&mut slot.qp);
-        Self::settle(slot, &mut self.wheel);
+        Self::settle(slot, &mut self.wheel, &mut self.done);
         if !slot.active {
             slot.active = true;
             self.active.push(qpn);
@@ -442,7 +445,7 @@ impl<P: Port> Engine<P> {
             .iter()
             .enumerate()
             .try_for_each(|(i, wr)| post(&mut slot.qp, wr).map_err(|e| (i, e)));
-        Self::settle(slot, &mut self.wheel);
+        Self::settle(slot, &mut self.wheel, &mut self.done);
         if !slot.active {
             slot.active = true;
             self.active.push(qpn);
@@ -477,17 +480,28 @@ impl<P: Port> Engine<P> {
             slot.shared.rung.store(false, Ordering::Release);
             while let Some(op) = slot.shared.inbox.pop() {
                 work += 1;
+                // A WR moves from "posted" to "outstanding" without the sum dipping, so a
+                // poster on another thread never sees room that is not there.
+                let sh = &slot.shared;
                 let r = match &op {
                     Op::Send(s) => {
-                        slot.shared.sq_posted.fetch_sub(1, Ordering::AcqRel);
-                        slot.qp.post_send(&s.as_wr())
+                        let r = slot.qp.post_send(&s.as_wr());
+                        if r.is_ok() {
+                            sh.sq_outstanding.fetch_add(1, Ordering::AcqRel);
+                        }
+                        sh.sq_posted.fetch_sub(1, Ordering::AcqRel);
+                        r
                     }
                     Op::Recv(id, sges) => {
-                        slot.shared.rq_posted.fetch_sub(1, Ordering::AcqRel);
-                        slot.qp.post_recv(&RecvWr {
+                        let r = slot.qp.post_recv(&RecvWr {
                             wr_id: *id,
                             sg_list: sges,
-                        })
+                        });
+                        if r.is_ok() {
+                            sh.rq_outstanding.fetch_add(1, Ordering::AcqRel);
+                        }
+                        sh.rq_posted.fetch_sub(1, Ordering::AcqRel);
+                        r
                     }
                 };
                 if let Err(e) = r {
@@ -598,7 +612,7 @@ impl<P: Port> Engine<P> {
                 }
                 work += 1;
             }
-            Self::settle(slot, &mut self.wheel);
+            Self::settle(slot, &mut self.wheel, &mut self.done);
         }
         self.active = active;
         self.active.clear();
@@ -612,14 +626,12 @@ impl<P: Port> Engine<P> {
     }
 
     /// Moves a QP's completions to its CQs, publishes its state and queue depths, and keeps
-    /// its wheel entry in step with its deadline.
-    fn settle(slot: &mut Slot, wheel: &mut TimerWheel) {
+    /// its wheel entry in step with its deadline. The depths are published before the
+    /// completions: a thread that sees a send complete and posts the next at once (a queue
+    /// of one, as ibv_rc_pingpong has) must find its slot free.
+    fn settle(slot: &mut Slot, wheel: &mut TimerWheel, done: &mut Vec<WorkCompletion>) {
         while let Some(wc) = slot.qp.poll_completion() {
-            if wc.opcode.is_recv() {
-                slot.recv_cq.push(wc);
-            } else {
-                slot.send_cq.push(wc);
-            }
+            done.push(wc);
         }
         let sh = &slot.shared;
         sh.state
@@ -628,6 +640,13 @@ impl<P: Port> Engine<P> {
             .store(slot.qp.send_queue_len() as u32, Ordering::Release);
         sh.rq_outstanding
             .store(slot.qp.recv_queue_len() as u32, Ordering::Release);
+        for wc in done.drain(..) {
+            if wc.opcode.is_recv() {
+                slot.recv_cq.push(wc);
+            } else {
+                slot.send_cq.push(wc);
+            }
+        }
         let deadline = slot.qp.poll_timeout();
         if let Some(d) = deadline {
             if slot.armed.is_none_or(|a| d < a) {

@@ -261,6 +261,47 @@ fn engine_threads_on_a_pipe_with_a_completion_channel() {
         .all(|(i, c)| c.wr_id == i as u64 && c.imm_data == i as u32));
 }
 
+/// A send queue of one WR, as ibv_rc_pingpong has: the moment a send's completion is
+/// visible the next post must find room. (The engine once pushed completions before it
+/// published the freed slot, so a thread woken by the completion saw a full queue.)
+#[test]
+fn a_completed_send_frees_its_slot_before_the_completion_is_seen() {
+    let (ca, cb) = pipe_pair(4200);
+    let a = end(&ca, 1 << 16, QpType::Rc);
+    let b = end(&cb, 1 << 16, QpType::Rc);
+    let caps = QpCaps {
+        max_send_wr: 1,
+        max_recv_wr: 1,
+        ..QpCaps::default()
+    };
+    let qp = a._pd.create_qp(QpType::Rc, caps, &a.cq, &a.cq).unwrap();
+    let a = End { qp, ..a };
+    wire(&a, &b);
+    ca.start_engine_thread().unwrap();
+    cb.start_engine_thread().unwrap();
+    let s = [a.mr.sge(0, 64)];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for i in 0..2000u64 {
+        let wr =
+            SendWr::new(i, WrOpcode::Write, Payload::Sges(&s)).remote(b.mr.addr(), b.mr.rkey());
+        if let Err(e) = a.qp.post_send(&[wr]) {
+            ca.stop_engine_thread();
+            cb.stop_engine_thread();
+            panic!("post {i} right after the previous completion: {e}");
+        }
+        let wc = loop {
+            if let Some(wc) = a.cq.poll_one() {
+                break wc;
+            }
+            assert!(Instant::now() < deadline, "write {i} never completed");
+            std::hint::spin_loop();
+        };
+        assert_eq!((wc.wr_id, wc.status), (i, WcStatus::Success));
+    }
+    ca.stop_engine_thread();
+    cb.stop_engine_thread();
+}
+
 #[test]
 fn two_qps_share_one_receive_queue_under_loss() {
     let model = LinkModel {
