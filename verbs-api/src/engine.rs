@@ -221,12 +221,12 @@ pub struct QpShared {
     pub(crate) inbox: SegQueue<Op>,
     /// The QP's state as of the engine's last turn (or the last modify).
     pub(crate) state: AtomicU8,
-    /// Send and receive WRs outstanding in the engine as of its last turn.
-    pub(crate) sq_outstanding: AtomicU32,
-    pub(crate) rq_outstanding: AtomicU32,
-    /// Posts since the engine last drained the inbox.
-    pub(crate) sq_posted: AtomicU32,
-    pub(crate) rq_posted: AtomicU32,
+    /// Slots in use in the send and receive queues: WRs reserved by a poster (on their way
+    /// through the inbox) plus WRs in the QP. One counter per queue, reserved with a
+    /// compare-and-swap before a WR is queued and released by the engine when the QP lets
+    /// the WR go, so no poster ever sees a queue fuller or emptier than it is.
+    pub(crate) sq_used: AtomicU32,
+    pub(crate) rq_used: AtomicU32,
     /// Receives come from a shared receive queue.
     pub(crate) has_srq: bool,
     rung: AtomicBool,
@@ -240,13 +240,19 @@ impl QpShared {
             caps,
             inbox: SegQueue::new(),
             state: AtomicU8::new(state_code(QpState::Reset)),
-            sq_outstanding: AtomicU32::new(0),
-            rq_outstanding: AtomicU32::new(0),
-            sq_posted: AtomicU32::new(0),
-            rq_posted: AtomicU32::new(0),
+            sq_used: AtomicU32::new(0),
+            rq_used: AtomicU32::new(0),
             has_srq: false,
             rung: AtomicBool::new(false),
         }
+    }
+
+    /// Reserves a slot in a queue of `max` whose use `used` counts; false when it is full.
+    pub(crate) fn reserve(used: &AtomicU32, max: u32) -> bool {
+        used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+            (u < max).then_some(u + 1)
+        })
+        .is_ok()
     }
 
     pub(crate) fn state(&self) -> QpState {
@@ -274,6 +280,10 @@ struct Slot {
     /// The deadline the wheel holds for this QP.
     armed: Option<u64>,
     active: bool,
+    /// The QP's send and receive queue lengths as of the last settle plus the WRs added
+    /// since: what `settle` compares with the QP's to release slots.
+    sq_known: u32,
+    rq_known: u32,
 }
 
 /// The engine of one device over port `P`.
@@ -393,6 +403,8 @@ impl<P: Port> Engine<P> {
                 recv_cq,
                 armed: None,
                 active: false,
+                sq_known: 0,
+                rq_known: 0,
             },
         );
     }
@@ -420,7 +432,7 @@ impl<P: Port> Engine<P> {
         qpn: u32,
         wrs: &[SendWr<'_>],
     ) -> Result<(), (usize, PostError)> {
-        self.post_each(qpn, wrs, Qp::post_send)
+        self.post_each(qpn, wrs, true, Qp::post_send)
     }
 
     /// [`post_sends`](Self::post_sends) for receive WRs.
@@ -429,22 +441,45 @@ impl<P: Port> Engine<P> {
         qpn: u32,
         wrs: &[RecvWr<'_>],
     ) -> Result<(), (usize, PostError)> {
-        self.post_each(qpn, wrs, Qp::post_recv)
+        self.post_each(qpn, wrs, false, Qp::post_recv)
     }
 
     fn post_each<W>(
         &mut self,
         qpn: u32,
         wrs: &[W],
+        send: bool,
         post: impl Fn(&mut Qp, &W) -> Result<(), PostError>,
     ) -> Result<(), (usize, PostError)> {
         let Some(slot) = self.qps.get_mut(&qpn) else {
             return Err((0, PostError::InvalidState(QpState::Reset)));
         };
-        let r = wrs
-            .iter()
-            .enumerate()
-            .try_for_each(|(i, wr)| post(&mut slot.qp, wr).map_err(|e| (i, e)));
+        let sh = slot.shared.clone();
+        let (used, max) = if send {
+            (&sh.sq_used, sh.caps.max_send_wr)
+        } else {
+            (&sh.rq_used, sh.caps.max_recv_wr)
+        };
+        let r = wrs.iter().enumerate().try_for_each(|(i, wr)| {
+            // Reserve as a poster through the inbox does, so the two paths share one count.
+            if !QpShared::reserve(used, max) {
+                return Err((i, PostError::QueueFull(max)));
+            }
+            match post(&mut slot.qp, wr) {
+                Ok(()) => {
+                    *(if send {
+                        &mut slot.sq_known
+                    } else {
+                        &mut slot.rq_known
+                    }) += 1;
+                    Ok(())
+                }
+                Err(e) => {
+                    used.fetch_sub(1, Ordering::AcqRel);
+                    Err((i, e))
+                }
+            }
+        });
         Self::settle(slot, &mut self.wheel, &mut self.done);
         if !slot.active {
             slot.active = true;
@@ -480,16 +515,16 @@ impl<P: Port> Engine<P> {
             slot.shared.rung.store(false, Ordering::Release);
             while let Some(op) = slot.shared.inbox.pop() {
                 work += 1;
-                // A WR moves from "posted" to "outstanding" without the sum dipping, so a
-                // poster on another thread never sees room that is not there.
+                // The poster reserved the WR's slot; it stays in use while the QP holds the
+                // WR, and is released here only if the QP refuses it.
                 let sh = &slot.shared;
                 let r = match &op {
                     Op::Send(s) => {
                         let r = slot.qp.post_send(&s.as_wr());
-                        if r.is_ok() {
-                            sh.sq_outstanding.fetch_add(1, Ordering::AcqRel);
+                        match r {
+                            Ok(()) => slot.sq_known += 1,
+                            Err(_) => _ = sh.sq_used.fetch_sub(1, Ordering::AcqRel),
                         }
-                        sh.sq_posted.fetch_sub(1, Ordering::AcqRel);
                         r
                     }
                     Op::Recv(id, sges) => {
@@ -497,10 +532,10 @@ impl<P: Port> Engine<P> {
                             wr_id: *id,
                             sg_list: sges,
                         });
-                        if r.is_ok() {
-                            sh.rq_outstanding.fetch_add(1, Ordering::AcqRel);
+                        match r {
+                            Ok(()) => slot.rq_known += 1,
+                            Err(_) => _ = sh.rq_used.fetch_sub(1, Ordering::AcqRel),
                         }
-                        sh.rq_posted.fetch_sub(1, Ordering::AcqRel);
                         r
                     }
                 };
@@ -636,10 +671,16 @@ impl<P: Port> Engine<P> {
         let sh = &slot.shared;
         sh.state
             .store(state_code(slot.qp.state()), Ordering::Release);
-        sh.sq_outstanding
-            .store(slot.qp.send_queue_len() as u32, Ordering::Release);
-        sh.rq_outstanding
-            .store(slot.qp.recv_queue_len() as u32, Ordering::Release);
+        // Release the slots of the WRs the QP let go since the last settle.
+        let (sq, rq) = (
+            slot.qp.send_queue_len() as u32,
+            slot.qp.recv_queue_len() as u32,
+        );
+        sh.sq_used
+            .fetch_sub(slot.sq_known.saturating_sub(sq), Ordering::AcqRel);
+        sh.rq_used
+            .fetch_sub(slot.rq_known.saturating_sub(rq), Ordering::AcqRel);
+        (slot.sq_known, slot.rq_known) = (sq, rq);
         for wc in done.drain(..) {
             if wc.opcode.is_recv() {
                 slot.recv_cq.push(wc);

@@ -841,13 +841,10 @@ impl QueuePair {
                 QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
                 s => return Err(fail(PostError::InvalidState(s))),
             }
-            let outstanding =
-                sh.sq_outstanding.load(Ordering::Acquire) + sh.sq_posted.load(Ordering::Acquire);
-            if outstanding >= sh.caps.max_send_wr {
+            check_send(sh, wr).map_err(fail)?;
+            if !QpShared::reserve(&sh.sq_used, sh.caps.max_send_wr) {
                 return Err(fail(PostError::QueueFull(sh.caps.max_send_wr)));
             }
-            check_send(sh, wr).map_err(fail)?;
-            sh.sq_posted.fetch_add(1, Ordering::AcqRel);
             sh.submit(Op::Send(OwnedSend::from_wr(wr)), &self.ctx.dev.doorbells);
         }
         Ok(())
@@ -880,12 +877,9 @@ impl QueuePair {
                     max: sh.caps.max_recv_sge,
                 }));
             }
-            let outstanding =
-                sh.rq_outstanding.load(Ordering::Acquire) + sh.rq_posted.load(Ordering::Acquire);
-            if outstanding >= sh.caps.max_recv_wr {
+            if !QpShared::reserve(&sh.rq_used, sh.caps.max_recv_wr) {
                 return Err(fail(PostError::QueueFull(sh.caps.max_recv_wr)));
             }
-            sh.rq_posted.fetch_add(1, Ordering::AcqRel);
             sh.submit(
                 Op::Recv(wr.wr_id, SmallVec::from_slice(wr.sg_list)),
                 &self.ctx.dev.doorbells,
