@@ -102,7 +102,8 @@ s = json.loads(sys.argv[1])
 assert s["rejected"] == 0, s
 assert s["decoded"] >= 200, s
 EOF
-"$ferroce" decode "$logs/write.pcap" | grep -q '"opcode_name":"RC_RDMA_WRITE_FIRST' || fail "no RDMA WRITE in the capture"
+"$ferroce" decode "$logs/write.pcap" >"$logs/write.jsonl"
+grep -q '"opcode_name":"RC_RDMA_WRITE_FIRST' "$logs/write.jsonl" || fail "no RDMA WRITE in the capture"
 n=$(tshark -r "$logs/write.pcap" -Y 'infiniband.bth.opcode' 2>/dev/null | wc -l)
 [ "$n" -ge 200 ] || fail "tshark reads $n RoCE frames in the capture"
 echo "ok: tshark reads $n RoCE frames"
