@@ -3,7 +3,9 @@
 //! does this library for a device on a Linux interface (`afpacket:IFACE`, `tap:NAME`): the
 //! out-of-band TCP exchange the program just made over the same interface has usually filled
 //! the entry already. When it has not, a datagram to the discard port makes the kernel
-//! resolve it, and the table is read again for a few seconds.
+//! resolve it, and the table is read again for a few seconds. A port no kernel serves (a
+//! DPDK port) has no such table: `FERROCE_NEIGH` gives its neighbours instead, as
+//! `IP=MAC` pairs separated by `;` (it is consulted first for every device).
 
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -44,6 +46,24 @@ fn lookup_arp(table: &str, ip: Ipv4Addr, iface: &str) -> Option<MacAddr> {
             .then(|| parse_mac(f[3]))
             .flatten()
     })
+}
+
+/// The environment variable with static neighbour entries.
+pub const NEIGH_ENV: &str = "FERROCE_NEIGH";
+
+/// The entry for `ip` in a `FERROCE_NEIGH` value (`IP=MAC;IP=MAC...`).
+pub fn lookup_static(entries: &str, ip: IpAddr) -> Option<MacAddr> {
+    entries.split(';').find_map(|e| {
+        let (a, m) = e.trim().split_once('=')?;
+        (a.trim().parse::<IpAddr>().ok()? == ip)
+            .then(|| parse_mac(m))
+            .flatten()
+    })
+}
+
+/// The MAC of `ip` from `FERROCE_NEIGH`, if it names it.
+pub fn configured(ip: IpAddr) -> Option<MacAddr> {
+    lookup_static(&std::env::var(NEIGH_ENV).ok()?, ip)
 }
 
 /// The MAC of `ip` as `iface`'s neighbour, resolving it through the kernel when the table
@@ -102,5 +122,11 @@ IP address       HW type     Flags       HW address            Mask     Device
         assert_eq!(parse_mac("02:aa:bb:cc:dd:ee:ff"), None);
         assert_eq!(interface("tap:fr0@10.0.0.2"), Some("fr0"));
         assert_eq!(interface("dpdk:-l 1"), None);
+        let conf = "10.0.0.2=02:00:00:00:00:02; 10.0.0.3 = 02:00:00:00:00:03;bad";
+        assert_eq!(
+            lookup_static(conf, "10.0.0.3".parse().unwrap()),
+            Some(MacAddr([2, 0, 0, 0, 0, 3]))
+        );
+        assert_eq!(lookup_static(conf, "10.0.0.4".parse().unwrap()), None);
     }
 }

@@ -523,11 +523,13 @@ pub(crate) fn path_of(c: &Context, a: &ffi::ibv_ah_attr) -> Result<AddressVector
     let mac = if own {
         Some(c.verbs.mac())
     } else {
-        crate::neigh::interface(&c.dev.spec).and_then(|i| crate::neigh::resolve(i, ip))
+        crate::neigh::configured(ip).or_else(|| {
+            crate::neigh::interface(&c.dev.spec).and_then(|i| crate::neigh::resolve(i, ip))
+        })
     };
     let Some(mac) = mac else {
         eprintln!(
-            "ferroce: cannot find the MAC address of {ip} on {}",
+            "ferroce: cannot find the MAC address of {ip} on {} (give it as FERROCE_NEIGH={ip}=MAC)",
             c.dev.spec
         );
         return Err(libc::EHOSTUNREACH);
