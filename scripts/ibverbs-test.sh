@@ -6,7 +6,8 @@
 # with LD_LIBRARY_PATH pointing at the library and FERROCE_DEVICES naming the veth end.
 # Every program must exit 0 on both sides; any failure fails the script (and CI). Prints
 # perftest's figures beside `ferroce perf` on the same pair at the end.
-# Root only; needs ibverbs-utils, perftest and tshark (the test command installs them).
+# Root only; needs ibverbs-utils, perftest, tshark and a C compiler (the test command installs
+# the packages; a Rust toolchain brings cc).
 #   scripts/ibverbs-test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -84,6 +85,17 @@ for t in rc uc ud srq; do
   grep -q '1000 iters in' "$logs/$t.client" || fail "ibv_${t}_pingpong did not report its iterations"
 done
 
+echo "== SEND_WITH_IMM and WRITE_WITH_IMM (ibverbs/tests/imm.c, built against rdma-core's header)"
+cc -O2 -Wall -Wextra -Werror -o "$logs/imm" ibverbs/tests/imm.c -libverbs
+run a timeout 60 "$logs/imm" >"$logs/imm.server" 2>&1 &
+ipid=$!
+ic=0
+run b timeout 60 "$logs/imm" 192.168.77.1 >"$logs/imm.client" 2>&1 || ic=$?
+is=0
+wait $ipid || is=$?
+cat "$logs/imm.server" "$logs/imm.client"
+[ $ic -eq 0 ] && [ $is -eq 0 ] || fail "imm: receiver exit $is, sender exit $ic"
+
 echo "== perftest, with a capture of the first run on the wire"
 # Captured where the WRITEs arrive: the kernel's capture taps do not see what a packet
 # socket sends with PACKET_QDISC_BYPASS, as ferroce's AF_PACKET driver does.
@@ -118,6 +130,14 @@ for lat in ib_write_lat ib_send_lat ib_read_lat; do
   pair "$lat" $lat -n 1000
 done
 pair ib_atomic_bw ib_atomic_bw
+pair ib_atomic_bw-cas ib_atomic_bw -A CMP_AND_SWAP
+pair ib_atomic_lat ib_atomic_lat
+# The other transports through perftest.
+pair uc-write ib_write_bw -c UC
+pair uc-send ib_send_bw -c UC
+pair uc-lat ib_write_lat -c UC
+pair ud-send ib_send_bw -c UD
+pair ud-lat ib_send_lat -c UD
 
 echo "== ferroce perf on the same pair"
 ferroce_perf() {

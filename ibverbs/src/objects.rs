@@ -35,8 +35,20 @@ unsafe fn destroy<T, H>(p: *mut H) -> Option<Box<T>> {
     (!p.is_null()).then(|| unsafe { Box::from_raw(p as *mut T) })
 }
 
+/// A destroy verb: frees the object, 0; EINVAL for a null pointer.
+///
+/// # Safety
+/// As [`destroy`].
+pub(crate) unsafe fn free<T, H>(p: *mut H) -> c_int {
+    // SAFETY: per the contract.
+    match unsafe { destroy::<T, H>(p) } {
+        Some(_) => 0,
+        None => libc::EINVAL,
+    }
+}
+
 /// Hands an object to the program as a pointer to its header.
-fn publish<T, H>(obj: T) -> *mut H {
+pub(crate) fn publish<T, H>(obj: T) -> *mut H {
     Box::into_raw(Box::new(obj)) as *mut H
 }
 
@@ -45,7 +57,7 @@ fn publish<T, H>(obj: T) -> *mut H {
 ///
 /// # Safety
 /// Both point to zeroed, unshared storage of their types.
-unsafe fn init_sync(mutex: *mut ffi::pthread_mutex_t, cond: *mut ffi::pthread_cond_t) {
+pub(crate) unsafe fn init_sync(mutex: *mut ffi::pthread_mutex_t, cond: *mut ffi::pthread_cond_t) {
     // SAFETY: per the contract.
     unsafe {
         libc::pthread_mutex_init(mutex as *mut libc::pthread_mutex_t, std::ptr::null());
@@ -97,10 +109,7 @@ symver!(ferroce_ibv_alloc_pd => "ibv_alloc_pd" @ "IBVERBS_1.1");
 #[no_mangle]
 pub unsafe extern "C" fn ferroce_ibv_dealloc_pd(pd: *mut ffi::ibv_pd) -> c_int {
     // SAFETY: per the contract.
-    match unsafe { destroy::<Pd, _>(pd) } {
-        Some(_) => 0,
-        None => libc::EINVAL,
-    }
+    unsafe { free::<Pd, _>(pd) }
 }
 symver!(ferroce_ibv_dealloc_pd => "ibv_dealloc_pd" @ "IBVERBS_1.1");
 
@@ -215,10 +224,7 @@ symver!(ferroce_ibv_reg_mr_iova => "ibv_reg_mr_iova" @ "IBVERBS_1.7");
 #[no_mangle]
 pub unsafe extern "C" fn ferroce_ibv_dereg_mr(mr: *mut ffi::ibv_mr) -> c_int {
     // SAFETY: per the contract.
-    match unsafe { destroy::<Mr, _>(mr) } {
-        Some(_) => 0,
-        None => libc::EINVAL,
-    }
+    unsafe { free::<Mr, _>(mr) }
 }
 symver!(ferroce_ibv_dereg_mr => "ibv_dereg_mr" @ "IBVERBS_1.1");
 
@@ -490,10 +496,7 @@ symver!(ferroce_ibv_create_srq => "ibv_create_srq" @ "IBVERBS_1.1");
 #[no_mangle]
 pub unsafe extern "C" fn ferroce_ibv_destroy_srq(srq: *mut ffi::ibv_srq) -> c_int {
     // SAFETY: per the contract.
-    match unsafe { destroy::<Srq, _>(srq) } {
-        Some(_) => 0,
-        None => libc::EINVAL,
-    }
+    unsafe { free::<Srq, _>(srq) }
 }
 symver!(ferroce_ibv_destroy_srq => "ibv_destroy_srq" @ "IBVERBS_1.1");
 
@@ -624,9 +627,6 @@ symver!(ferroce_ibv_create_ah_from_wc => "ibv_create_ah_from_wc" @ "IBVERBS_1.1"
 #[no_mangle]
 pub unsafe extern "C" fn ferroce_ibv_destroy_ah(ah: *mut ffi::ibv_ah) -> c_int {
     // SAFETY: per the contract.
-    match unsafe { destroy::<Ah, _>(ah) } {
-        Some(_) => 0,
-        None => libc::EINVAL,
-    }
+    unsafe { free::<Ah, _>(ah) }
 }
 symver!(ferroce_ibv_destroy_ah => "ibv_destroy_ah" @ "IBVERBS_1.1");

@@ -12,7 +12,7 @@ use ferroce_verbs::{Gid, QueuePair, VerbsError};
 
 use crate::device::set_errno;
 use crate::ffi;
-use crate::objects::{object, owner, path_of, Cq, Pd, Srq};
+use crate::objects::{free, init_sync, object, owner, path_of, publish, Cq, Pd, Srq};
 
 /// The largest inline payload a QP offers (what `ibv_create_qp` grants at most).
 pub const MAX_INLINE: u32 = 1024;
@@ -135,22 +135,13 @@ pub unsafe extern "C" fn ferroce_ibv_create_qp(
         ..Default::default()
     };
     // SAFETY: fresh, unshared storage.
-    unsafe {
-        libc::pthread_mutex_init(
-            &mut ibv.mutex as *mut _ as *mut libc::pthread_mutex_t,
-            std::ptr::null(),
-        );
-        libc::pthread_cond_init(
-            &mut ibv.cond as *mut _ as *mut libc::pthread_cond_t,
-            std::ptr::null(),
-        );
-    }
-    Box::into_raw(Box::new(Qp {
+    unsafe { init_sync(&mut ibv.mutex, &mut ibv.cond) };
+    publish(Qp {
         ibv,
         qp,
         caps: *cap,
         sq_sig_all: a.sq_sig_all != 0,
-    })) as *mut ffi::ibv_qp
+    })
 }
 symver!(ferroce_ibv_create_qp => "ibv_create_qp" @ "IBVERBS_1.1");
 
@@ -160,12 +151,8 @@ symver!(ferroce_ibv_create_qp => "ibv_create_qp" @ "IBVERBS_1.1");
 /// `qp` came from `ibv_create_qp` and is not used again.
 #[no_mangle]
 pub unsafe extern "C" fn ferroce_ibv_destroy_qp(qp: *mut ffi::ibv_qp) -> c_int {
-    if qp.is_null() {
-        return libc::EINVAL;
-    }
-    // SAFETY: per the contract, a `Qp` from `Box::into_raw`, destroyed once.
-    drop(unsafe { Box::from_raw(qp as *mut Qp) });
-    0
+    // SAFETY: per the contract.
+    unsafe { free::<Qp, _>(qp) }
 }
 symver!(ferroce_ibv_destroy_qp => "ibv_destroy_qp" @ "IBVERBS_1.1");
 
