@@ -72,10 +72,12 @@ unsafe fn post_one(q: &Qp, w: &ffi::ibv_send_wr) -> Result<(), c_int> {
     // SAFETY: per the contract.
     let n = unsafe { sges(w.sg_list, w.num_sge, &mut list) }.ok_or(libc::EINVAL)?;
     let flags = w.send_flags;
-    let mut inline = [0u8; MAX_INLINE as usize];
+    // Only an inline WR pays for (and zeroes) the copy buffer.
+    let mut inline;
     let payload = if flags & ffi::IBV_SEND_INLINE != 0 && !op.is_read_or_atomic() {
         // Inline data is read from the program's memory now, keys unchecked, as a NIC
         // copies it into the WQE.
+        inline = [0u8; MAX_INLINE as usize];
         let mut len = 0usize;
         for s in &list[..n] {
             let l = s.length as usize;

@@ -454,31 +454,28 @@ impl<P: Port> Engine<P> {
         let Some(slot) = self.qps.get_mut(&qpn) else {
             return Err((0, PostError::InvalidState(QpState::Reset)));
         };
-        let sh = slot.shared.clone();
-        let (used, max) = if send {
-            (&sh.sq_used, sh.caps.max_send_wr)
+        // Borrowed apart: the QP mutably, its shared half and one queue's count beside it.
+        let Slot {
+            qp,
+            shared,
+            sq_known,
+            rq_known,
+            ..
+        } = &mut *slot;
+        let (used, max, known) = if send {
+            (&shared.sq_used, shared.caps.max_send_wr, sq_known)
         } else {
-            (&sh.rq_used, sh.caps.max_recv_wr)
+            (&shared.rq_used, shared.caps.max_recv_wr, rq_known)
         };
         let r = wrs.iter().enumerate().try_for_each(|(i, wr)| {
             // Reserve as a poster through the inbox does, so the two paths share one count.
             if !QpShared::reserve(used, max) {
                 return Err((i, PostError::QueueFull(max)));
             }
-            match post(&mut slot.qp, wr) {
-                Ok(()) => {
-                    *(if send {
-                        &mut slot.sq_known
-                    } else {
-                        &mut slot.rq_known
-                    }) += 1;
-                    Ok(())
-                }
-                Err(e) => {
-                    used.fetch_sub(1, Ordering::AcqRel);
-                    Err((i, e))
-                }
-            }
+            post(qp, wr).map(|()| *known += 1).map_err(|e| {
+                used.fetch_sub(1, Ordering::AcqRel);
+                (i, e)
+            })
         });
         Self::settle(slot, &mut self.wheel, &mut self.done);
         if !slot.active {
