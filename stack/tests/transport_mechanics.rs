@@ -487,3 +487,34 @@ fn split_frames_are_the_same_bytes_as_whole_ones() {
 fn bytemuck_bytes(words: &[u64]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_ne_bytes()).collect()
 }
+
+#[test]
+fn ipv4_identification_is_the_psn_s_low_sixteen_bits() {
+    // Consecutive packets of a QP carry consecutive identifications, across the 16-bit wrap,
+    // so a run of them is what UDP segmentation offload cuts from one datagram (and a
+    // retransmission repeats its original's). ACKs follow the PSN they acknowledge.
+    let mut attr = default_attr();
+    attr.sq_psn = Psn::new(0x1_fffe);
+    let mut r = rig(attr);
+    r.lo.a.post_send(&write(&r, 1, 0, 4096)).unwrap();
+    let f = frames_from_a(&mut r);
+    assert_eq!(f.len(), 4);
+    for (i, frame) in f.iter().enumerate() {
+        let p = RoceRepr::parse(frame, Checks::ALL).unwrap();
+        let ferroce_stack::wire::IpRepr::V4(ip) = p.repr.ip else {
+            panic!("IPv4 expected")
+        };
+        let psn = 0x1_fffe + i as u32;
+        assert_eq!(p.repr.bth.psn, Psn::new(psn));
+        assert_eq!(ip.ident, psn as u16, "packet {i}");
+    }
+    for frame in &f {
+        to_b(&mut r, frame);
+    }
+    let acks = frames_from_b(&mut r);
+    let p = RoceRepr::parse(acks.last().unwrap(), Checks::ALL).unwrap();
+    let ferroce_stack::wire::IpRepr::V4(ip) = p.repr.ip else {
+        panic!("IPv4 expected")
+    };
+    assert_eq!(ip.ident, p.repr.bth.psn.value() as u16);
+}

@@ -111,8 +111,9 @@ pub fn pipe_pair(eth_mtu: usize) -> (Context, Context) {
     )
 }
 
-/// Opens a device from its specification: `afpacket:IFACE` (a Linux interface through an
-/// AF_PACKET socket) or `tap:NAME[@IP]` (the far end of a TAP interface, with ferroce's own
+/// Opens a device from its specification: `afpacket:IFACE [gso]` (a Linux interface through
+/// an AF_PACKET socket; `gso` sends runs of data packets as one segmented datagram, see
+/// [`AfPacketOptions`](ferroce_drivers::afpacket::AfPacketOptions)) or `tap:NAME[@IP]` (the far end of a TAP interface, with ferroce's own
 /// address on it); both need root. `sim` devices come in pairs from [`SimNet::pair`].
 pub fn open_device(spec: &str) -> Result<Context, VerbsError> {
     open_device_with_pcap(spec, None)
@@ -145,8 +146,21 @@ pub fn open_device_with_pcap(
         Ok(Context { dev })
     }
     match spec.split_once(':') {
-        Some(("afpacket", iface)) if !iface.is_empty() => {
-            let port = ferroce_drivers::afpacket::AfPacketPort::open(iface)
+        Some(("afpacket", rest)) if !rest.trim().is_empty() => {
+            let mut words = rest.split_whitespace();
+            let iface = words.next().unwrap_or_default();
+            let mut opts = ferroce_drivers::afpacket::AfPacketOptions::default();
+            for w in words {
+                match w {
+                    "gso" => opts.gso = true,
+                    _ => {
+                        return Err(VerbsError::Open(format!(
+                            "unknown option '{w}' in {spec}; afpacket:IFACE takes only gso"
+                        )))
+                    }
+                }
+            }
+            let port = ferroce_drivers::afpacket::AfPacketPort::open_with(iface, opts)
                 .map_err(|e| VerbsError::Open(e.to_string()))?;
             let ip = port.ip().ok_or_else(|| {
                 VerbsError::Open(format!(
@@ -195,7 +209,7 @@ pub fn open_device_with_pcap(
             device(spec, port, d.ip, 0xd9d, pcap, Some(control))
         }
         _ => Err(VerbsError::Open(format!(
-            "unknown device '{spec}'; use sim, afpacket:IFACE (e.g. afpacket:veth0), tap:NAME[@IP]{}",
+            "unknown device '{spec}'; use sim, afpacket:IFACE[ gso] (e.g. afpacket:veth0), tap:NAME[@IP]{}",
             if cfg!(feature = "dpdk") { " or dpdk:EAL ARGS @IP [port=N] [desc=N] [zerocopy] [control=smoltcp|kernel]" } else { " (dpdk: needs the dpdk feature)" }
         ))),
     }

@@ -902,9 +902,24 @@ impl Qp {
     pub(crate) fn repr(&self, opcode: Opcode, psn: Psn, payload_len: usize) -> RoceRepr {
         let mut r = self.template;
         r.bth.opcode = opcode;
-        r.bth.psn = psn;
+        set_psn(&mut r, psn);
         r.payload_len = payload_len;
         r
+    }
+}
+
+/// Sets a packet's PSN and, over IPv4, its IP identification to the PSN's low 16 bits.
+///
+/// Consecutive packets of a QP then carry consecutive identifications, exactly as the
+/// datagrams that UDP segmentation offload (the kernel's GSO, a NIC's USO) cuts from one
+/// larger datagram do. A driver may therefore hand a run of equal-sized packets to the kernel
+/// or the NIC as one datagram and the segments come out byte for byte as emitted, ICRC
+/// included (the ICRC covers the identification). A retransmission repeats its original's
+/// identification, which RFC 6864 allows for atomic (DF) datagrams.
+pub(crate) fn set_psn(r: &mut RoceRepr, psn: Psn) {
+    r.bth.psn = psn;
+    if let crate::wire::IpRepr::V4(ip) = &mut r.ip {
+        ip.ident = psn.value() as u16;
     }
 }
 

@@ -568,7 +568,7 @@ impl Qp {
             _ => (0x00, self.template),
         };
         r.bth.opcode = Opcode(base | code);
-        r.bth.psn = psn;
+        super::set_psn(&mut r, psn);
         r.bth.solicited = last && w.flags.contains(SendFlags::SOLICITED);
         r.bth.ack_req = self.qp_type == QpType::Rc
             && (last || psn.value() % ACK_REQ_EVERY == ACK_REQ_EVERY - 1);
