@@ -55,6 +55,8 @@ pub const BURST: usize = 32;
 const FRAME_BUF: usize = 9216 + 18;
 /// Largest datagram received with `gso`: 64 KiB of IP and its Ethernet header.
 const GSO_MAX_FRAME: usize = 0xffff + 18;
+/// A cache line: where received datagrams' payload is placed (see `rx_burst`).
+const RX_ALIGN: usize = 64;
 
 /// A port on a Linux interface through an AF_PACKET socket.
 pub struct AfPacketPort {
@@ -170,7 +172,7 @@ impl AfPacketPort {
                 Some(r) if r.receives() => Vec::new(),
                 _ => {
                     let size = if opts.gso {
-                        VNET_HDR_LEN + GSO_MAX_FRAME
+                        RX_ALIGN + GSO_MAX_FRAME
                     } else {
                         FRAME_BUF
                     };
@@ -203,15 +205,23 @@ impl AfPacketPort {
             return 0;
         }
         let mut vnet = [0u8; VNET_HDR_LEN];
-        let iov = batch.iovecs(&mut vnet);
+        let d = batch.datagram(&mut vnet);
+        let mut iov = [
+            libc::iovec {
+                iov_base: vnet.as_mut_ptr().cast(),
+                iov_len: VNET_HDR_LEN,
+            },
+            libc::iovec {
+                iov_base: d.as_ptr().cast_mut().cast(),
+                iov_len: d.len(),
+            },
+        ];
         // SAFETY: msghdr is plain data; all-zero is valid (no address: the socket is bound).
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = iov.as_mut_ptr();
         msg.msg_iovlen = iov.len();
-        // SAFETY: every iovec points at memory alive for the call: `vnet` on this stack, the
-        // batch's own header and bytes, and payload in registered memory, which stays
-        // registered while the engine holds its memory table (it flushes before letting go).
-        // The kernel only reads them.
+        // SAFETY: both iovecs point at memory alive for the call (`vnet` on this stack, the
+        // batch's buffer); the kernel only reads them.
         let rc = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, libc::MSG_DONTWAIT) };
         if rc < 0 {
             // The socket buffer is full: drop the datagram, as a full NIC ring would.
@@ -386,14 +396,27 @@ impl Port for AfPacketPort {
             return 0;
         }
         // SAFETY: iovec/mmsghdr are plain data; zero is a valid start.
-        let mut iov: [libc::iovec; BURST] = unsafe { std::mem::zeroed() };
+        let mut iov: [[libc::iovec; 2]; BURST] = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
         let mut msgs: [libc::mmsghdr; BURST] = unsafe { std::mem::zeroed() };
+        let mut vnets = [[0u8; VNET_HDR_LEN]; BURST];
+        let mut offs = [0usize; BURST];
         for i in 0..n {
-            iov[i].iov_base = self.rx_bufs[i].as_mut_ptr().cast();
-            iov[i].iov_len = self.rx_bufs[i].len();
-            msgs[i].msg_hdr.msg_iov = &raw mut iov[i];
-            msgs[i].msg_hdr.msg_iovlen = 1;
+            let buf = &mut self.rx_bufs[i];
+            let mut parts = 0;
+            if self.vnet {
+                // The virtio-net header apart, and the frame placed so that the bytes after
+                // an untagged IPv4/UDP header (the socket buffer's page fragments) start on
+                // a cache line: the kernel's copy out of them is then aligned.
+                iov[i][0].iov_base = vnets[i].as_mut_ptr().cast();
+                iov[i][0].iov_len = VNET_HDR_LEN;
+                parts = 1;
+                offs[i] = (RX_ALIGN - (buf.as_ptr() as usize + 42) % RX_ALIGN) % RX_ALIGN;
+            }
+            iov[i][parts].iov_base = buf[offs[i]..].as_mut_ptr().cast();
+            iov[i][parts].iov_len = buf.len() - offs[i];
+            msgs[i].msg_hdr.msg_iov = iov[i].as_mut_ptr();
+            msgs[i].msg_hdr.msg_iovlen = parts + 1;
         }
         // SAFETY: `msgs[..n]` point at `iov[..n]`, which point at buffers we own of the
         // lengths given; the kernel writes at most those lengths.
@@ -410,17 +433,20 @@ impl Port for AfPacketPort {
             return 0;
         }
         let mut frames = 0;
-        for (m, buf) in msgs.iter().zip(&mut self.rx_bufs).take(got as usize) {
-            let len = (m.msg_len as usize).min(buf.len());
+        for i in 0..got as usize {
+            let len = msgs[i].msg_len as usize;
+            let buf = &mut self.rx_bufs[i][offs[i]..];
             if !self.vnet {
-                f(&buf[..len]);
+                f(&buf[..len.min(buf.len())]);
                 frames += 1;
                 continue;
             }
-            if len < VNET_HDR_LEN {
+            let Some(len) = len.checked_sub(VNET_HDR_LEN) else {
                 continue;
-            }
-            let (vnet, frame) = buf[..len].split_at_mut(VNET_HDR_LEN);
+            };
+            let len = len.min(buf.len());
+            let frame = &mut buf[..len];
+            let vnet = &vnets[i];
             if vnet[1] == GSO_UDP_L4 {
                 let gso_size = usize::from(u16::from_le_bytes([vnet[4], vnet[5]]));
                 frames += gso::split(frame, gso_size, &mut f);

@@ -148,7 +148,7 @@ impl MemSpan<'_> {
         if self.len > 0 {
             // SAFETY: `MrTable::span` checked the range inside a registered region, which
             // stays valid while the borrow of the table this span carries lives.
-            unsafe { core::ptr::copy(self.ptr, out.as_mut_ptr(), self.len) };
+            unsafe { copy_bytes(self.ptr, out.as_mut_ptr(), self.len) };
         }
     }
 
@@ -336,8 +336,8 @@ impl MrTable {
         // SAFETY: `check` bounded [offset, offset + len) inside the region, which the
         // registrant keeps valid for writes; `data` is a distinct Rust borrow, so the ranges
         // cannot overlap unless the application registered memory it also lent us as `data`,
-        // which `copy` (memmove) tolerates.
-        unsafe { core::ptr::copy(data.as_ptr(), dst, data.len()) };
+        // which `copy_bytes` tolerates.
+        unsafe { copy_bytes(data.as_ptr(), dst, data.len()) };
         Ok(())
     }
 
@@ -380,7 +380,7 @@ impl MrTable {
             return Ok(());
         }
         // SAFETY: as in `write`, the source range is inside the registered region.
-        unsafe { core::ptr::copy(src, out.as_mut_ptr(), out.len()) };
+        unsafe { copy_bytes(src, out.as_mut_ptr(), out.len()) };
         Ok(())
     }
 
@@ -433,6 +433,33 @@ impl MrTable {
     }
 }
 
+/// Copies `len` bytes between registered memory and a frame, 32 bytes at a time.
+///
+/// Not `memmove`: glibc's switches to `rep movsb` from a few KiB up, and on the AMD EPYC this
+/// was measured on `rep movsb` between addresses that differ modulo 64 — every packet's
+/// payload against its place in a frame, behind a header of 12 to 28 bytes — runs far slower
+/// than a vector loop (AF_PACKET `gso`, 64 KiB WRITEs: about a tenth more throughput).
+///
+/// # Safety
+/// `src` must be readable and `dst` writable for `len` bytes. The ranges may overlap (only
+/// when an application lends registered memory as the other side); the bytes copied are then
+/// unspecified, as under any RNIC, and nothing outside the two ranges is touched.
+unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
+    const CHUNK: usize = 32;
+    let mut i = 0;
+    while i + CHUNK <= len {
+        // SAFETY: i + CHUNK <= len, inside both ranges (caller's contract); unaligned
+        // accesses of a byte array.
+        unsafe {
+            let v = core::ptr::read_unaligned(src.add(i).cast::<[u8; CHUNK]>());
+            core::ptr::write_unaligned(dst.add(i).cast::<[u8; CHUNK]>(), v);
+        }
+        i += CHUNK;
+    }
+    // SAFETY: the remaining `len - i` bytes are inside both ranges.
+    unsafe { core::ptr::copy(src.add(i), dst.add(i), len - i) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -450,6 +477,28 @@ mod tests {
             unsafe { t.register(PD, buf.as_mut_ptr().cast(), buf.len() * 8, 0x1000, access) }
                 .unwrap();
         (t, keys)
+    }
+
+    #[test]
+    fn copies_of_every_length_and_offset_are_exact_and_stay_inside() {
+        // Lengths around the 32-byte chunk, at every offset within a chunk; the bytes just
+        // outside each copied range must keep their guard value.
+        let mut buf = vec![0u64; 1024];
+        let (t, k) = table_with(&mut buf, RW);
+        for len in [0usize, 1, 31, 32, 33, 63, 64, 65, 100, 4096, 4097] {
+            for off in 1..34u64 {
+                let data: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+                let guard = vec![0xa5u8; len + 2];
+                t.write(k.rkey, PD, 0x1000 + off - 1, &guard, RW).unwrap();
+                t.write(k.rkey, PD, 0x1000 + off, &data, RW).unwrap();
+                let mut back = vec![0u8; len + 2];
+                t.read(k.lkey, PD, 0x1000 + off - 1, &mut back, Access::NONE)
+                    .unwrap();
+                assert_eq!(back[0], 0xa5, "len {len} off {off}");
+                assert_eq!(&back[1..=len], &data[..], "len {len} off {off}");
+                assert_eq!(back[len + 1], 0xa5, "len {len} off {off}");
+            }
+        }
     }
 
     #[test]
