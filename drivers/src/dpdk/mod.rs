@@ -1,8 +1,9 @@
 //! DPDK (cargo feature `dpdk`): ports driven by DPDK's poll-mode drivers — mlx5 on ConnectX-7
 //! and BlueField-3, and net_ring / net_af_packet / net_tap / net_virtio_user vdevs in tests.
 //!
-//! EAL is initialised once per process from arguments passed through verbatim; each port has
-//! one rx and one tx queue and an mbuf pool sized from their depths. Receive parses frames in
+//! EAL is initialised once per process from arguments passed through verbatim; a port has one
+//! rx/tx queue pair, or several ([`DpdkPort::open_queues`]: one handle per pair, one engine per
+//! core, receive-side scaling spreading arrivals), each with mbuf pools sized from its depths. Receive parses frames in
 //! place in the mbuf (a chained mbuf is first made contiguous) and the transport copies the
 //! payload once into registered memory. Transmit either copies the emitted frame into an mbuf,
 //! or, with zero-copy on and a PMD that sends chained mbufs, sends the headers from a small
@@ -50,6 +51,16 @@ pub enum DpdkError {
         port: u16,
         /// Probed.
         available: u16,
+    },
+    /// More queues asked for than the port has (or none).
+    #[error("DPDK port {port} offers {max} queue pairs; {asked} asked for")]
+    Queues {
+        /// The port.
+        port: u16,
+        /// Asked for.
+        asked: u16,
+        /// The port's most.
+        max: u16,
     },
     /// Setting up the port failed.
     #[error("DPDK port {port}: {what} failed ({code})")]
@@ -99,9 +110,11 @@ pub fn port_count() -> u16 {
     unsafe { sys::rte_eth_dev_count_avail() }
 }
 
-/// One DPDK port, one rx and one tx queue.
+/// One rx/tx queue pair of a DPDK port: the whole port when it has one queue, else one of
+/// the handles [`DpdkPort::open_queues`] returns, each for one engine on its own core.
 pub struct DpdkPort {
     port: u16,
+    queue: u16,
     pool: *mut sys::rte_mempool,
     /// Small mbufs for the pieces of a zero-copy frame (headers, external payload, tail).
     seg_pool: *mut sys::rte_mempool,
@@ -145,35 +158,93 @@ impl DpdkPort {
         tx_desc: u16,
         zero_copy_min: Option<usize>,
     ) -> Result<Self, DpdkError> {
+        let mut q = Self::open_queues(port, 1, rx_desc, tx_desc, zero_copy_min)?;
+        Ok(q.remove(0))
+    }
+
+    /// Starts port `port` with `queues` rx/tx queue pairs and returns one handle per pair,
+    /// each with its own mbuf pools, to be polled by one engine on one core (DPDK lets one
+    /// thread at a time use a queue). With several queues the port spreads arriving frames
+    /// by receive-side scaling over addresses and UDP ports where the PMD offers it; a PMD
+    /// without RSS (memif) delivers on queue i what the peer sent on its queue i.
+    pub fn open_queues(
+        port: u16,
+        queues: u16,
+        rx_desc: u16,
+        tx_desc: u16,
+        zero_copy_min: Option<usize>,
+    ) -> Result<Vec<Self>, DpdkError> {
         let available = port_count();
         if port >= available {
             return Err(DpdkError::NoPort { port, available });
         }
-        // Enough mbufs for both rings, bursts in flight and the pool's per-core caches.
-        let n = u32::from(rx_desc) + u32::from(tx_desc) + 4 * BURST as u32 + 512;
-        let pool = mbuf_pool(port, "ferroce_pool", n, 9216 + 128)?;
+        // SAFETY: plain query of a probed port.
+        let max = unsafe { sys::fr_port_max_queues(port) };
+        if queues == 0 || i32::from(queues) > max {
+            return Err(DpdkError::Queues {
+                port,
+                asked: queues,
+                max: max.max(0) as u16,
+            });
+        }
         // SAFETY: plain query of a probed port.
         let multi_seg = unsafe { sys::fr_port_multi_seg(port) } > 0;
         let split_min = zero_copy_min.filter(|_| multi_seg);
-        let (seg_pool, shinfo) = if split_min.is_some() {
-            // Up to four pieces per frame: headers, two payload spans, tail.
-            let seg_pool = mbuf_pool(port, "ferroce_segs", 4 * n, 256)?;
-            // SAFETY: plain allocation; NULL is checked.
-            let shinfo = unsafe { sys::fr_shinfo_new() };
-            if shinfo.is_null() {
-                return Err(DpdkError::Port {
-                    port,
-                    what: "external buffer info",
-                    code: -12,
-                });
-            }
-            (seg_pool, shinfo)
-        } else {
-            (std::ptr::null_mut(), std::ptr::null_mut())
-        };
-        // SAFETY: the pool is valid; the shim configures and starts the port.
+        // Enough mbufs for both rings, bursts in flight and the pool's per-core caches.
+        let n = u32::from(rx_desc) + u32::from(tx_desc) + 4 * BURST as u32 + 512;
+        let mut handles = Vec::with_capacity(usize::from(queues));
+        for queue in 0..queues {
+            let tag = |what: &str| {
+                if queues == 1 {
+                    what.to_owned()
+                } else {
+                    format!("{what}q{queue}")
+                }
+            };
+            let pool = mbuf_pool(port, &tag("ferroce_pool"), n, 9216 + 128)?;
+            let (seg_pool, shinfo) = if split_min.is_some() {
+                // Up to four pieces per frame: headers, two payload spans, tail.
+                let seg_pool = mbuf_pool(port, &tag("ferroce_segs"), 4 * n, 256)?;
+                // SAFETY: plain allocation; NULL is checked.
+                let shinfo = unsafe { sys::fr_shinfo_new() };
+                if shinfo.is_null() {
+                    return Err(DpdkError::Port {
+                        port,
+                        what: "external buffer info",
+                        code: -12,
+                    });
+                }
+                (seg_pool, shinfo)
+            } else {
+                (std::ptr::null_mut(), std::ptr::null_mut())
+            };
+            handles.push(Self {
+                port,
+                queue,
+                pool,
+                seg_pool,
+                shinfo,
+                split_min,
+                scratch: vec![0; 16 * 1024].into_boxed_slice(),
+                mac: MacAddr([0; 6]),
+                mtu: 1500,
+                pending: Vec::with_capacity(BURST),
+                epoch: Instant::now(),
+                tx_dropped: 0,
+                tx_zero_copy: 0,
+            });
+        }
+        let mut pools: Vec<_> = handles.iter().map(|h| h.pool).collect();
+        // SAFETY: one valid pool per queue; the shim configures and starts the port.
         let rc = unsafe {
-            sys::fr_port_start(port, pool, rx_desc, tx_desc, i32::from(split_min.is_some()))
+            sys::fr_port_start_queues(
+                port,
+                pools.as_mut_ptr(),
+                queues,
+                rx_desc,
+                tx_desc,
+                i32::from(split_min.is_some()),
+            )
         };
         if rc < 0 {
             return Err(DpdkError::Port {
@@ -189,20 +260,16 @@ impl DpdkPort {
         let mut mtu: u16 = 1500;
         // SAFETY: `mtu` is a valid out-pointer.
         unsafe { sys::rte_eth_dev_get_mtu(port, &mut mtu) };
-        Ok(Self {
-            port,
-            pool,
-            seg_pool,
-            shinfo,
-            split_min,
-            scratch: vec![0; 16 * 1024].into_boxed_slice(),
-            mac: MacAddr(addr.addr_bytes),
-            mtu: usize::from(mtu),
-            pending: Vec::with_capacity(BURST),
-            epoch: Instant::now(),
-            tx_dropped: 0,
-            tx_zero_copy: 0,
-        })
+        for h in &mut handles {
+            h.mac = MacAddr(addr.addr_bytes);
+            h.mtu = usize::from(mtu);
+        }
+        Ok(handles)
+    }
+
+    /// The queue pair this handle polls.
+    pub fn queue_id(&self) -> u16 {
+        self.queue
     }
 
     /// True when transmit sends large payloads in place.
@@ -258,7 +325,7 @@ impl Port for DpdkPort {
         let mut pkts = [std::ptr::null_mut::<sys::rte_mbuf>(); BURST];
         let n = max.min(BURST) as u16;
         // SAFETY: `pkts` has room for `n` pointers.
-        let got = unsafe { sys::fr_rx_burst(self.port, pkts.as_mut_ptr(), n) };
+        let got = unsafe { sys::fr_rx_burst(self.port, self.queue, pkts.as_mut_ptr(), n) };
         for &m in &pkts[..usize::from(got)] {
             let mut len = 0u32;
             // SAFETY: `m` is an mbuf the PMD handed us; the returned bytes (in the mbuf, or
@@ -363,7 +430,7 @@ impl Port for DpdkPort {
         }
         let n = self.pending.len() as u16;
         // SAFETY: the pending mbufs are ours; the PMD takes the first `sent`.
-        let sent = unsafe { sys::fr_tx_burst(self.port, self.pending.as_mut_ptr(), n) };
+        let sent = unsafe { sys::fr_tx_burst(self.port, self.queue, self.pending.as_mut_ptr(), n) };
         for &m in &self.pending[usize::from(sent)..] {
             // SAFETY: mbufs the PMD did not take are still ours.
             unsafe { sys::fr_pktmbuf_free(m) };

@@ -12,37 +12,54 @@ int fr_port_multi_seg(uint16_t port)
     return (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
 }
 
-int fr_port_start(uint16_t port, struct rte_mempool *pool, uint16_t rx_desc, uint16_t tx_desc,
-                  int multi_seg)
+int fr_port_max_queues(uint16_t port)
+{
+    struct rte_eth_dev_info info;
+    int rc = rte_eth_dev_info_get(port, &info);
+    if (rc < 0)
+        return rc;
+    return info.max_rx_queues < info.max_tx_queues ? info.max_rx_queues : info.max_tx_queues;
+}
+
+int fr_port_start_queues(uint16_t port, struct rte_mempool **pools, uint16_t nq,
+                         uint16_t rx_desc, uint16_t tx_desc, int multi_seg)
 {
     struct rte_eth_conf conf;
     memset(&conf, 0, sizeof(conf));
     if (multi_seg)
         conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
-    int rc = rte_eth_dev_configure(port, 1, 1, &conf);
+    struct rte_eth_dev_info info;
+    int rc = rte_eth_dev_info_get(port, &info);
+    if (rc < 0)
+        return rc;
+    uint64_t rss = info.flow_type_rss_offloads & (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP);
+    if (nq > 1 && rss != 0) {
+        conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+        conf.rx_adv_conf.rss_conf.rss_hf = rss;
+    }
+    rc = rte_eth_dev_configure(port, nq, nq, &conf);
     if (rc < 0)
         return rc;
     /* Jumbo frames where the PMD allows them (RoCEv2 at 4 KiB path MTU needs ~4.2 KB);
      * a PMD that refuses keeps its MTU, which the port reports. */
-    struct rte_eth_dev_info info;
-    if (rte_eth_dev_info_get(port, &info) == 0) {
-        uint32_t mtu = info.max_mtu < 9000 ? info.max_mtu : 9000;
-        uint32_t by_frame = info.max_rx_pktlen > 18 ? info.max_rx_pktlen - 18 : 0;
-        if (by_frame < mtu)
-            mtu = by_frame;
-        uint16_t cur = 0;
-        if (rte_eth_dev_get_mtu(port, &cur) == 0 && mtu > cur)
-            (void)rte_eth_dev_set_mtu(port, (uint16_t)mtu);
-    }
+    uint32_t mtu = info.max_mtu < 9000 ? info.max_mtu : 9000;
+    uint32_t by_frame = info.max_rx_pktlen > 18 ? info.max_rx_pktlen - 18 : 0;
+    if (by_frame < mtu)
+        mtu = by_frame;
+    uint16_t cur = 0;
+    if (rte_eth_dev_get_mtu(port, &cur) == 0 && mtu > cur)
+        (void)rte_eth_dev_set_mtu(port, (uint16_t)mtu);
     int socket = rte_eth_dev_socket_id(port);
     if (socket < 0)
         socket = 0;
-    rc = rte_eth_rx_queue_setup(port, 0, rx_desc, (unsigned)socket, NULL, pool);
-    if (rc < 0)
-        return rc;
-    rc = rte_eth_tx_queue_setup(port, 0, tx_desc, (unsigned)socket, NULL);
-    if (rc < 0)
-        return rc;
+    for (uint16_t q = 0; q < nq; q++) {
+        rc = rte_eth_rx_queue_setup(port, q, rx_desc, (unsigned)socket, NULL, pools[q]);
+        if (rc < 0)
+            return rc;
+        rc = rte_eth_tx_queue_setup(port, q, tx_desc, (unsigned)socket, NULL);
+        if (rc < 0)
+            return rc;
+    }
     rc = rte_eth_dev_start(port);
     if (rc < 0)
         return rc;
@@ -50,14 +67,14 @@ int fr_port_start(uint16_t port, struct rte_mempool *pool, uint16_t rx_desc, uin
     return 0;
 }
 
-uint16_t fr_rx_burst(uint16_t port, struct rte_mbuf **pkts, uint16_t n)
+uint16_t fr_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
 {
-    return rte_eth_rx_burst(port, 0, pkts, n);
+    return rte_eth_rx_burst(port, queue, pkts, n);
 }
 
-uint16_t fr_tx_burst(uint16_t port, struct rte_mbuf **pkts, uint16_t n)
+uint16_t fr_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
 {
-    return rte_eth_tx_burst(port, 0, pkts, n);
+    return rte_eth_tx_burst(port, queue, pkts, n);
 }
 
 struct rte_mbuf *fr_pktmbuf_alloc(struct rte_mempool *pool)

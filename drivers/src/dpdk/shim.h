@@ -7,16 +7,19 @@
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 
-/* Brings port `port` up with one rx and one tx queue of the given depths, taking receive
- * buffers from `pool`; with `multi_seg`, enables multi-segment transmit. Returns 0 or a
- * negative errno. */
-int fr_port_start(uint16_t port, struct rte_mempool *pool, uint16_t rx_desc, uint16_t tx_desc,
-                  int multi_seg);
+/* Brings port `port` up with `nq` rx and `nq` tx queues of the given depths, rx queue i taking
+ * receive buffers from `pools[i]`. With several queues, receive-side scaling over addresses
+ * and UDP ports, as far as the PMD offers them (a PMD without RSS, such as memif, pairs queue
+ * i with the peer's queue i). Returns 0 or a negative errno. */
+int fr_port_start_queues(uint16_t port, struct rte_mempool **pools, uint16_t nq,
+                         uint16_t rx_desc, uint16_t tx_desc, int multi_seg);
+/* The most rx/tx queue pairs the port offers, or a negative errno. */
+int fr_port_max_queues(uint16_t port);
 /* 1 when the port's PMD can transmit chained mbufs, 0 when not, negative on error. */
 int fr_port_multi_seg(uint16_t port);
 
-uint16_t fr_rx_burst(uint16_t port, struct rte_mbuf **pkts, uint16_t n);
-uint16_t fr_tx_burst(uint16_t port, struct rte_mbuf **pkts, uint16_t n);
+uint16_t fr_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
+uint16_t fr_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n);
 struct rte_mbuf *fr_pktmbuf_alloc(struct rte_mempool *pool);
 void fr_pktmbuf_free(struct rte_mbuf *m);
 /* Appends `len` bytes to an empty mbuf and returns where they start, or NULL. */
