@@ -24,6 +24,18 @@ struct End<'a> {
     env: Option<&'a str>,
 }
 
+impl<'a> End<'a> {
+    /// `device` in namespace `ns`, with no extra arguments or environment.
+    fn at(ns: &'a str, device: &'a str) -> Self {
+        Self {
+            ns,
+            device,
+            args: &[],
+            env: None,
+        }
+    }
+}
+
 /// Runs `ferroce perf VERB KIND` with the server at `server` and the client at `client`
 /// (which connects to 192.168.77.2) with the `common` arguments, checks that both exit 0 with
 /// verified data, and returns both summaries.
@@ -81,16 +93,12 @@ fn six_perf_tests_between_two_namespaces() {
         let env = no_ring.then_some("FERROCE_AFPACKET_NO_RING");
         let (c, _) = perf_pair(
             End {
-                ns: &na,
-                device: &ia,
-                args: &[],
                 env,
+                ..End::at(&na, &ia)
             },
             End {
-                ns: &nb,
-                device: &ib,
-                args: &[],
                 env,
+                ..End::at(&nb, &ib)
             },
             verb,
             kind,
@@ -125,23 +133,7 @@ fn gso_datagrams_between_two_namespaces_and_as_the_kernel_cuts_them() {
             let common = [
                 "--size", "20000", "--iters", "300", "--mtu", "4096", "--port", &port, "--json",
             ];
-            let (c, s) = perf_pair(
-                End {
-                    ns: &na,
-                    device: &ga,
-                    args: &[],
-                    env: None,
-                },
-                End {
-                    ns: &nb,
-                    device: &gb,
-                    args: &[],
-                    env: None,
-                },
-                verb,
-                kind,
-                &common,
-            );
+            let (c, s) = perf_pair(End::at(&na, &ga), End::at(&nb, &gb), verb, kind, &common);
             let sender = if verb == "read" {
                 &s["counters"]["server"]
             } else {
@@ -192,17 +184,10 @@ fn gso_datagrams_between_two_namespaces_and_as_the_kernel_cuts_them() {
         "--size", "65536", "--iters", "200", "--mtu", "4096", "--port", "20120", "--json",
     ];
     let (c, s) = perf_pair(
+        End::at(&na, &ga),
         End {
-            ns: &na,
-            device: &ga,
-            args: &[],
-            env: None,
-        },
-        End {
-            ns: &nb,
-            device: &ib,
             args: &["--pcap", pcap_s],
-            env: None,
+            ..End::at(&nb, &ib)
         },
         "write",
         "bw",
