@@ -518,3 +518,50 @@ fn ipv4_identification_is_the_psn_s_low_sixteen_bits() {
     };
     assert_eq!(ip.ident, p.repr.bth.psn.value() as u16);
 }
+
+#[test]
+fn a_go_back_n_rewind_restarts_with_a_small_window_and_widens_on_acks() {
+    // Ten 64 KiB WRITEs at a 1 KiB MTU: 640 packets, all inside the policy's window. One is
+    // lost; after the sequence NAK the requester resends from the gap but at most 128 packets
+    // past it, and each acknowledged packet lets one more go (slow start).
+    let mut r = rig(default_attr());
+    for id in 0..10 {
+        r.lo.a.post_send(&write(&r, id, 0, 65536)).unwrap();
+    }
+    let first = frames_from_a(&mut r);
+    assert_eq!(first.len(), 640);
+    let psn = |f: &[u8]| RoceRepr::parse(f, Checks::ALL).unwrap().repr.bth.psn;
+    for (i, f) in first.iter().enumerate() {
+        if i != 10 {
+            to_b(&mut r, f);
+        }
+    }
+    let naks = frames_from_b(&mut r);
+    for f in &naks {
+        to_a(&mut r, f);
+    }
+    let again = frames_from_a(&mut r);
+    assert_eq!(psn(&again[0]), psn(&first[10]), "resent from the gap");
+    assert_eq!(again.len(), 128, "the restart window");
+    // Deliver the resent packets; the ACKs widen the window by what they acknowledge.
+    for f in &again {
+        to_b(&mut r, f);
+    }
+    let acks = frames_from_b(&mut r);
+    assert!(!acks.is_empty());
+    for f in &acks {
+        to_a(&mut r, f);
+    }
+    let acked = psn(acks.last().unwrap()).distance(psn(&first[10])) as usize + 1;
+    let more = frames_from_a(&mut r);
+    assert_eq!(psn(&more[0]), psn(&again[127]).add(1));
+    assert_eq!(acked, 128);
+    assert_eq!(more.len(), 128 + acked, "one more packet per packet acked");
+    // Everything completes.
+    for f in &more {
+        to_b(&mut r, f);
+    }
+    r.lo.run();
+    let done = std::iter::from_fn(|| r.lo.a.poll_completion()).count();
+    assert_eq!(done, 10);
+}

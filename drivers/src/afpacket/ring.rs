@@ -19,6 +19,11 @@ const TX_DATA_OFFSET: usize = libc::TPACKET2_HDRLEN - std::mem::size_of::<libc::
 const RING_BLOCK: usize = 1 << 20;
 /// Blocks per ring.
 const RING_BLOCKS: usize = 16;
+/// Blocks of the receive ring.
+const RX_BLOCKS: usize = 32;
+/// The largest IP datagram of a RoCEv2 packet: a 4096-byte payload behind IPv6, UDP, BTH and
+/// the longest extension headers, with pad and ICRC, rounded up.
+const ROCE_MAX_IP: usize = 4096 + 128;
 
 /// One ring's shape.
 #[derive(Clone, Copy, Debug)]
@@ -107,10 +112,15 @@ impl Rings {
             return Err(io::Error::last_os_error());
         }
         let prefix = if vnet { VNET_HDR_LEN } else { 0 };
+        // Receive slots hold the largest RoCEv2 frame (a 4 KiB path MTU and every header),
+        // not the interface's largest: on a 9000-byte veth that is four times the slots in
+        // twice the memory, room for several QPs' windows arriving at once while the engine
+        // thread waits for a core. Longer frames are cut to the slot and dropped as malformed;
+        // none of them is RoCEv2.
         let rx = if vnet {
             None
         } else {
-            Some(Geometry::new(0, mtu + 18, RING_BLOCKS)?)
+            Some(Geometry::new(0, mtu.min(ROCE_MAX_IP) + 18, RX_BLOCKS)?)
         };
         let rx_bytes = rx.map_or(0, |g| g.bytes());
         let tx = Geometry::new(rx_bytes, mtu + 18 + prefix, RING_BLOCKS)?;

@@ -32,6 +32,14 @@ pub(crate) use responses::Responses;
 /// every message's last packet), so the window keeps moving without an ACK per packet.
 pub const ACK_REQ_EVERY: u32 = 64;
 
+/// Packets a requester may have past `una` right after a Go-Back-N rewind, widened by one for
+/// each packet acknowledged (slow start) until the policy's window is back. Resending the
+/// whole window at once into a receiver that has just dropped part of it — an AF_PACKET ring
+/// whose engine thread waited for a core — loses again, and enough rounds of that exhaust
+/// `retry_cnt` (seen with perftest's `ib_write_bw -q 4`: four QPs of 128 × 64 KiB). At least
+/// 64, so the restart window always holds a packet with AckReq set (every 64th PSN has it).
+pub(crate) const CWND_RESTART: u32 = 128;
+
 #[derive(Debug)]
 pub(crate) struct Requester {
     pub(crate) sq: VecDeque<SendWqe>,
@@ -67,6 +75,10 @@ pub(crate) struct Requester {
     highest_sacked: Option<Psn>,
     /// PSNs to resend one by one, before new data (selective repeat and its baselines).
     pub(crate) rtx: VecDeque<Psn>,
+    /// After a Go-Back-N rewind: how many packets past `una` may be on the wire (restart
+    /// window, see [`CWND_RESTART`]), and the `una` it was last widened at. `None`: the
+    /// policy's window alone.
+    pub(crate) cwnd: Option<(u32, Psn)>,
     /// Placement delivery: READ responses and atomic ACKs that arrived ahead of `una`
     /// (`None` for in-order delivery, where a response gap is an implied NAK).
     pub(crate) responses: Option<Box<Responses>>,
@@ -96,6 +108,7 @@ impl Requester {
             sack_floor: sq_psn,
             highest_sacked: None,
             rtx: VecDeque::new(),
+            cwnd: None,
             responses: None,
         }
     }
@@ -233,7 +246,10 @@ impl Qp {
     /// Acts on a policy's decision of what to resend.
     fn retransmit(&mut self, r: Retransmit) {
         match r {
-            Retransmit::From(psn) => self.req.rewind_to(psn),
+            Retransmit::From(psn) => {
+                self.req.rewind_to(psn);
+                self.req.cwnd = Some((CWND_RESTART, self.req.una));
+            }
             Retransmit::Only(a, b) => {
                 self.req.push_rtx(a);
                 if let Some(b) = b {
@@ -346,9 +362,19 @@ impl Qp {
                 return None;
             }
         }
-        let window = self.recovery.window().min(1 << 22) as i32;
+        let mut window = self.recovery.window().min(1 << 22) as i32;
         let rc = self.qp_type == QpType::Rc;
         let req = &mut self.req;
+        if let Some((w, at)) = req.cwnd {
+            // Slow start after a rewind: one more packet for each one acknowledged.
+            let w = w.saturating_add(req.una.distance(at).max(0) as u32);
+            if w as i32 >= window {
+                req.cwnd = None;
+            } else {
+                req.cwnd = Some((w, req.una));
+                window = w as i32;
+            }
+        }
         if req.cur >= req.sq.len() {
             return None;
         }
