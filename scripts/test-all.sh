@@ -58,6 +58,7 @@ step "DPDK driver (bindgen + shim against the system libdpdk; net_ring vdevs, no
 cargo test -q -p ferroce-drivers --features dpdk --test dpdk 2>&1 | grep -E "test result|panicked|FAILED"
 cargo test -q -p ferroce-drivers --features dpdk --test dpdk_queues 2>&1 | grep -E "test result|panicked|FAILED"
 cargo test -q -p ferroce-verbs --features dpdk --test dpdk 2>&1 | grep -E "test result|panicked|FAILED"
+cargo test -q -p ferroce-verbs --features dpdk --test dpdk_queues 2>&1 | grep -E "test result|panicked|FAILED"
 # Two DPDK processes (net_af_packet on a veth pair in two namespaces), and DPDK against AF_PACKET.
 cargo test -q -p ferroce-cli --features dpdk --test dpdk_netns -- --test-threads=1 2>&1 | grep -E "test result|panicked|FAILED|skipped"
 # EAL keeps a runtime directory per --file-prefix; the tests' prefixes all start ferroce-.

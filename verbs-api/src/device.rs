@@ -1,5 +1,6 @@
-//! Devices and contexts: a device is an engine over a set of ports (today one); a context is
-//! the handle an application opens on it, as `ibv_open_device` returns.
+//! Devices and contexts: a device is one engine per queue of its port (one queue unless the
+//! driver opened several); a context is the handle an application opens on it, as
+//! `ibv_open_device` returns.
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -9,10 +10,10 @@ use std::thread::JoinHandle;
 use crossbeam::queue::SegQueue;
 use ferroce_drivers::sim::Fabric;
 use ferroce_drivers::{LinkState, Port};
-use ferroce_stack::transport::{Counters, MrTable, PostError, Qp, RecvWr, SendWr};
+use ferroce_stack::transport::{Counters, MrKeys, MrTable, PostError, Qp, RecvWr, SendWr};
 use ferroce_stack::wire::MacAddr;
 
-use crate::engine::{CqShared, Engine, PortCounters, QpShared};
+use crate::engine::{CqShared, Engine, PortCounters, QpShared, Steer};
 
 /// What the verbs layer needs of an engine, with its port type erased.
 pub(crate) trait DeviceEngine: Send {
@@ -30,6 +31,10 @@ pub(crate) trait DeviceEngine: Send {
     fn link_state(&self) -> LinkState;
     fn post_sends(&mut self, qpn: u32, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)>;
     fn post_recvs(&mut self, qpn: u32, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)>;
+    fn set_steer(&mut self, steer: Steer);
+    fn doorbells(&self) -> Arc<SegQueue<u32>>;
+    fn mac(&self) -> MacAddr;
+    fn eth_mtu(&self) -> usize;
 }
 
 impl<P: Port + Send> DeviceEngine for Engine<P> {
@@ -75,6 +80,32 @@ impl<P: Port + Send> DeviceEngine for Engine<P> {
     fn post_recvs(&mut self, qpn: u32, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
         Self::post_recvs(self, qpn, wrs)
     }
+    fn set_steer(&mut self, steer: Steer) {
+        Self::set_steer(self, steer);
+    }
+    fn doorbells(&self) -> Arc<SegQueue<u32>> {
+        self.doorbells.clone()
+    }
+    fn mac(&self) -> MacAddr {
+        self.port().mac()
+    }
+    fn eth_mtu(&self) -> usize {
+        self.port().mtu()
+    }
+}
+
+/// An engine over `port`, boxed for a device; `real` for a port on the machine's clock
+/// (read every few idle turns), not a simulated fabric's.
+pub(crate) fn boxed_engine<P: Port + Send + 'static>(
+    port: P,
+    key_seed: u64,
+    real: bool,
+) -> Box<dyn DeviceEngine> {
+    let mut engine = Engine::new(port, key_seed);
+    if real {
+        engine.set_clock_stride(32);
+    }
+    Box::new(engine)
 }
 
 /// The shared clock of contexts on one simulated fabric: virtual time moves only when every
@@ -94,11 +125,13 @@ impl SimClock {
         {
             let devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
             for d in devices.iter().filter_map(Weak::upgrade) {
-                let mut e = d.engine();
-                work += e.poll();
-                pending |= e.has_pending_work();
-                if let Some(t) = e.next_deadline() {
-                    deadline = Some(deadline.map_or(t, |x: u64| x.min(t)));
+                for slot in d.engines.iter() {
+                    let mut e = slot.lock();
+                    work += e.poll();
+                    pending |= e.has_pending_work();
+                    if let Some(t) = e.next_deadline() {
+                        deadline = Some(deadline.map_or(t, |x: u64| x.min(t)));
+                    }
                 }
             }
         }
@@ -118,11 +151,37 @@ impl SimClock {
     }
 }
 
-/// One device: its engine, and what applications read without locking it.
-pub(crate) struct Device {
-    pub(crate) name: String,
+/// The flag that stops a device's engine threads, and the threads.
+pub(crate) type EngineThreads = (Arc<AtomicBool>, Vec<JoinHandle<()>>);
+
+/// One engine of a device and the doorbells its QPs ring.
+pub(crate) struct EngineSlot {
     engine: Mutex<Box<dyn DeviceEngine>>,
     pub(crate) doorbells: Arc<SegQueue<u32>>,
+}
+
+impl EngineSlot {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Box<dyn DeviceEngine>> {
+        self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The engine if no other thread holds it now.
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, Box<dyn DeviceEngine>>> {
+        match self.engine.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+/// One device: its engines (one per queue of the port), and what applications read without
+/// locking them. A QP lives on engine `qpn % engines`; every engine holds a copy of every
+/// memory registration, made when the region is registered, so each looks keys up in its
+/// own table without a lock.
+pub(crate) struct Device {
+    pub(crate) name: String,
+    pub(crate) engines: Box<[EngineSlot]>,
     pub(crate) mac: MacAddr,
     pub(crate) ip: IpAddr,
     pub(crate) eth_mtu: usize,
@@ -130,7 +189,8 @@ pub(crate) struct Device {
     pub(crate) next_id: AtomicU32,
     pub(crate) sim: Option<Arc<SimClock>>,
     epoch: std::time::Instant,
-    pub(crate) thread: Mutex<Option<(Arc<AtomicBool>, JoinHandle<()>)>>,
+    /// The engine threads, one per engine, and the flag that stops them.
+    pub(crate) thread: Mutex<Option<EngineThreads>>,
     pub(crate) threaded: AtomicBool,
     /// TCP through the port's own address, when a control plane serves it.
     pub(crate) control: std::sync::OnceLock<ferroce_drivers::control::tcp::ControlHandle>,
@@ -144,17 +204,38 @@ impl Device {
         key_seed: u64,
         sim: Option<Arc<SimClock>>,
     ) -> Arc<Self> {
-        let mac = port.mac();
-        let eth_mtu = port.mtu();
-        let mut engine = Engine::new(port, key_seed);
-        if sim.is_none() {
-            engine.set_clock_stride(32);
+        let engine = boxed_engine(port, key_seed, sim.is_none());
+        Self::with_engines(name, vec![engine], ip, key_seed, sim)
+    }
+
+    /// A device over several engines, one per queue of one port (the first engine's port
+    /// gives the MAC and MTU). Only the first engine makes memory keys; the others hold
+    /// copies of its registrations.
+    pub(crate) fn with_engines(
+        name: String,
+        mut engines: Vec<Box<dyn DeviceEngine>>,
+        ip: IpAddr,
+        key_seed: u64,
+        sim: Option<Arc<SimClock>>,
+    ) -> Arc<Self> {
+        assert!(!engines.is_empty(), "a device needs an engine");
+        if engines.len() > 1 {
+            let group = Steer::group(engines.len());
+            for (e, steer) in engines.iter_mut().zip(group) {
+                e.set_steer(steer);
+            }
         }
-        let doorbells = engine.doorbells.clone();
+        let (mac, eth_mtu) = (engines[0].mac(), engines[0].eth_mtu());
+        let engines = engines
+            .into_iter()
+            .map(|e| EngineSlot {
+                doorbells: e.doorbells(),
+                engine: Mutex::new(e),
+            })
+            .collect();
         Arc::new(Self {
             name,
-            engine: Mutex::new(Box::new(engine)),
-            doorbells,
+            engines,
             mac,
             ip,
             eth_mtu,
@@ -169,17 +250,71 @@ impl Device {
         })
     }
 
+    /// The first engine: the one that owns the port's link and makes memory keys.
     pub(crate) fn engine(&self) -> MutexGuard<'_, Box<dyn DeviceEngine>> {
-        self.engine.lock().unwrap_or_else(|e| e.into_inner())
+        self.engines[0].lock()
     }
 
-    /// The engine if no other thread holds it now.
-    pub(crate) fn try_engine(&self) -> Option<MutexGuard<'_, Box<dyn DeviceEngine>>> {
-        match self.engine.try_lock() {
-            Ok(g) => Some(g),
-            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
+    /// The engine (and doorbells) of QP `qpn`.
+    pub(crate) fn slot(&self, qpn: u32) -> &EngineSlot {
+        &self.engines[Steer::owner(qpn, self.engines.len())]
+    }
+
+    /// Registers memory with the first engine's table (`f` returns the keys and whatever
+    /// else the caller wants back) and enters the region in every other engine's table
+    /// under the same keys.
+    pub(crate) fn register<T, E>(
+        &self,
+        f: impl FnOnce(&mut MrTable) -> Result<(MrKeys, T), E>,
+    ) -> Result<(MrKeys, T), E> {
+        let mut first = self.engine();
+        let (keys, out) = f(first.mem())?;
+        if self.engines.len() > 1 {
+            let share = first.mem().share(keys);
+            drop(first);
+            for slot in &self.engines[1..] {
+                if let Some(share) = &share {
+                    slot.lock().mem().adopt(share);
+                }
+            }
         }
+        Ok((keys, out))
+    }
+
+    /// Forgets a registration in every engine's table.
+    pub(crate) fn deregister(&self, keys: MrKeys) {
+        for slot in self.engines.iter() {
+            slot.lock().mem().deregister(keys);
+        }
+    }
+
+    /// Port counters, summed over the engines.
+    pub(crate) fn counters(&self) -> PortCounters {
+        let mut c = PortCounters::default();
+        for slot in self.engines.iter() {
+            c.accumulate(&slot.lock().counters());
+        }
+        c
+    }
+
+    /// Every QP's transport counters, summed over the engines.
+    pub(crate) fn qp_counters_total(&self) -> Counters {
+        let mut c = Counters::default();
+        for slot in self.engines.iter() {
+            c.accumulate(&slot.lock().qp_counters_total());
+        }
+        c
+    }
+
+    /// Every QP's number and counters, in QPN order.
+    pub(crate) fn qp_counters_all(&self) -> Vec<(u32, Counters)> {
+        let mut v: Vec<_> = self
+            .engines
+            .iter()
+            .flat_map(|slot| slot.lock().qp_counters_all())
+            .collect();
+        v.sort_by_key(|&(n, _)| n);
+        v
     }
 
     /// Nanoseconds on the device's clock without taking the engine's lock: virtual time on a
@@ -204,7 +339,9 @@ impl Device {
         match &self.sim {
             Some(clock) => clock.step(),
             None => {
-                self.engine().poll();
+                for slot in self.engines.iter() {
+                    slot.lock().poll();
+                }
                 true
             }
         }

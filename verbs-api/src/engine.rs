@@ -9,7 +9,7 @@ use hashbrown::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use crossbeam::queue::SegQueue;
+use crossbeam::queue::{ArrayQueue, SegQueue};
 use ferroce_drivers::Port;
 use ferroce_stack::transport::{Counters, PostError, QpCaps, SendFlags, TxOut};
 use ferroce_stack::transport::{
@@ -44,6 +44,12 @@ pub struct PortCounters {
     pub tx_errors: u64,
     /// Of the frames sent, those whose payload left from registered memory in place.
     pub tx_zero_copy: u64,
+    /// Frames received on this engine's queue for a QP of another engine of the device,
+    /// handed over to it (a multi-queue device: the port's receive-side scaling picks the
+    /// queue from addresses and UDP ports, not from the destination QP).
+    pub rx_forwarded: u64,
+    /// Of those, frames dropped because the other engine's inbox was full.
+    pub rx_forward_drops: u64,
 }
 
 impl PortCounters {
@@ -59,8 +65,74 @@ impl PortCounters {
             ("rx_unknown_qp", self.rx_unknown_qp),
             ("tx_errors", self.tx_errors),
             ("tx_zero_copy", self.tx_zero_copy),
+            ("rx_forwarded", self.rx_forwarded),
+            ("rx_forward_drops", self.rx_forward_drops),
         ]
         .into_iter()
+    }
+
+    /// Adds `o`'s counts to these (the engines of one device make one port's counters).
+    pub fn accumulate(&mut self, o: &Self) {
+        self.rx_frames += o.rx_frames;
+        self.rx_bytes += o.rx_bytes;
+        self.tx_frames += o.tx_frames;
+        self.tx_bytes += o.tx_bytes;
+        self.rx_malformed += o.rx_malformed;
+        self.rx_icrc_errors += o.rx_icrc_errors;
+        self.rx_unknown_qp += o.rx_unknown_qp;
+        self.tx_errors += o.tx_errors;
+        self.tx_zero_copy += o.tx_zero_copy;
+        self.rx_forwarded += o.rx_forwarded;
+        self.rx_forward_drops += o.rx_forward_drops;
+    }
+}
+
+/// Frames an engine's inbox holds for it from the other engines of its device.
+const STEER_INBOX: usize = 4096;
+
+/// How the engines of a multi-queue device pass each other frames. A QP lives on engine
+/// `qpn % engines` (QPNs are handed out in turn, so QPs spread evenly), and a frame that
+/// arrived on another engine's queue is copied into the owner's inbox, as a NIC without a
+/// flow rule on the BTH would have to: receive-side scaling hashes addresses and UDP ports,
+/// and the peer picks the source port. The frame was checked on arrival (ICRC included), so
+/// the owner does not check it again.
+pub(crate) struct Steer {
+    index: usize,
+    inboxes: Arc<[ArrayQueue<Vec<u8>>]>,
+    /// Buffers of delivered frames, for the next forward to reuse.
+    spare: Arc<ArrayQueue<Vec<u8>>>,
+}
+
+impl Steer {
+    /// One `Steer` for each of `n` engines.
+    pub(crate) fn group(n: usize) -> Vec<Self> {
+        let inboxes: Arc<[ArrayQueue<Vec<u8>>]> =
+            (0..n).map(|_| ArrayQueue::new(STEER_INBOX)).collect();
+        let spare = Arc::new(ArrayQueue::new(STEER_INBOX));
+        (0..n)
+            .map(|index| Self {
+                index,
+                inboxes: inboxes.clone(),
+                spare: spare.clone(),
+            })
+            .collect()
+    }
+
+    /// The engine that owns QP `qpn`.
+    pub(crate) fn owner(qpn: u32, engines: usize) -> usize {
+        qpn as usize % engines.max(1)
+    }
+
+    /// Hands `frame` to engine `to`; false if its inbox is full.
+    fn forward(&self, to: usize, frame: &[u8]) -> bool {
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(frame);
+        self.inboxes[to].push(buf).is_ok()
+    }
+
+    fn inbox(&self) -> &ArrayQueue<Vec<u8>> {
+        &self.inboxes[self.index]
     }
 }
 
@@ -310,6 +382,8 @@ pub struct Engine<P> {
     split_min: usize,
     /// Completions between a QP and its CQs (reused; see `settle`).
     done: Vec<WorkCompletion>,
+    /// Set on the engines of a multi-queue device.
+    steer: Option<Steer>,
 }
 
 impl<P: Port> Engine<P> {
@@ -333,7 +407,13 @@ impl<P: Port> Engine<P> {
             now,
             split_min,
             done: Vec::new(),
+            steer: None,
         }
+    }
+
+    /// Makes this engine one of several sharing a port's queues (see [`Steer`]).
+    pub(crate) fn set_steer(&mut self, steer: Steer) {
+        self.steer = Some(steer);
     }
 
     /// Reads the port's clock only every `stride`-th idle turn (see the field's comment).
@@ -492,7 +572,9 @@ impl<P: Port> Engine<P> {
 
     /// True when some QP has work the next `poll` would do without new input.
     pub fn has_pending_work(&self) -> bool {
-        !self.doorbells.is_empty() || !self.active.is_empty()
+        !self.doorbells.is_empty()
+            || !self.active.is_empty()
+            || self.steer.as_ref().is_some_and(|s| !s.inbox().is_empty())
     }
 
     /// One turn of the loop. Returns how many things happened (frames received and sent,
@@ -557,7 +639,7 @@ impl<P: Port> Engine<P> {
             }
         }
 
-        // 2. Receive a burst.
+        // 2. Receive: frames other engines forwarded, then a burst from the port.
         let Self {
             port,
             mem,
@@ -565,23 +647,44 @@ impl<P: Port> Engine<P> {
             active,
             counters,
             checks,
+            steer,
             ..
         } = self;
         let checks = *checks;
+        if let Some(st) = steer.as_ref() {
+            let mut n = 0;
+            while n < RX_BURST {
+                let Some(buf) = st.inbox().pop() else { break };
+                n += 1;
+                // Checked where it arrived; parsed again only to borrow its fields.
+                if let Ok(pkt) = RoceRepr::parse(&buf, Checks::NONE) {
+                    if !deliver(qps, active, mem, now, &pkt) {
+                        counters.rx_unknown_qp += 1;
+                    }
+                }
+                let _ = st.spare.push(buf);
+            }
+            work += n;
+        }
         work += port.rx_burst(RX_BURST, |frame| {
             counters.rx_frames += 1;
             counters.rx_bytes += frame.len() as u64;
             match RoceRepr::parse(frame, checks) {
                 Ok(pkt) => {
+                    if deliver(qps, active, mem, now, &pkt) {
+                        return;
+                    }
                     let qpn = pkt.repr.bth.dest_qpn.value();
-                    match qps.get_mut(&qpn) {
-                        Some(slot) => {
-                            slot.qp.handle_packet(now, &pkt, mem);
-                            if !slot.active {
-                                slot.active = true;
-                                active.push(qpn);
+                    match steer.as_ref() {
+                        Some(st) => match Steer::owner(qpn, st.inboxes.len()) {
+                            to if to == st.index => counters.rx_unknown_qp += 1,
+                            to => {
+                                counters.rx_forwarded += 1;
+                                if !st.forward(to, frame) {
+                                    counters.rx_forward_drops += 1;
+                                }
                             }
-                        }
+                        },
                         None => counters.rx_unknown_qp += 1,
                     }
                 }
@@ -693,6 +796,27 @@ impl<P: Port> Engine<P> {
             }
         }
     }
+}
+
+/// Hands a received packet to its QP and marks the QP active; false if no QP here has its
+/// number.
+fn deliver(
+    qps: &mut HashMap<u32, Slot>,
+    active: &mut Vec<u32>,
+    mem: &mut MrTable,
+    now: u64,
+    pkt: &ferroce_stack::wire::RocePacket<'_>,
+) -> bool {
+    let qpn = pkt.repr.bth.dest_qpn.value();
+    let Some(slot) = qps.get_mut(&qpn) else {
+        return false;
+    };
+    slot.qp.handle_packet(now, pkt, mem);
+    if !slot.active {
+        slot.active = true;
+        active.push(qpn);
+    }
+    true
 }
 
 fn empty_wc(qpn: u32) -> WorkCompletion {

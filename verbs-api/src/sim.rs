@@ -191,13 +191,13 @@ pub fn open_device_with_pcap(
         Some(("dpdk", rest)) => {
             let d = DpdkSpec::parse(spec, rest)?;
             ferroce_drivers::dpdk::eal_init(d.eal).map_err(|e| VerbsError::Open(e.to_string()))?;
-            let port = ferroce_drivers::dpdk::DpdkPort::open_with(
-                d.port,
-                d.desc,
-                d.desc,
-                d.zero_copy.then_some(ferroce_drivers::dpdk::ZERO_COPY_MIN),
-            )
-            .map_err(|e| VerbsError::Open(e.to_string()))?;
+            let zero_copy = d.zero_copy.then_some(ferroce_drivers::dpdk::ZERO_COPY_MIN);
+            if d.queues > 1 {
+                return dpdk_queues(spec, &d, zero_copy, pcap);
+            }
+            let port =
+                ferroce_drivers::dpdk::DpdkPort::open_with(d.port, d.desc, d.desc, zero_copy)
+                    .map_err(|e| VerbsError::Open(e.to_string()))?;
             if d.kernel_control {
                 // Bifurcated (mlx5): the kernel keeps the address and everything but RoCE.
                 return device(spec, port, d.ip, 0xd9d, pcap, None);
@@ -210,15 +210,16 @@ pub fn open_device_with_pcap(
         }
         _ => Err(VerbsError::Open(format!(
             "unknown device '{spec}'; use sim, afpacket:IFACE[ gso] (e.g. afpacket:veth0), tap:NAME[@IP]{}",
-            if cfg!(feature = "dpdk") { " or dpdk:EAL ARGS @IP [port=N] [desc=N] [zerocopy] [control=smoltcp|kernel]" } else { " (dpdk: needs the dpdk feature)" }
+            if cfg!(feature = "dpdk") { " or dpdk:EAL ARGS @IP [port=N] [queues=N] [desc=N] [zerocopy] [control=smoltcp|kernel]" } else { " (dpdk: needs the dpdk feature)" }
         ))),
     }
 }
 
-/// A `dpdk:` device: `dpdk:EAL ARGS @IP [port=N] [desc=N] [zerocopy] [control=smoltcp|kernel]`.
+/// A `dpdk:` device: `dpdk:EAL ARGS @IP [port=N] [queues=N] [desc=N] [zerocopy] [control=smoltcp|kernel]`.
 /// EAL arguments pass through verbatim; after ` @` come the port's RoCEv2 address (DPDK
 /// ports have none of their own) and options: which probed port (default 0; several `dpdk:`
-/// devices in one process name the same EAL arguments and different ports), ring depth
+/// devices in one process name the same EAL arguments and different ports), how many
+/// queue pairs, each with an engine of its own (default 1), ring depth
 /// (default 1024), zero-copy transmit of payloads from registered memory, and who answers
 /// for the address: smoltcp on the port (default; ARP, ping, the out-of-band TCP) or the
 /// kernel (a bifurcated NIC whose flow rule sends only UDP 4791 to DPDK).
@@ -228,6 +229,7 @@ struct DpdkSpec<'a> {
     eal: &'a str,
     ip: IpAddr,
     port: u16,
+    queues: u16,
     desc: u16,
     zero_copy: bool,
     kernel_control: bool,
@@ -251,6 +253,7 @@ impl<'a> DpdkSpec<'a> {
             eal,
             ip,
             port: 0,
+            queues: 1,
             desc: 1024,
             zero_copy: false,
             kernel_control: false,
@@ -263,18 +266,71 @@ impl<'a> DpdkSpec<'a> {
             match w.split_once('=') {
                 Some(("port", v)) => d.port = num(v)?,
                 Some(("desc", v)) => d.desc = num(v)?.max(64),
+                Some(("queues", v)) => {
+                    d.queues = num(v)?;
+                    if d.queues == 0 {
+                        return Err(bad("queues=0: a device needs at least one queue".into()));
+                    }
+                }
                 None if w == "zerocopy" => d.zero_copy = true,
                 Some(("control", "smoltcp")) => d.kernel_control = false,
                 Some(("control", "kernel")) => d.kernel_control = true,
                 _ => {
                     return Err(bad(format!(
-                        "unknown option '{w}' after the address (port=N, desc=N, zerocopy, control=smoltcp|kernel)"
+                        "unknown option '{w}' after the address (port=N, queues=N, desc=N, zerocopy, control=smoltcp|kernel)"
                     )))
                 }
             }
         }
         Ok(d)
     }
+}
+
+/// A `dpdk:` device with `queues=N`: the port opened with N queue pairs and an engine on
+/// each. The first queue's port carries the control plane (unless the kernel keeps it); the
+/// others pass it the control frames receive-side scaling gives them.
+#[cfg(feature = "dpdk")]
+fn dpdk_queues(
+    spec: &str,
+    d: &DpdkSpec<'_>,
+    zero_copy: Option<usize>,
+    pcap: Option<Box<dyn Write + Send>>,
+) -> Result<Context, VerbsError> {
+    use crate::device::boxed_engine;
+    if pcap.is_some() {
+        return Err(VerbsError::Open(format!(
+            "{spec}: a capture records one queue; drop queues= (or set queues=1) to record the port"
+        )));
+    }
+    let ports =
+        ferroce_drivers::dpdk::DpdkPort::open_queues(d.port, d.queues, d.desc, d.desc, zero_copy)
+            .map_err(|e| VerbsError::Open(e.to_string()))?;
+    let seed = 0xd9d;
+    let mut ports = ports.into_iter();
+    let first = ports
+        .next()
+        .ok_or_else(|| VerbsError::Open(format!("{spec}: the port opened no queue")))?;
+    let (engines, control) = if d.kernel_control {
+        let engines = std::iter::once(first)
+            .chain(ports)
+            .map(|p| boxed_engine(p, seed, true))
+            .collect();
+        (engines, None)
+    } else {
+        let plane = ferroce_drivers::control::ControlPlane::new(first, d.ip);
+        let control = plane.handle();
+        let others: Vec<_> = ports
+            .map(|p| boxed_engine(plane.feed(p), seed, true))
+            .collect();
+        let mut engines = vec![boxed_engine(plane, seed, true)];
+        engines.extend(others);
+        (engines, Some(control))
+    };
+    let dev = Device::with_engines(spec.into(), engines, d.ip, seed, None);
+    if let Some(c) = control {
+        let _ = dev.control.set(c);
+    }
+    Ok(Context { dev })
 }
 
 /// The devices named by `FERROCE_DEVICES` (comma-separated specifications), or `sim`.
@@ -291,18 +347,18 @@ mod tests {
 
     #[test]
     fn dpdk_specs_parse_address_and_options() {
-        let s = "dpdk:-l 1 --vdev=net_memif0,role=server @10.0.0.1 port=1 desc=512 zerocopy control=kernel";
+        let s = "dpdk:-l 1 --vdev=net_memif0,role=server @10.0.0.1 port=1 queues=4 desc=512 zerocopy control=kernel";
         let d = DpdkSpec::parse(s, &s[5..]).unwrap();
         assert_eq!(d.eal, "-l 1 --vdev=net_memif0,role=server");
         assert_eq!(d.ip, "10.0.0.1".parse::<std::net::IpAddr>().unwrap());
         assert_eq!(
-            (d.port, d.desc, d.zero_copy, d.kernel_control),
-            (1, 512, true, true)
+            (d.port, d.queues, d.desc, d.zero_copy, d.kernel_control),
+            (1, 4, 512, true, true)
         );
         let d = DpdkSpec::parse("x", "-l 0 @fd00::1").unwrap();
         assert_eq!(
-            (d.port, d.desc, d.zero_copy, d.kernel_control),
-            (0, 1024, false, false)
+            (d.port, d.queues, d.desc, d.zero_copy, d.kernel_control),
+            (0, 1, 1024, false, false)
         );
         for bad in [
             "-l 0",
@@ -310,6 +366,7 @@ mod tests {
             "-l 0 @10.0.0.1 port=x",
             "-l 0 @10.0.0.1 fast",
             "-l 0 @10.0.0.1 control=bgp",
+            "-l 0 @10.0.0.1 queues=0",
         ] {
             let e = DpdkSpec::parse("dpdk:", bad).unwrap_err().to_string();
             assert!(e.contains("dpdk:"), "{e}");

@@ -246,14 +246,18 @@ impl Context {
             return Ok(());
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let dev = self.dev.clone();
-        let flag = stop.clone();
-        let handle = std::thread::Builder::new()
-            .name(format!("ferroce-engine-{}", self.dev.name))
-            .spawn(move || {
+        let mut handles = Vec::new();
+        for index in 0..self.dev.engines.len() {
+            let dev = self.dev.clone();
+            let flag = stop.clone();
+            let name = match self.dev.engines.len() {
+                1 => format!("ferroce-engine-{}", self.dev.name),
+                _ => format!("ferroce-engine-{}-q{index}", self.dev.name),
+            };
+            let spawned = std::thread::Builder::new().name(name).spawn(move || {
                 let mut idle = 0u32;
                 while !flag.load(Ordering::Acquire) {
-                    let work = dev.engine().poll();
+                    let work = dev.engines[index].lock().poll();
                     if work == 0 {
                         idle = idle.saturating_add(1);
                         if idle > 1024 {
@@ -264,10 +268,22 @@ impl Context {
                         idle = 0;
                     }
                 }
-            })
-            .map_err(|e| VerbsError::Open(format!("cannot spawn the engine thread: {e}")))?;
+            });
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    stop.store(true, Ordering::Release);
+                    for h in handles {
+                        let _ = h.join();
+                    }
+                    return Err(VerbsError::Open(format!(
+                        "cannot spawn the engine thread: {e}"
+                    )));
+                }
+            }
+        }
         self.dev.threaded.store(true, Ordering::Release);
-        *slot = Some((stop, handle));
+        *slot = Some((stop, handles));
         Ok(())
     }
 
@@ -279,26 +295,28 @@ impl Context {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        if let Some((stop, handle)) = taken {
+        if let Some((stop, handles)) = taken {
             stop.store(true, Ordering::Release);
-            let _ = handle.join();
+            for h in handles {
+                let _ = h.join();
+            }
             self.dev.threaded.store(false, Ordering::Release);
         }
     }
 
     /// Port counters.
     pub fn port_counters(&self) -> PortCounters {
-        self.dev.engine().counters()
+        self.dev.counters()
     }
 
     /// Every QP's transport counters, summed.
     pub fn qp_counters_total(&self) -> Counters {
-        self.dev.engine().qp_counters_total()
+        self.dev.qp_counters_total()
     }
 
     /// Each QP's number and transport counters.
     pub fn qp_counters_all(&self) -> Vec<(u32, Counters)> {
-        self.dev.engine().qp_counters_all()
+        self.dev.qp_counters_all()
     }
 
     /// Writes this device's counters where `ferroce stats` finds them: one file per process
@@ -413,9 +431,11 @@ impl ProtectionDomain {
         iova: u64,
         access: Access,
     ) -> Result<MemoryRegion, VerbsError> {
-        let mut e = self.ctx.dev.engine();
-        // SAFETY: the caller's promise above, passed on.
-        let keys = unsafe { e.mem().register(self.id, addr, len, iova, access) }?;
+        // SAFETY: the caller's promise above, passed on; it covers the copies of the
+        // registration the device's other engines adopt.
+        let (keys, ()) = self.ctx.dev.register(|mem| {
+            unsafe { mem.register(self.id, addr, len, iova, access) }.map(|k| (k, ()))
+        })?;
         Ok(MemoryRegion {
             ctx: self.ctx.clone(),
             pd: self.id,
@@ -433,9 +453,7 @@ impl ProtectionDomain {
         let (keys, addr) = self
             .ctx
             .dev
-            .engine()
-            .mem()
-            .register_owned(self.id, len, access)?;
+            .register(|mem| mem.register_owned(self.id, len, access))?;
         Ok(MemoryRegion {
             ctx: self.ctx.clone(),
             pd: self.id,
@@ -504,7 +522,7 @@ impl ProtectionDomain {
         let mut shared = QpShared::new(qpn, qp_type, caps);
         shared.has_srq = has_srq;
         let shared = Arc::new(shared);
-        self.ctx.dev.engine().add_qp(
+        self.ctx.dev.slot(qpn).lock().add_qp(
             qp,
             shared.clone(),
             send_cq.shared.clone(),
@@ -620,7 +638,7 @@ impl Drop for MemoryRegion {
             lkey: self.lkey,
             rkey: self.rkey,
         };
-        self.ctx.dev.engine().mem().deregister(keys);
+        self.ctx.dev.deregister(keys);
     }
 }
 
@@ -763,10 +781,15 @@ impl QueuePair {
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<(), VerbsError> {
         let mut result = Ok(());
         let mut state = None;
-        let found = self.ctx.dev.engine().with_qp(self.shared.qpn, &mut |qp| {
-            result = qp.modify(attr, mask);
-            state = Some(qp.state());
-        });
+        let found = self
+            .ctx
+            .dev
+            .slot(self.shared.qpn)
+            .lock()
+            .with_qp(self.shared.qpn, &mut |qp| {
+                result = qp.modify(attr, mask);
+                state = Some(qp.state());
+            });
         if !found {
             return Err(VerbsError::NoSuchQp(self.shared.qpn));
         }
@@ -789,7 +812,8 @@ impl QueuePair {
         let found = self
             .ctx
             .dev
-            .engine()
+            .slot(self.shared.qpn)
+            .lock()
             .with_qp(self.shared.qpn, &mut |qp| match qp.state() {
                 QpState::Reset | QpState::Init => {
                     if let Some(p) = policy.take() {
@@ -809,14 +833,19 @@ impl QueuePair {
         let mut out = None;
         self.ctx
             .dev
-            .engine()
+            .slot(self.shared.qpn)
+            .lock()
             .with_qp(self.shared.qpn, &mut |qp| out = Some(qp.query()));
         out.ok_or(VerbsError::NoSuchQp(self.shared.qpn))
     }
 
     /// This QP's transport counters.
     pub fn counters(&self) -> Option<Counters> {
-        self.ctx.dev.engine().qp_counters(self.shared.qpn)
+        self.ctx
+            .dev
+            .slot(self.shared.qpn)
+            .lock()
+            .qp_counters(self.shared.qpn)
     }
 
     /// `ibv_post_send` for a list of WRs: each is checked and queued in order; the first
@@ -827,7 +856,7 @@ impl QueuePair {
         // straight into the QP: the QP checks everything this path does, and the WRs skip
         // their copies through the inbox and wait for no engine turn.
         if sh.inbox.is_empty() {
-            if let Some(mut e) = self.ctx.dev.try_engine() {
+            if let Some(mut e) = self.ctx.dev.slot(sh.qpn).try_lock() {
                 if sh.inbox.is_empty() {
                     return e
                         .post_sends(sh.qpn, wrs)
@@ -845,7 +874,10 @@ impl QueuePair {
             if !QpShared::reserve(&sh.sq_used, sh.caps.max_send_wr) {
                 return Err(fail(PostError::QueueFull(sh.caps.max_send_wr)));
             }
-            sh.submit(Op::Send(OwnedSend::from_wr(wr)), &self.ctx.dev.doorbells);
+            sh.submit(
+                Op::Send(OwnedSend::from_wr(wr)),
+                &self.ctx.dev.slot(sh.qpn).doorbells,
+            );
         }
         Ok(())
     }
@@ -855,7 +887,7 @@ impl QueuePair {
         let sh = &self.shared;
         // As in `post_send`.
         if sh.inbox.is_empty() {
-            if let Some(mut e) = self.ctx.dev.try_engine() {
+            if let Some(mut e) = self.ctx.dev.slot(sh.qpn).try_lock() {
                 if sh.inbox.is_empty() {
                     return e
                         .post_recvs(sh.qpn, wrs)
@@ -882,7 +914,7 @@ impl QueuePair {
             }
             sh.submit(
                 Op::Recv(wr.wr_id, SmallVec::from_slice(wr.sg_list)),
-                &self.ctx.dev.doorbells,
+                &self.ctx.dev.slot(sh.qpn).doorbells,
             );
         }
         Ok(())
@@ -893,7 +925,11 @@ impl Drop for QueuePair {
     fn drop(&mut self) {
         // The last handle destroys the QP (`ibv_destroy_qp`).
         if Arc::strong_count(&self.shared) == 2 {
-            self.ctx.dev.engine().remove_qp(self.shared.qpn);
+            self.ctx
+                .dev
+                .slot(self.shared.qpn)
+                .lock()
+                .remove_qp(self.shared.qpn);
         }
     }
 }

@@ -20,6 +20,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crossbeam::queue::ArrayQueue;
 use ferroce_stack::transport::SplitFrame;
 use ferroce_stack::wire::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN, ROCEV2_PORT};
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
@@ -85,8 +86,11 @@ struct Smol {
 /// What a [`ControlPlane`] shares with its handles.
 struct Shared {
     smol: Mutex<Smol>,
-    /// Set by an application that changed a socket: poll smoltcp at the next burst.
+    /// Set by an application that changed a socket, or by a [`ControlFeed`] that queued
+    /// a frame: poll smoltcp at the next burst.
     kick: AtomicBool,
+    /// Control frames that arrived on the port's other queues.
+    fed: ArrayQueue<Vec<u8>>,
 }
 
 impl Shared {
@@ -142,6 +146,7 @@ impl<P: Port> ControlPlane<P> {
                     next_port,
                 }),
                 kick: AtomicBool::new(false),
+                fed: ArrayQueue::new(QUEUE),
             }),
             rxq,
             next_poll: 0,
@@ -163,6 +168,17 @@ impl<P: Port> ControlPlane<P> {
     /// A handle for TCP through this port's address, usable from any thread.
     pub fn handle(&self) -> tcp::ControlHandle {
         tcp::ControlHandle::new(self.shared.clone())
+    }
+
+    /// Wraps `port`, another queue of the same NIC, so that the control frames arriving
+    /// there (anything not RoCEv2: receive-side scaling spreads TCP and ICMP over every
+    /// queue) reach this control plane; RoCEv2 passes through. Replies leave on this queue.
+    pub fn feed<Q: Port>(&self, port: Q) -> ControlFeed<Q> {
+        ControlFeed {
+            inner: port,
+            shared: self.shared.clone(),
+            dropped: 0,
+        }
     }
 
     /// Runs smoltcp: queued frames in, replies and socket data out.
@@ -222,10 +238,60 @@ impl<P: Port> Port for ControlPlane<P> {
         let due = self.turns.is_multiple_of(TIMER_STRIDE) && self.inner.now_ns() >= self.next_poll;
         let kicked = self.shared.kick.load(Ordering::Relaxed)
             && self.shared.kick.swap(false, Ordering::AcqRel);
+        if kicked {
+            while let Some(frame) = self.shared.fed.pop() {
+                self.counters.rx_frames += 1;
+                if self.rxq.len() < QUEUE {
+                    self.rxq.push_back(frame);
+                } else {
+                    self.counters.rx_dropped += 1;
+                }
+            }
+        }
         if !self.rxq.is_empty() || due || kicked {
             self.poll_control();
         }
         n
+    }
+
+    fn tx<F: FnOnce(&mut [u8])>(&mut self, len: usize, fill: F) -> Result<(), TxError> {
+        self.inner.tx(len, fill)
+    }
+
+    fn tx_split(&mut self, head: &[u8], frame: &SplitFrame<'_>) -> Result<(), TxError> {
+        self.inner.tx_split(head, frame)
+    }
+
+    crate::port::forward_to_inner!();
+}
+
+/// Another queue of a port whose first queue runs the [`ControlPlane`]: passes RoCEv2 to
+/// its engine and hands every other frame to the control plane (see
+/// [`ControlPlane::feed`]).
+pub struct ControlFeed<P> {
+    inner: P,
+    shared: Arc<Shared>,
+    /// Control frames dropped because the control plane's inbox was full.
+    pub dropped: u64,
+}
+
+impl<P: Port> Port for ControlFeed<P> {
+    fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, mut f: F) -> usize {
+        let Self {
+            inner,
+            shared,
+            dropped,
+        } = self;
+        inner.rx_burst(max, |frame| {
+            if is_rocev2(frame) {
+                f(frame);
+            } else {
+                if shared.fed.push(frame.to_vec()).is_err() {
+                    *dropped += 1;
+                }
+                shared.kick.store(true, Ordering::Release);
+            }
+        })
     }
 
     fn tx<F: FnOnce(&mut [u8])>(&mut self, len: usize, fill: F) -> Result<(), TxError> {
@@ -516,6 +582,38 @@ mod tests {
             reply,
             (PEER_IP, 0x1234, 7, b"ferroce ping payload".to_vec())
         );
+    }
+
+    #[test]
+    fn control_frames_of_other_queues_reach_the_first_queue_s_plane() {
+        let mut cp = plane();
+        let mut q1 = cp.feed(MemPort::default());
+        use ferroce_stack::wire::sample::{sample_frame, sample_repr, SampleAddr};
+        let roce = sample_frame(&sample_repr(
+            ferroce_stack::wire::Opcode::RC_SEND_ONLY,
+            SampleAddr::default(),
+            32,
+        ));
+        q1.inner.rx.push_back(arp_request());
+        q1.inner.rx.push_back(roce.clone());
+        let mut seen = Vec::new();
+        assert_eq!(q1.rx_burst(32, |f| seen.push(f.to_vec())), 2);
+        assert_eq!(seen, vec![roce], "RoCE stays on its queue");
+        assert!(q1.inner.tx.is_empty());
+        // The ARP request crossed over: the first queue's next burst answers it, on its own
+        // queue, though nothing arrived there.
+        assert_eq!(cp.rx_burst(32, |_| panic!("nothing for the engine")), 0);
+        assert_eq!(cp.inner.tx.len(), 1, "one ARP reply");
+        let f = EthernetFrame::new_checked(&cp.inner.tx[0][..]).unwrap();
+        assert_eq!(f.ethertype(), EthernetProtocol::Arp);
+        assert_eq!(f.dst_addr(), PEER);
+        assert_eq!(cp.counters().rx_frames, 1);
+        // A full inbox drops and counts.
+        for _ in 0..QUEUE + 5 {
+            q1.inner.rx.push_back(arp_request());
+        }
+        while q1.rx_burst(32, |_| {}) > 0 {}
+        assert_eq!(q1.dropped, 5);
     }
 
     /// Two planes joined by a wire that a thread turns, as two engines would.

@@ -35,7 +35,7 @@ pub mod tx;
 pub mod wr;
 
 pub use counters::Counters;
-pub use mr::{Access, AccessError, MemSpan, MrKeys, MrTable, PdId, RegisterError};
+pub use mr::{Access, AccessError, MemSpan, MrKeys, MrTable, PdId, RegionShare, RegisterError};
 pub use qp::{AddressVector, Mtu, Qp, QpAttr, QpCaps, QpConfig};
 pub use recovery::{
     Arrivals, Delivery, Feedback, GoBackN, LossReport, OutOfOrder, Recovery, Retransmit, SendWindow,

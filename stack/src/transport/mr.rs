@@ -12,7 +12,8 @@
 //! against it.
 
 use hashbrown::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Access rights of a region, with libibverbs' `IBV_ACCESS_*` bit values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -101,8 +102,34 @@ struct Region {
     len: usize,
     iova: u64,
     access: Access,
-    /// Memory the table allocated for the region (see `register_owned`), freed with it.
-    _owned: Option<Box<[u64]>>,
+    /// Memory the table allocated for the region (see `register_owned`), freed with the
+    /// region's last copy.
+    _owned: Option<Arc<Box<[u64]>>>,
+    /// Set when the region is seen by several tables (one per engine of a device, see
+    /// [`MrTable::share`]): cleared by an invalidation in any of them, so a key a
+    /// SEND_WITH_INVALIDATE revoked on one engine's QP is dead on every engine at once.
+    valid: Option<Arc<AtomicBool>>,
+}
+
+/// A registered region as another table adopts it ([`MrTable::share`], [`MrTable::adopt`]):
+/// the same keys, memory, bounds and rights, and one validity flag for all copies.
+#[derive(Debug)]
+pub struct RegionShare {
+    keys: MrKeys,
+    pd: PdId,
+    base: *mut u8,
+    len: usize,
+    iova: u64,
+    access: Access,
+    owned: Option<Arc<Box<[u64]>>>,
+    valid: Arc<AtomicBool>,
+}
+
+impl RegionShare {
+    /// The keys the region has in every table.
+    pub fn keys(&self) -> MrKeys {
+        self.keys
+    }
 }
 
 // SAFETY: a Region is a pointer plus bounds. The registrant promised (see
@@ -196,7 +223,8 @@ impl MrTable {
     ///
     /// # Safety
     /// `base .. base + len` must be valid for reads and writes, and stay so until
-    /// [`deregister`](Self::deregister) returns for these keys (or the table is dropped).
+    /// [`deregister`](Self::deregister) returns for these keys (or the table is dropped) here
+    /// and in every table that [adopted](Self::adopt) the region.
     pub unsafe fn register(
         &mut self,
         pd: PdId,
@@ -222,6 +250,7 @@ impl MrTable {
                 iova,
                 access,
                 _owned: None,
+                valid: None,
             },
         );
         Ok(MrKeys {
@@ -248,7 +277,7 @@ impl MrTable {
         // region is removed from the table, so it outlives every access through these keys.
         let keys = unsafe { self.register(pd, base, len, iova, access) }?;
         if let Some(r) = self.regions.get_mut(&keys.lkey) {
-            r._owned = Some(buf);
+            r._owned = Some(Arc::new(buf));
         }
         Ok((keys, iova))
     }
@@ -257,6 +286,52 @@ impl MrTable {
     /// Returns false if the keys were not registered.
     pub fn deregister(&mut self, keys: MrKeys) -> bool {
         self.regions.remove(&keys.lkey).is_some()
+    }
+
+    /// Describes the region of `keys` for [`adopt`](Self::adopt) by another table, so that
+    /// several engines of one device see the same registration (each looks keys up in its
+    /// own table, without a lock). From now on an invalidation through any copy revokes
+    /// all of them. `None` when the keys are not registered here.
+    pub fn share(&mut self, keys: MrKeys) -> Option<RegionShare> {
+        let r = self.regions.get_mut(&keys.lkey)?;
+        let valid = r
+            .valid
+            .get_or_insert_with(|| Arc::new(AtomicBool::new(true)))
+            .clone();
+        Some(RegionShare {
+            keys,
+            pd: r.pd,
+            base: r.base,
+            len: r.len,
+            iova: r.iova,
+            access: r.access,
+            owned: r._owned.clone(),
+            valid,
+        })
+    }
+
+    /// Enters a region another table registered, under the same keys. Returns false (and
+    /// changes nothing) if this table already has a region with that key. Memory the table
+    /// allocated ([`register_owned`](Self::register_owned)) lives until its last copy goes;
+    /// memory the application registered is covered by [`register`](Self::register)'s
+    /// promise, which extends to every table that adopts the region.
+    pub fn adopt(&mut self, share: &RegionShare) -> bool {
+        if self.regions.contains_key(&share.keys.lkey) {
+            return false;
+        }
+        self.regions.insert(
+            share.keys.lkey,
+            Region {
+                pd: share.pd,
+                base: share.base,
+                len: share.len,
+                iova: share.iova,
+                access: share.access,
+                _owned: share.owned.clone(),
+                valid: Some(share.valid.clone()),
+            },
+        );
+        true
     }
 
     /// Checks that `len` bytes at `va` may be accessed with `needed` rights under `key` and
@@ -278,8 +353,16 @@ impl MrTable {
         match self.regions.get(&key) {
             None => Err(AccessError::InvalidKey(key)),
             Some(r) if r.pd != pd => Err(AccessError::PdMismatch(key)),
-            Some(_) => {
-                self.regions.remove(&key);
+            Some(r) if r.valid.as_ref().is_some_and(|v| !v.load(Ordering::Acquire)) => {
+                Err(AccessError::InvalidKey(key))
+            }
+            Some(r) => {
+                match &r.valid {
+                    // Other tables hold copies (and one of them may own the memory): revoke
+                    // every copy; each leaves its table when the registrant deregisters.
+                    Some(v) => v.store(false, Ordering::Release),
+                    None => _ = self.regions.remove(&key),
+                }
                 Ok(())
             }
         }
@@ -299,6 +382,9 @@ impl MrTable {
             return Ok(core::ptr::null_mut());
         }
         let r = self.regions.get(&key).ok_or(AccessError::InvalidKey(key))?;
+        if r.valid.as_ref().is_some_and(|v| !v.load(Ordering::Acquire)) {
+            return Err(AccessError::InvalidKey(key));
+        }
         if r.pd != pd {
             return Err(AccessError::PdMismatch(key));
         }
@@ -477,6 +563,70 @@ mod tests {
             unsafe { t.register(PD, buf.as_mut_ptr().cast(), buf.len() * 8, 0x1000, access) }
                 .unwrap();
         (t, keys)
+    }
+
+    #[test]
+    fn an_adopted_region_has_the_same_keys_memory_and_one_validity() {
+        let mut owner = MrTable::new(7);
+        let (keys, addr) = owner.register_owned(PD, 64, RW).unwrap();
+        let mut copies = [MrTable::new(8), MrTable::new(9)];
+        let share = owner.share(keys).unwrap();
+        assert_eq!(share.keys(), keys);
+        for c in &mut copies {
+            assert!(c.adopt(&share));
+            assert!(!c.adopt(&share), "adopted twice");
+        }
+        // A write through one copy is read through the owner and the other copy; an atomic
+        // through one is seen by the next.
+        copies[0]
+            .write(keys.rkey, PD, addr + 8, b"abcdefgh", Access::REMOTE_WRITE)
+            .unwrap();
+        for t in [&owner, &copies[1]] {
+            let mut out = [0u8; 8];
+            t.read(keys.lkey, PD, addr + 8, &mut out, Access::NONE)
+                .unwrap();
+            assert_eq!(&out, b"abcdefgh");
+        }
+        assert_eq!(copies[1].fetch_add(keys.rkey, PD, addr, 5).unwrap(), 0);
+        assert_eq!(owner.fetch_add(keys.rkey, PD, addr, 1).unwrap(), 5);
+        // Bounds and rights are the owner's.
+        assert_eq!(
+            copies[0].write(keys.rkey, PD, addr + 60, &[0; 8], Access::REMOTE_WRITE),
+            Err(AccessError::Bounds {
+                key: keys.rkey,
+                va: addr + 60,
+                len: 8
+            })
+        );
+        assert_eq!(
+            copies[1].invalidate(keys.rkey, PdId(2)),
+            Err(AccessError::PdMismatch(keys.rkey))
+        );
+        // Invalidated through one copy: dead in all three, and a second invalidation fails.
+        copies[1].invalidate(keys.rkey, PD).unwrap();
+        for t in [&owner, &copies[0], &copies[1]] {
+            let mut out = [0u8; 8];
+            assert_eq!(
+                t.read(keys.lkey, PD, addr, &mut out, Access::NONE),
+                Err(AccessError::InvalidKey(keys.lkey))
+            );
+        }
+        assert_eq!(
+            owner.invalidate(keys.rkey, PD),
+            Err(AccessError::InvalidKey(keys.rkey))
+        );
+        // The owner's table lets go first; the memory it allocated lives on in the copies.
+        assert!(owner.deregister(keys));
+        assert!(owner.share(keys).is_none());
+        drop(owner);
+        let share = copies[0].share(keys).unwrap();
+        share.valid.store(true, Ordering::Release);
+        copies[0]
+            .write(keys.rkey, PD, addr + 16, b"still", Access::REMOTE_WRITE)
+            .unwrap();
+        for c in &mut copies {
+            assert!(c.deregister(keys));
+        }
     }
 
     #[test]

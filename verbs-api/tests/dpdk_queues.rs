@@ -1,0 +1,183 @@
+//! A device with an engine per queue: a net_ring vdev opened with four queue pairs
+//! (`queues=4`), each looping its frames back to itself, so a frame between two QPs on
+//! different engines arrives on the sender's queue and must be handed to the receiver's
+//! engine — what receive-side scaling does to a real port, where the peer's UDP source port
+//! and not the destination QP picks the queue. QPs spread over the engines by QPN share one
+//! set of memory registrations: WRITE/SEND/READ data, atomics on one word from QPs on every
+//! engine, and an rkey invalidated through one engine that is dead on the others. Run once
+//! with the caller driving every engine and once with an engine thread per queue.
+#![cfg(feature = "dpdk")]
+
+use std::collections::BTreeSet;
+
+use ferroce_verbs::connect::{connect_qp, ConnectOpts, Endpoint};
+use ferroce_verbs::sim::open_device;
+use ferroce_verbs::*;
+
+const QUEUES: u32 = 4;
+const LEN: usize = 100_000;
+const ADDS: u64 = 50;
+
+#[test]
+fn qps_on_four_engines_share_memory_and_reach_each_other() {
+    let pid = std::process::id();
+    let eal = format!(
+        "-l 0 --no-pci --no-huge -m 512 --file-prefix=ferroce-vq-{pid} --log-level=error --vdev=net_ring0"
+    );
+    let e = open_device(&format!("dpdk:{eal} @10.9.1.1 queues=0")).unwrap_err();
+    assert!(e.to_string().contains("at least one queue"), "{e}");
+    let ctx = open_device(&format!("dpdk:{eal} @10.9.1.1 queues={QUEUES}")).unwrap();
+    assert_eq!(ctx.query_port().state, PortState::Active);
+
+    let first = traffic(&ctx);
+    assert!(first.rx_forwarded > 0, "{first:?}");
+    ctx.start_engine_thread().unwrap();
+    let second = traffic(&ctx);
+    ctx.stop_engine_thread();
+    assert!(second.rx_forwarded > first.rx_forwarded, "{second:?}");
+    // Every frame found its QP: none dropped on the way between engines, none unclaimed.
+    assert_eq!(second.rx_unknown_qp, 0, "{second:?}");
+    assert_eq!(second.rx_forward_drops, 0, "{second:?}");
+    assert_eq!(second.rx_malformed, 0, "{second:?}");
+    assert_eq!(second.tx_errors, 0, "{second:?}");
+    let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/ferroce-vq-{pid}"));
+}
+
+/// Four RC pairs, three across engines and one within an engine; returns the port's
+/// counters afterwards.
+fn traffic(ctx: &Context) -> PortCounters {
+    let pd = ctx.alloc_pd();
+    let all = Access::LOCAL_WRITE
+        .with(Access::REMOTE_WRITE)
+        .with(Access::REMOTE_READ)
+        .with(Access::REMOTE_ATOMIC);
+    let mr = pd.alloc_mr(8 << 20, all).unwrap();
+    let victim = pd.alloc_mr(4096, all).unwrap();
+    let cq = ctx.create_cq(4096, None);
+    let qps: Vec<QueuePair> = (0..8)
+        .map(|_| {
+            pd.create_qp(QpType::Rc, QpCaps::default(), &cq, &cq)
+                .unwrap()
+        })
+        .collect();
+    let engine = |q: &QueuePair| q.qpn().value() % QUEUES;
+    let pairs = [(0, 1), (2, 5), (3, 7), (4, 6)];
+    let across: Vec<bool> = pairs
+        .iter()
+        .map(|&(a, b)| engine(&qps[a]) != engine(&qps[b]))
+        .collect();
+    assert_eq!(across, [true, true, false, true]);
+    let ep = |qp: &QueuePair, psn| Endpoint {
+        qpn: qp.qpn().value(),
+        psn,
+        gid: ctx.query_gid(0).unwrap(),
+        mac: ctx.mac(),
+        addr: mr.addr(),
+        len: mr.len() as u64,
+        rkey: mr.rkey(),
+        offers: 0,
+    };
+    let o = ConnectOpts::default();
+    for &(a, b) in &pairs {
+        let (pa, pb) = (a as u32 * 100, b as u32 * 100 + 7);
+        connect_qp(ctx, &qps[a], pa, &ep(&qps[b], pb), &o).unwrap();
+        connect_qp(ctx, &qps[b], pb, &ep(&qps[a], pa), &o).unwrap();
+    }
+
+    // Each pair: WRITE, SEND and READ back of its own 100 000 bytes, at its own offsets.
+    let base = |k: usize| k * 4 * LEN;
+    for (k, &(a, b)) in pairs.iter().enumerate() {
+        let data: Vec<u8> = (0..LEN).map(|i| (i * 7 + k * 31) as u8).collect();
+        assert!(mr.write(base(k), &data));
+        qps[b]
+            .post_recv(&[RecvWr {
+                wr_id: 100 + k as u64,
+                sg_list: &[mr.sge(base(k) + 2 * LEN, LEN)],
+            }])
+            .unwrap();
+        let s = [mr.sge(base(k), LEN)];
+        let back = [mr.sge(base(k) + 3 * LEN, LEN)];
+        let at = mr.addr() + (base(k) + LEN) as u64;
+        qps[a]
+            .post_send(&[
+                SendWr::new(1, WrOpcode::Write, Payload::Sges(&s)).remote(at, mr.rkey()),
+                SendWr::new(2, WrOpcode::Send, Payload::Sges(&s)),
+                SendWr::new(3, WrOpcode::Read, Payload::Sges(&back)).remote(at, mr.rkey()),
+            ])
+            .unwrap();
+    }
+    let got = wait(ctx, &cq, 4 * pairs.len());
+    assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
+    for k in 0..pairs.len() {
+        let data: Vec<u8> = (0..LEN).map(|i| (i * 7 + k * 31) as u8).collect();
+        let mut out = vec![0u8; LEN];
+        for part in 1..4 {
+            assert!(mr.read(base(k) + part * LEN, &mut out));
+            assert_eq!(out, data, "pair {k}, copy {part}");
+        }
+    }
+
+    // Atomics from QPs on every engine on one word: each value it passed through is seen
+    // by exactly one FETCH_ADD.
+    let word = mr.addr() + (7 << 20);
+    let results = 6 << 20;
+    let adders: Vec<usize> = pairs.iter().map(|&(a, _)| a).collect();
+    for (j, &a) in adders.iter().enumerate() {
+        for i in 0..ADDS {
+            let slot = [mr.sge(results + (j * ADDS as usize + i as usize) * 8, 8)];
+            let mut wr =
+                SendWr::new(i, WrOpcode::FetchAdd, Payload::Sges(&slot)).remote(word, mr.rkey());
+            wr.compare_add = 1;
+            qps[a].post_send(&[wr]).unwrap();
+        }
+    }
+    let got = wait(ctx, &cq, adders.len() * ADDS as usize);
+    assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
+    let mut seen = BTreeSet::new();
+    let mut b = [0u8; 8];
+    for n in 0..adders.len() * ADDS as usize {
+        assert!(mr.read(results + n * 8, &mut b));
+        assert!(seen.insert(u64::from_ne_bytes(b)), "value {b:?} twice");
+    }
+    assert_eq!(seen, (0..adders.len() as u64 * ADDS).collect());
+    assert!(mr.read(7 << 20, &mut b));
+    assert_eq!(u64::from_ne_bytes(b), adders.len() as u64 * ADDS);
+
+    // An rkey that works through pair 3's responder, invalidated by a SEND_WITH_INVALIDATE
+    // that pair 0's responder (another engine) receives, is refused through pair 3 after.
+    let (writer, responder) = (&qps[pairs[3].0], &qps[pairs[3].1]);
+    assert_ne!(engine(responder), engine(&qps[pairs[0].1]));
+    let s = [mr.sge(0, 64)];
+    let write =
+        SendWr::new(7, WrOpcode::Write, Payload::Sges(&s)).remote(victim.addr(), victim.rkey());
+    writer.post_send(&[write]).unwrap();
+    let got = wait(ctx, &cq, 1);
+    assert_eq!(got[0].status, WcStatus::Success, "{got:?}");
+    qps[pairs[0].1]
+        .post_recv(&[RecvWr {
+            wr_id: 8,
+            sg_list: &[mr.sge(5 << 20, 64)],
+        }])
+        .unwrap();
+    qps[pairs[0].0]
+        .post_send(&[SendWr::new(9, WrOpcode::SendWithInv, Payload::Sges(&s)).imm(victim.rkey())])
+        .unwrap();
+    let got = wait(ctx, &cq, 2);
+    assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
+    writer.post_send(&[write]).unwrap();
+    let got = wait(ctx, &cq, 1);
+    assert_eq!(got[0].status, WcStatus::RemAccessErr, "{got:?}");
+    ctx.port_counters()
+}
+
+/// Polls `cq` (turning the engines when no engine thread does) until `n` completions came.
+fn wait(ctx: &Context, cq: &CompletionQueue, n: usize) -> Vec<WorkCompletion> {
+    let mut got = Vec::new();
+    let start = std::time::Instant::now();
+    while got.len() < n && start.elapsed().as_secs() < 30 {
+        ctx.progress();
+        cq.poll(&mut got, 64);
+    }
+    assert_eq!(got.len(), n, "{got:?}");
+    got
+}
