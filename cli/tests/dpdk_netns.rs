@@ -66,26 +66,39 @@ fn perf_cmd(at: At<'_>) -> Command {
 /// Runs `verb kind` with a server on `server_dev` and a client on `client_dev` connecting to
 /// `host`; both must verify 300 messages of 3000 bytes. When the client's device needs a file
 /// the server's creates first (a memif or vhost socket), `wait_for` names it.
-#[allow(clippy::too_many_arguments)]
 fn perf_pair(
-    (server_at, server_dev): (At<'_>, &str),
-    (client_at, client_dev): (At<'_>, &str),
+    server: (At<'_>, &str),
+    client: (At<'_>, &str),
     host: &str,
     verb: &str,
     kind: &str,
     port: u16,
     wait_for: Option<&str>,
 ) {
+    perf_pair_with(server, client, host, (verb, kind, &[]), port, wait_for);
+}
+
+/// [`perf_pair`] with `extra` arguments for both ends; returns the client's and the
+/// server's JSON summaries.
+fn perf_pair_with(
+    (server_at, server_dev): (At<'_>, &str),
+    (client_at, client_dev): (At<'_>, &str),
+    host: &str,
+    (verb, kind, extra): (&str, &str, &[&str]),
+    port: u16,
+    wait_for: Option<&str>,
+) -> (serde_json::Value, serde_json::Value) {
     let port = port.to_string();
-    let common = [
+    let mut common = vec![
         "--size", "3000", "--iters", "300", "--mtu", "1024", "--port", &port, "--json",
     ];
+    common.extend_from_slice(extra);
     if let Some(f) = wait_for {
         let _ = std::fs::remove_file(f);
     }
     let server = perf_cmd(server_at)
         .args([verb, kind, "--device", server_dev, "--server"])
-        .args(common)
+        .args(&common)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -109,14 +122,15 @@ fn perf_pair(
             "--wait",
             "20",
         ])
-        .args(common)
+        .args(&common)
         .output()
         .unwrap();
     let server = server.wait_with_output().unwrap();
     let (c, s) = (json_of(&client), json_of(&server));
     assert_eq!(c["verified"], true, "{verb} {kind} client: {c}");
     assert_eq!(s["verified"], true, "{verb} {kind} server: {s}");
-    assert_eq!(c["iterations"], 300, "{verb} {kind}");
+    let qps = c["qps"].as_u64().unwrap_or(1);
+    assert_eq!(c["iterations"], 300 * qps, "{verb} {kind}");
     // A zero-copy data source sent its payloads in place (3000-byte messages at 1 KiB MTU:
     // at least two full packets each).
     let source = match verb {
@@ -138,6 +152,7 @@ fn perf_pair(
     if let Some(f) = wait_for {
         let _ = std::fs::remove_file(f);
     }
+    (c, s)
 }
 
 /// Runs `verb kind` with the server on `server_dev` (at `host`) in namespace B and the client
@@ -197,6 +212,54 @@ fn six_perf_tests_between_two_dpdk_processes() {
             run(&p, verb, kind, port, (&b, "192.168.77.12"), &a);
         }
     }
+}
+
+/// Two queue pairs per port and an engine on each (`queues=2`), in two processes: the
+/// kernel's packet fanout spreads flows over net_af_packet's two sockets by a hash of
+/// addresses and ports, as RSS does on a NIC, so frames arrive on engines that do not own
+/// their QP and are handed over, and TCP for the exchange reaches smoltcp from either queue.
+/// Eight QPs each way in the bandwidth tests make it all but certain that some flow lands
+/// on the other engine (sixteen flows, each on either queue).
+#[test]
+fn two_engines_per_dpdk_port_between_two_processes() {
+    if !root() {
+        return;
+    }
+    let p = format!("fq{}", std::process::id() % 100_000);
+    let _pair = Pair::up(&p);
+    let _eal = EalDirs(&["qa", "qb"]);
+    let short = &p[..p.len().min(8)];
+    let dev = |core: u32, tag: &str, side: &str, ip: &str| {
+        format!(
+            "dpdk:-l {core} --no-pci --no-huge -m 256 --file-prefix=ferroce-{tag}-{} --log-level=error --vdev=net_af_packet0,iface={short}-v{side},qpairs=2 @{ip} queues=2",
+            std::process::id()
+        )
+    };
+    let a = dev(0, "qa", "a", "192.168.77.11");
+    let b = dev(1, "qb", "b", "192.168.77.12");
+    let (na, nb) = (format!("{p}-a"), format!("{p}-b"));
+    let mut forwarded = 0;
+    for (verb, kind, port, qps) in [
+        ("write", "bw", 21_300, "8"),
+        ("read", "bw", 21_301, "8"),
+        ("send", "lat", 21_302, "1"),
+    ] {
+        let (c, s) = perf_pair_with(
+            (At::Ns(&nb), &b),
+            (At::Ns(&na), &a),
+            "192.168.77.12",
+            (verb, kind, &["--qps", qps]),
+            port,
+            None,
+        );
+        for (j, role) in [(&c, "client"), (&s, "server")] {
+            let n = |k: &str| j["counters"][role][k].as_u64().unwrap_or(u64::MAX);
+            assert_eq!(n("port_rx_unknown_qp"), 0, "{verb} {kind} {role}: {j}");
+            assert_eq!(n("port_rx_forward_drops"), 0, "{verb} {kind} {role}: {j}");
+            forwarded += n("port_rx_forwarded");
+        }
+    }
+    assert!(forwarded > 0, "no frame crossed engines");
 }
 
 #[test]

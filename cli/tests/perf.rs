@@ -116,6 +116,10 @@ fn bad_perf_arguments_are_one_line() {
             &["perf", "read", "lat", "--loss", "3"][..],
             "ferroce: --loss and --reorder are probabilities",
         ),
+        (
+            &["perf", "send", "lat", "--qps", "8"][..],
+            "ferroce: latency tests run one QP",
+        ),
     ] {
         let out = ferroce(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

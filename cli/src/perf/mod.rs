@@ -187,6 +187,12 @@ fn check(a: &Args) -> Result<Mtu, Failure> {
             "--qps must be 1..1024 and --tx-depth 1..8192".into(),
         ));
     }
+    if a.kind == Kind::Lat && a.qps > 1 {
+        // A ping-pong measures one QP's round trip; perftest's latency tests take no -q.
+        return Err(Failure(
+            "latency tests run one QP; drop --qps (or use a bw test for several QPs)".into(),
+        ));
+    }
     if a.gbps <= 0.0 || a.delay_us < 0.0 {
         return Err(Failure(
             "--gbps must be above zero and --delay-us not negative".into(),
