@@ -5,7 +5,7 @@
 //! port has, is a clear error. No hugepages, no root.
 #![cfg(feature = "dpdk")]
 
-use ferroce_drivers::dpdk::{eal_init, port_count, DpdkError, DpdkPort};
+use ferroce_drivers::dpdk::{eal_init, port_count, DpdkError, DpdkPort, PortConfig};
 use ferroce_drivers::{LinkState, Port};
 
 const QUEUES: u16 = 4;
@@ -26,6 +26,25 @@ fn each_queue_pair_carries_its_own_frames() {
         panic!("1000 queues accepted")
     };
     assert!(e.to_string().contains("1000 asked for"), "{e}");
+    // net_ring has no rte_flow: flow isolation is refused with the PMD's reason, before
+    // anything is allocated, so the port opens without it afterwards.
+    let isolated = PortConfig {
+        queues: QUEUES,
+        rx_desc: 256,
+        tx_desc: 256,
+        zero_copy_min: None,
+        isolate: true,
+    };
+    let Err(e) = DpdkPort::open_config(0, &isolated) else {
+        panic!("net_ring isolated its flows")
+    };
+    assert!(
+        matches!(&e, DpdkError::Flow { what: "flow isolation", code, .. } if *code < 0),
+        "{e:?}"
+    );
+    let text = e.to_string();
+    assert!(text.contains("without isolate"), "{text}");
+    eprintln!("{text}");
     let mut q = DpdkPort::open_queues(0, QUEUES, 256, 256, None).unwrap();
     assert_eq!(
         q.iter().map(DpdkPort::queue_id).collect::<Vec<_>>(),

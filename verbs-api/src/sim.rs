@@ -195,9 +195,10 @@ pub fn open_device_with_pcap(
             if d.queues > 1 {
                 return dpdk_queues(spec, &d, zero_copy, pcap);
             }
-            let port =
-                ferroce_drivers::dpdk::DpdkPort::open_with(d.port, d.desc, d.desc, zero_copy)
-                    .map_err(|e| VerbsError::Open(e.to_string()))?;
+            let port = d
+                .open(zero_copy)
+                .map_err(|e| VerbsError::Open(e.to_string()))?
+                .remove(0);
             if d.kernel_control {
                 // Bifurcated (mlx5): the kernel keeps the address and everything but RoCE.
                 return device(spec, port, d.ip, 0xd9d, pcap, None);
@@ -210,16 +211,17 @@ pub fn open_device_with_pcap(
         }
         _ => Err(VerbsError::Open(format!(
             "unknown device '{spec}'; use sim, afpacket:IFACE[ gso] (e.g. afpacket:veth0), tap:NAME[@IP]{}",
-            if cfg!(feature = "dpdk") { " or dpdk:EAL ARGS @IP [port=N] [queues=N] [desc=N] [zerocopy] [control=smoltcp|kernel]" } else { " (dpdk: needs the dpdk feature)" }
+            if cfg!(feature = "dpdk") { " or dpdk:EAL ARGS @IP [port=N] [queues=N] [desc=N] [zerocopy] [isolate] [control=smoltcp|kernel]" } else { " (dpdk: needs the dpdk feature)" }
         ))),
     }
 }
 
-/// A `dpdk:` device: `dpdk:EAL ARGS @IP [port=N] [queues=N] [desc=N] [zerocopy] [control=smoltcp|kernel]`.
+/// A `dpdk:` device: `dpdk:EAL ARGS @IP [port=N] [queues=N] [desc=N] [zerocopy] [isolate] [control=smoltcp|kernel]`.
 /// EAL arguments pass through verbatim; after ` @` come the port's RoCEv2 address (DPDK
 /// ports have none of their own) and options: which probed port (default 0; several `dpdk:`
 /// devices in one process name the same EAL arguments and different ports), how many
-/// queue pairs, each with an engine of its own (default 1), ring depth
+/// queue pairs, each with an engine of its own (default 1), flow isolation with rules that
+/// steer UDP 4791 to those queues (a bifurcated NIC; implies control=kernel), ring depth
 /// (default 1024), zero-copy transmit of payloads from registered memory, and who answers
 /// for the address: smoltcp on the port (default; ARP, ping, the out-of-band TCP) or the
 /// kernel (a bifurcated NIC whose flow rule sends only UDP 4791 to DPDK).
@@ -233,6 +235,7 @@ struct DpdkSpec<'a> {
     desc: u16,
     zero_copy: bool,
     kernel_control: bool,
+    isolate: bool,
 }
 
 #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
@@ -257,7 +260,9 @@ impl<'a> DpdkSpec<'a> {
             desc: 1024,
             zero_copy: false,
             kernel_control: false,
+            isolate: false,
         };
+        let mut smoltcp_asked = false;
         for w in words {
             let num = |v: &str| {
                 v.parse::<u16>()
@@ -273,16 +278,46 @@ impl<'a> DpdkSpec<'a> {
                     }
                 }
                 None if w == "zerocopy" => d.zero_copy = true,
-                Some(("control", "smoltcp")) => d.kernel_control = false,
+                Some(("control", "smoltcp")) => smoltcp_asked = true,
                 Some(("control", "kernel")) => d.kernel_control = true,
+                None if w == "isolate" => d.isolate = true,
                 _ => {
                     return Err(bad(format!(
-                        "unknown option '{w}' after the address (port=N, queues=N, desc=N, zerocopy, control=smoltcp|kernel)"
+                        "unknown option '{w}' after the address (port=N, queues=N, desc=N, zerocopy, isolate, control=smoltcp|kernel)"
                     )))
                 }
             }
         }
+        if d.isolate {
+            if smoltcp_asked {
+                return Err(bad(
+                    "isolate leaves everything but RoCEv2 to the kernel, so smoltcp would see nothing; use control=kernel".into(),
+                ));
+            }
+            d.kernel_control = true;
+        }
+        if smoltcp_asked && d.kernel_control {
+            return Err(bad("control= given twice".into()));
+        }
         Ok(d)
+    }
+
+    /// Opens the port as the options say: one handle per queue.
+    #[cfg(feature = "dpdk")]
+    fn open(
+        &self,
+        zero_copy_min: Option<usize>,
+    ) -> Result<Vec<ferroce_drivers::dpdk::DpdkPort>, ferroce_drivers::dpdk::DpdkError> {
+        ferroce_drivers::dpdk::DpdkPort::open_config(
+            self.port,
+            &ferroce_drivers::dpdk::PortConfig {
+                queues: self.queues,
+                rx_desc: self.desc,
+                tx_desc: self.desc,
+                zero_copy_min,
+                isolate: self.isolate,
+            },
+        )
     }
 }
 
@@ -302,9 +337,9 @@ fn dpdk_queues(
             "{spec}: a capture records one queue; drop queues= (or set queues=1) to record the port"
         )));
     }
-    let ports =
-        ferroce_drivers::dpdk::DpdkPort::open_queues(d.port, d.queues, d.desc, d.desc, zero_copy)
-            .map_err(|e| VerbsError::Open(e.to_string()))?;
+    let ports = d
+        .open(zero_copy)
+        .map_err(|e| VerbsError::Open(e.to_string()))?;
     let seed = 0xd9d;
     let mut ports = ports.into_iter();
     let first = ports
@@ -360,6 +395,10 @@ mod tests {
             (d.port, d.queues, d.desc, d.zero_copy, d.kernel_control),
             (0, 1, 1024, false, false)
         );
+        assert!(!d.isolate);
+        // Isolation leaves ARP and TCP to the kernel.
+        let d = DpdkSpec::parse("x", "-l 0 @10.0.0.1 isolate queues=2").unwrap();
+        assert!(d.isolate && d.kernel_control);
         for bad in [
             "-l 0",
             "-l 0 @nope",
@@ -367,6 +406,8 @@ mod tests {
             "-l 0 @10.0.0.1 fast",
             "-l 0 @10.0.0.1 control=bgp",
             "-l 0 @10.0.0.1 queues=0",
+            "-l 0 @10.0.0.1 isolate control=smoltcp",
+            "-l 0 @10.0.0.1 control=smoltcp control=kernel",
         ] {
             let e = DpdkSpec::parse("dpdk:", bad).unwrap_err().to_string();
             assert!(e.contains("dpdk:"), "{e}");

@@ -26,6 +26,9 @@ fn qps_on_four_engines_share_memory_and_reach_each_other() {
     );
     let e = open_device(&format!("dpdk:{eal} @10.9.1.1 queues=0")).unwrap_err();
     assert!(e.to_string().contains("at least one queue"), "{e}");
+    // A PMD without rte_flow (net_ring) cannot leave the kernel its other traffic.
+    let e = open_device(&format!("dpdk:{eal} @10.9.1.1 queues={QUEUES} isolate")).unwrap_err();
+    assert!(e.to_string().contains("flow isolation failed"), "{e}");
     let ctx = open_device(&format!("dpdk:{eal} @10.9.1.1 queues={QUEUES}")).unwrap();
     assert_eq!(ctx.query_port().state, PortState::Active);
 

@@ -16,7 +16,7 @@ use std::ffi::CString;
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use ferroce_stack::wire::{Checks, MacAddr};
+use ferroce_stack::wire::{Checks, MacAddr, ROCEV2_PORT};
 
 use ferroce_stack::transport::SplitFrame;
 
@@ -62,6 +62,18 @@ pub enum DpdkError {
         /// The port's most.
         max: u16,
     },
+    /// The PMD refused flow isolation or the steering rules.
+    #[error("DPDK port {port}: {what} failed: {reason} ({code}); without isolate the port takes all its traffic")]
+    Flow {
+        /// The port.
+        port: u16,
+        /// Which step.
+        what: &'static str,
+        /// The PMD's reason.
+        reason: String,
+        /// The negative errno.
+        code: i32,
+    },
     /// Setting up the port failed.
     #[error("DPDK port {port}: {what} failed ({code})")]
     Port {
@@ -72,6 +84,43 @@ pub enum DpdkError {
         /// The negative errno.
         code: i32,
     },
+}
+
+/// How [`DpdkPort::open_config`] sets a port up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PortConfig {
+    /// rx/tx queue pairs, one handle each.
+    pub queues: u16,
+    /// Receive ring depth.
+    pub rx_desc: u16,
+    /// Transmit ring depth.
+    pub tx_desc: u16,
+    /// Send payloads of at least this many bytes in place (zero-copy), where the PMD can.
+    pub zero_copy_min: Option<usize>,
+    /// Flow-isolated mode with rules sending UDP to 4791 (IPv4 and IPv6) to the queues: on a
+    /// bifurcated NIC (mlx5) the kernel keeps all other traffic, ARP and the TCP exchange
+    /// included. PMDs without rte_flow refuse it with [`DpdkError::Flow`].
+    pub isolate: bool,
+}
+
+/// Runs a shim call that reports a flow error's reason in a buffer.
+fn flow_step(
+    port: u16,
+    what: &'static str,
+    call: impl FnOnce(*mut std::ffi::c_char, u32) -> i32,
+) -> Result<(), DpdkError> {
+    let mut msg = [0u8; 256];
+    let rc = call(msg.as_mut_ptr().cast(), msg.len() as u32);
+    if rc == 0 {
+        return Ok(());
+    }
+    let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
+    Err(DpdkError::Flow {
+        port,
+        what,
+        reason: String::from_utf8_lossy(&msg[..end]).into_owned(),
+        code: rc,
+    })
 }
 
 static EAL: OnceLock<Result<String, String>> = OnceLock::new();
@@ -174,6 +223,27 @@ impl DpdkPort {
         tx_desc: u16,
         zero_copy_min: Option<usize>,
     ) -> Result<Vec<Self>, DpdkError> {
+        Self::open_config(
+            port,
+            &PortConfig {
+                queues,
+                rx_desc,
+                tx_desc,
+                zero_copy_min,
+                isolate: false,
+            },
+        )
+    }
+
+    /// [`open_queues`](Self::open_queues) with every setting, flow isolation included.
+    pub fn open_config(port: u16, config: &PortConfig) -> Result<Vec<Self>, DpdkError> {
+        let PortConfig {
+            queues,
+            rx_desc,
+            tx_desc,
+            zero_copy_min,
+            isolate,
+        } = *config;
         let available = port_count();
         if port >= available {
             return Err(DpdkError::NoPort { port, available });
@@ -186,6 +256,14 @@ impl DpdkPort {
                 asked: queues,
                 max: max.max(0) as u16,
             });
+        }
+        if isolate {
+            // Before the pools, so that a PMD's refusal leaves nothing behind and the port
+            // can be opened again without isolation.
+            flow_step(port, "flow isolation", |msg, cap| {
+                // SAFETY: `msg` holds `cap` bytes; the port is probed and not configured.
+                unsafe { sys::fr_port_isolate(port, msg, cap) }
+            })?;
         }
         // SAFETY: plain query of a probed port.
         let multi_seg = unsafe { sys::fr_port_multi_seg(port) } > 0;
@@ -252,6 +330,12 @@ impl DpdkPort {
                 what: "configure/start",
                 code: rc,
             });
+        }
+        if isolate {
+            flow_step(port, "the UDP 4791 steering rules", |msg, cap| {
+                // SAFETY: `msg` holds `cap` bytes; the port is started with `queues` queues.
+                unsafe { sys::fr_port_steer_udp(port, queues, ROCEV2_PORT, msg, cap) }
+            })?;
         }
         // SAFETY: zeroed rte_ether_addr is valid; the call fills it.
         let mut addr: sys::rte_ether_addr = unsafe { std::mem::zeroed() };

@@ -1,5 +1,8 @@
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
+#include <errno.h>
+#include <rte_errno.h>
 
 #include "shim.h"
 
@@ -10,6 +13,67 @@ int fr_port_multi_seg(uint16_t port)
     if (rc < 0)
         return rc;
     return (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
+}
+
+static int fr_flow_fail(int rc, const struct rte_flow_error *err, char *msg, uint32_t cap)
+{
+    if (cap > 0) {
+        const char *why = err->message ? err->message : rte_strerror(-rc);
+        snprintf(msg, cap, "%s", why);
+    }
+    return rc < 0 ? rc : -EINVAL;
+}
+
+int fr_port_isolate(uint16_t port, char *msg, uint32_t cap)
+{
+    struct rte_flow_error err;
+    memset(&err, 0, sizeof(err));
+    int rc = rte_flow_isolate(port, 1, &err);
+    return rc == 0 ? 0 : fr_flow_fail(rc, &err, msg, cap);
+}
+
+int fr_port_steer_udp(uint16_t port, uint16_t nq, uint16_t udp_dst, char *msg, uint32_t cap)
+{
+    uint16_t queues[RTE_MAX_QUEUES_PER_PORT];
+    if (nq == 0 || nq > RTE_MAX_QUEUES_PER_PORT)
+        return fr_flow_fail(-EINVAL, &(struct rte_flow_error){0}, msg, cap);
+    for (uint16_t q = 0; q < nq; q++)
+        queues[q] = q;
+    struct rte_flow_attr attr = {.ingress = 1};
+    struct rte_flow_item_udp udp = {.hdr.dst_port = rte_cpu_to_be_16(udp_dst)};
+    struct rte_flow_item_udp udp_mask = {.hdr.dst_port = RTE_BE16(0xffff)};
+    struct rte_flow_action_queue one = {.index = 0};
+    struct rte_flow_action_rss rss = {
+        .func = RTE_ETH_HASH_FUNCTION_DEFAULT,
+        .level = 0,
+        .types = RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP,
+        .key_len = 0,
+        .key = NULL,
+        .queue_num = nq,
+        .queue = queues,
+    };
+    struct rte_flow_action actions[] = {
+        nq == 1 ? (struct rte_flow_action){.type = RTE_FLOW_ACTION_TYPE_QUEUE, .conf = &one}
+                : (struct rte_flow_action){.type = RTE_FLOW_ACTION_TYPE_RSS, .conf = &rss},
+        {.type = RTE_FLOW_ACTION_TYPE_END},
+    };
+    enum rte_flow_item_type l3[] = {RTE_FLOW_ITEM_TYPE_IPV4, RTE_FLOW_ITEM_TYPE_IPV6};
+    for (int i = 0; i < 2; i++) {
+        struct rte_flow_item pattern[] = {
+            {.type = RTE_FLOW_ITEM_TYPE_ETH},
+            {.type = l3[i]},
+            {.type = RTE_FLOW_ITEM_TYPE_UDP, .spec = &udp, .mask = &udp_mask},
+            {.type = RTE_FLOW_ITEM_TYPE_END},
+        };
+        struct rte_flow_error err;
+        memset(&err, 0, sizeof(err));
+        int rc = rte_flow_validate(port, &attr, pattern, actions, &err);
+        if (rc != 0)
+            return fr_flow_fail(rc, &err, msg, cap);
+        if (rte_flow_create(port, &attr, pattern, actions, &err) == NULL)
+            return fr_flow_fail(-rte_errno, &err, msg, cap);
+    }
+    return 0;
 }
 
 int fr_port_max_queues(uint16_t port)

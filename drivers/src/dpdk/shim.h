@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <rte_eal.h>
 #include <rte_ethdev.h>
+#include <rte_flow.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 
@@ -13,6 +14,14 @@
  * i with the peer's queue i). Returns 0 or a negative errno. */
 int fr_port_start_queues(uint16_t port, struct rte_mempool **pools, uint16_t nq,
                          uint16_t rx_desc, uint16_t tx_desc, int multi_seg);
+/* Puts the port in flow-isolated mode, before it is configured: only what flow rules send to
+ * DPDK arrives, the rest stays with the kernel (a bifurcated NIC such as mlx5). Returns 0 or a
+ * negative errno, with the PMD's reason in `msg` (`cap` bytes, NUL-terminated). */
+int fr_port_isolate(uint16_t port, char *msg, uint32_t cap);
+/* Installs two ingress rules on a started port, eth / ipv4 / udp dst `udp_dst` and the same
+ * over ipv6, each spreading matches over queues 0..nq-1 by RSS on addresses and UDP ports
+ * (queue 0 alone when nq is 1). Returns 0 or a negative errno with the reason in `msg`. */
+int fr_port_steer_udp(uint16_t port, uint16_t nq, uint16_t udp_dst, char *msg, uint32_t cap);
 /* The most rx/tx queue pairs the port offers, or a negative errno. */
 int fr_port_max_queues(uint16_t port);
 /* 1 when the port's PMD can transmit chained mbufs, 0 when not, negative on error. */
