@@ -15,10 +15,11 @@ pub mod afpacket;
 pub mod control;
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+pub mod mapped;
 pub mod pcap;
 pub mod pipe;
 mod port;
 pub mod sim;
 pub mod tap;
 
-pub use port::{LinkState, Port, PortCapabilities, TxError};
+pub use port::{LinkState, MapError, Port, PortCapabilities, TxError};

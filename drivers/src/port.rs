@@ -44,6 +44,11 @@ pub enum TxError {
     LinkDown,
 }
 
+/// Why a port could not make registered memory sendable in place.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct MapError(pub String);
+
 /// A NIC queue pair seen as frames in bursts, in poll mode.
 ///
 /// Frames are borrowed: `rx_burst` lends each received frame to a closure, `tx` lends a
@@ -87,10 +92,25 @@ pub trait Port {
     /// The port's clock in nanoseconds: virtual time on the simulated fabric, the system
     /// clock on real ports. pcap timestamps come from here.
     fn now_ns(&self) -> u64;
+
+    /// Tells the port about `len` bytes at `addr` the application registered, for a port
+    /// that sends payloads from registered memory in place and whose NIC must map that
+    /// memory first (DPDK: external memory registered with EAL and mapped for the device's
+    /// DMA). Called once per region, before any frame is sent from it; the default needs
+    /// nothing.
+    fn map_memory(&mut self, addr: usize, len: usize) -> Result<(), MapError> {
+        let _ = (addr, len);
+        Ok(())
+    }
+
+    /// Forgets a region [`map_memory`](Self::map_memory) accepted, before its memory goes.
+    fn unmap_memory(&mut self, addr: usize, len: usize) {
+        let _ = (addr, len);
+    }
 }
 
 /// The [`Port`] methods a middleware port (a wrapper with an `inner` port) passes through
-/// unchanged: flush, link state, MAC, MTU, capabilities and clock.
+/// unchanged: flush, link state, MAC, MTU, capabilities, clock and memory mapping.
 macro_rules! forward_to_inner {
     () => {
         fn flush(&mut self) -> usize {
@@ -115,6 +135,14 @@ macro_rules! forward_to_inner {
 
         fn now_ns(&self) -> u64 {
             self.inner.now_ns()
+        }
+
+        fn map_memory(&mut self, addr: usize, len: usize) -> Result<(), $crate::MapError> {
+            self.inner.map_memory(addr, len)
+        }
+
+        fn unmap_memory(&mut self, addr: usize, len: usize) {
+            self.inner.unmap_memory(addr, len)
         }
     };
 }

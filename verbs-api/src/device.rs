@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 
 use crossbeam::queue::SegQueue;
 use ferroce_drivers::sim::Fabric;
-use ferroce_drivers::{LinkState, Port};
+use ferroce_drivers::{LinkState, MapError, Port};
 use ferroce_stack::transport::{Counters, MrKeys, MrTable, PostError, Qp, RecvWr, SendWr};
 use ferroce_stack::wire::MacAddr;
 
@@ -32,6 +32,8 @@ pub(crate) trait DeviceEngine: Send {
     fn post_sends(&mut self, qpn: u32, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)>;
     fn post_recvs(&mut self, qpn: u32, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)>;
     fn set_steer(&mut self, steer: Steer);
+    fn map_memory(&mut self, addr: usize, len: usize) -> Result<(), MapError>;
+    fn unmap_memory(&mut self, addr: usize, len: usize);
     fn doorbells(&self) -> Arc<SegQueue<u32>>;
     fn mac(&self) -> MacAddr;
     fn eth_mtu(&self) -> usize;
@@ -82,6 +84,12 @@ impl<P: Port + Send> DeviceEngine for Engine<P> {
     }
     fn set_steer(&mut self, steer: Steer) {
         Self::set_steer(self, steer);
+    }
+    fn map_memory(&mut self, addr: usize, len: usize) -> Result<(), MapError> {
+        self.port_mut().map_memory(addr, len)
+    }
+    fn unmap_memory(&mut self, addr: usize, len: usize) {
+        self.port_mut().unmap_memory(addr, len);
     }
     fn doorbells(&self) -> Arc<SegQueue<u32>> {
         self.doorbells.clone()
@@ -261,14 +269,20 @@ impl Device {
     }
 
     /// Registers memory with the first engine's table (`f` returns the keys and whatever
-    /// else the caller wants back) and enters the region in every other engine's table
-    /// under the same keys.
-    pub(crate) fn register<T, E>(
+    /// else the caller wants back), lets the port map it (a zero-copy DPDK port on a NIC),
+    /// and enters the region in every other engine's table under the same keys.
+    pub(crate) fn register<T, E: Into<crate::verbs::VerbsError>>(
         &self,
         f: impl FnOnce(&mut MrTable) -> Result<(MrKeys, T), E>,
-    ) -> Result<(MrKeys, T), E> {
+    ) -> Result<(MrKeys, T), crate::verbs::VerbsError> {
         let mut first = self.engine();
-        let (keys, out) = f(first.mem())?;
+        let (keys, out) = f(first.mem()).map_err(Into::into)?;
+        if let Some((addr, len)) = first.mem().extent(keys.lkey) {
+            if let Err(e) = first.map_memory(addr, len) {
+                first.mem().deregister(keys);
+                return Err(e.into());
+            }
+        }
         if self.engines.len() > 1 {
             let share = first.mem().share(keys);
             drop(first);
@@ -281,8 +295,14 @@ impl Device {
         Ok((keys, out))
     }
 
-    /// Forgets a registration in every engine's table.
+    /// Forgets a registration in every engine's table, and the port's mapping of it.
     pub(crate) fn deregister(&self, keys: MrKeys) {
+        {
+            let mut first = self.engine();
+            if let Some((addr, len)) = first.mem().extent(keys.lkey) {
+                first.unmap_memory(addr, len);
+            }
+        }
         for slot in self.engines.iter() {
             slot.lock().mem().deregister(keys);
         }

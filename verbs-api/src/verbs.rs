@@ -37,6 +37,9 @@ pub enum VerbsError {
     /// A GID index other than 0.
     #[error("GID index {0} is out of range (the port has one GID)")]
     GidIndex(u32),
+    /// The port could not map the registered memory for sending in place.
+    #[error("memory registration failed: {0}")]
+    Map(#[from] ferroce_drivers::MapError),
     /// The device specification could not be opened.
     #[error("{0}")]
     Open(String),

@@ -23,6 +23,28 @@ fn rc_traffic_through_dpdk_ring_ports_with_and_without_zero_copy() {
     // least the 3 × 97 full 1024-byte ones (the short last ones, 672 bytes, are above the
     // 512-byte threshold too).
     assert!(z.tx_zero_copy >= 3 * 97, "{z:?}");
+    // A zero-copy device registers the memory of its regions with DPDK (external memory,
+    // mapped for the device's DMA, as mlx5 needs before it sends from it) and forgets it when
+    // the region goes; a copying device leaves memory alone.
+    let (pz, pc) = (zero_copy.alloc_pd(), copying.alloc_pd());
+    let big = pz.alloc_mr(1 << 20, Access::LOCAL_WRITE).unwrap();
+    let small = pz.alloc_mr(100, Access::LOCAL_WRITE).unwrap();
+    let copied = pc.alloc_mr(1 << 20, Access::LOCAL_WRITE).unwrap();
+    let inside = |mr: &MemoryRegion, at: u64| (mr.addr() + at) as *const u8;
+    use ferroce_drivers::dpdk::is_external_memory;
+    for at in [0, 1 << 19, (1 << 20) - 1] {
+        assert!(is_external_memory(inside(&big, at)), "{at:#x}");
+    }
+    // (Only the middle: the copying device's region may share its first and last pages
+    // with the zero-copy regions on the heap, and shared pages are mapped.)
+    assert!(!is_external_memory(inside(&copied, 1 << 19)));
+    assert!(is_external_memory(inside(&small, 99)));
+    let (middle, last) = (inside(&big, 1 << 19), inside(&small, 0));
+    drop(big);
+    assert!(!is_external_memory(middle));
+    assert!(is_external_memory(last));
+    drop(small);
+    assert!(!is_external_memory(last));
     // A second device on other EAL arguments is refused with a clear error.
     let e = open_device("dpdk:-l 0 --vdev=net_ring2 @10.9.0.3").unwrap_err();
     assert!(e.to_string().contains("EAL already runs"), "{e}");

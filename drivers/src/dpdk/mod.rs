@@ -20,7 +20,8 @@ use ferroce_stack::wire::{Checks, MacAddr, ROCEV2_PORT};
 
 use ferroce_stack::transport::SplitFrame;
 
-use crate::port::{LinkState, Port, PortCapabilities, TxError};
+use crate::mapped::MappedChunks;
+use crate::port::{LinkState, MapError, Port, PortCapabilities, TxError};
 
 #[allow(
     non_upper_case_globals,
@@ -103,6 +104,13 @@ pub struct PortConfig {
     pub isolate: bool,
 }
 
+/// True when `addr` lies in memory DPDK knows as external (a region a zero-copy port
+/// mapped, see [`Port::map_memory`]).
+pub fn is_external_memory(addr: *const u8) -> bool {
+    // SAFETY: a lookup by address in EAL's tables; nothing is dereferenced.
+    unsafe { sys::fr_mem_is_external(addr.cast()) == 1 }
+}
+
 /// Runs a shim call that reports a flow error's reason in a buffer.
 fn flow_step(
     port: u16,
@@ -181,7 +189,13 @@ pub struct DpdkPort {
     pub tx_dropped: u64,
     /// Frames sent with their payload in place (zero-copy).
     pub tx_zero_copy: u64,
+    /// Application memory mapped for the device (zero-copy only; see [`Port::map_memory`]).
+    mapped: MappedChunks,
 }
+
+/// The page size application memory is registered with DPDK in: every Linux page is
+/// 4 KiB-aligned, so ranges rounded out to it are valid whatever backs them.
+const EXTMEM_PAGE: usize = 4096;
 
 /// Payloads below this many bytes are copied even with zero-copy on: chaining an external
 /// buffer and a tail costs more than copying a few hundred bytes.
@@ -310,6 +324,7 @@ impl DpdkPort {
                 epoch: Instant::now(),
                 tx_dropped: 0,
                 tx_zero_copy: 0,
+                mapped: MappedChunks::new(EXTMEM_PAGE),
             });
         }
         let mut pools: Vec<_> = handles.iter().map(|h| h.pool).collect();
@@ -554,5 +569,45 @@ impl Port for DpdkPort {
 
     fn now_ns(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// With zero-copy on, registers the region's pages with EAL as external memory and maps
+    /// them for the device's DMA (IOVA = VA), as a NIC PMD (mlx5) needs before it sends from
+    /// them; software PMDs read the memory themselves and need only the registration. Copy
+    /// mode maps nothing.
+    fn map_memory(&mut self, addr: usize, len: usize) -> Result<(), MapError> {
+        if self.split_min.is_none() {
+            return Ok(());
+        }
+        let port = self.port;
+        self.mapped.add(
+            addr,
+            len,
+            |at, n| {
+                // SAFETY: EAL records the range and the device maps it; nothing is written
+                // there. `at`/`n` are whole pages of the application's registered memory.
+                let rc = unsafe {
+                    sys::fr_port_map_memory(port, at as *mut _, n, EXTMEM_PAGE)
+                };
+                match rc {
+                    0 => Ok(()),
+                    rc => Err(MapError(format!(
+                        "DPDK port {port}: mapping {n} bytes at {at:#x} for zero-copy failed ({rc}); memory registered with two zero-copy DPDK devices is not supported"
+                    ))),
+                }
+            },
+            |at, n| {
+                // SAFETY: undoes a mapping made just above.
+                unsafe { sys::fr_port_unmap_memory(port, at as *mut _, n) };
+            },
+        )
+    }
+
+    fn unmap_memory(&mut self, addr: usize, len: usize) {
+        let port = self.port;
+        self.mapped.remove(addr, len, |at, n| {
+            // SAFETY: the range was mapped by `map_memory` and no region uses it any more.
+            unsafe { sys::fr_port_unmap_memory(port, at as *mut _, n) };
+        });
     }
 }

@@ -76,6 +76,46 @@ int fr_port_steer_udp(uint16_t port, uint16_t nq, uint16_t udp_dst, char *msg, u
     return 0;
 }
 
+static struct rte_device *fr_port_device(uint16_t port)
+{
+    struct rte_eth_dev_info info;
+    if (rte_eth_dev_info_get(port, &info) < 0)
+        return NULL;
+    return info.device;
+}
+
+int fr_port_map_memory(uint16_t port, void *addr, size_t len, size_t page_sz)
+{
+    struct rte_device *dev = fr_port_device(port);
+    if (dev == NULL)
+        return -ENODEV;
+    if (rte_extmem_register(addr, len, NULL, 0, page_sz) < 0)
+        return -rte_errno;
+    int rc = rte_dev_dma_map(dev, addr, (uint64_t)(uintptr_t)addr, len);
+    if (rc < 0 && rte_errno != ENOTSUP) {
+        int err = rte_errno ? -rte_errno : rc;
+        (void)rte_extmem_unregister(addr, len);
+        return err;
+    }
+    return 0;
+}
+
+int fr_port_unmap_memory(uint16_t port, void *addr, size_t len)
+{
+    struct rte_device *dev = fr_port_device(port);
+    if (dev != NULL)
+        (void)rte_dev_dma_unmap(dev, addr, (uint64_t)(uintptr_t)addr, len);
+    if (rte_extmem_unregister(addr, len) < 0)
+        return -rte_errno;
+    return 0;
+}
+
+int fr_mem_is_external(const void *addr)
+{
+    struct rte_memseg_list *msl = rte_mem_virt2memseg_list(addr);
+    return msl != NULL && msl->external;
+}
+
 int fr_port_max_queues(uint16_t port)
 {
     struct rte_eth_dev_info info;

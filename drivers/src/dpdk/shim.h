@@ -5,6 +5,8 @@
 #include <rte_eal.h>
 #include <rte_ethdev.h>
 #include <rte_flow.h>
+#include <rte_memory.h>
+#include <rte_dev.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 
@@ -22,6 +24,15 @@ int fr_port_isolate(uint16_t port, char *msg, uint32_t cap);
  * over ipv6, each spreading matches over queues 0..nq-1 by RSS on addresses and UDP ports
  * (queue 0 alone when nq is 1). Returns 0 or a negative errno with the reason in `msg`. */
 int fr_port_steer_udp(uint16_t port, uint16_t nq, uint16_t udp_dst, char *msg, uint32_t cap);
+/* Makes `len` bytes at `addr` (both multiples of `page_sz`) known to DPDK as external memory
+ * and maps them for DMA by the port's device with IOVA = VA, so the PMD can send mbufs
+ * attached to them. A device that needs no mapping (its bus or driver has none) is fine.
+ * Returns 0 or a negative errno. */
+int fr_port_map_memory(uint16_t port, void *addr, size_t len, size_t page_sz);
+/* Undoes fr_port_map_memory for the same range. Returns 0 or a negative errno. */
+int fr_port_unmap_memory(uint16_t port, void *addr, size_t len);
+/* 1 when `addr` lies in memory registered as external, 0 when not. */
+int fr_mem_is_external(const void *addr);
 /* The most rx/tx queue pairs the port offers, or a negative errno. */
 int fr_port_max_queues(uint16_t port);
 /* 1 when the port's PMD can transmit chained mbufs, 0 when not, negative on error. */

@@ -288,6 +288,12 @@ impl MrTable {
         self.regions.remove(&keys.lkey).is_some()
     }
 
+    /// Where the region of `key` lies in memory and how long it is (for a port that must
+    /// map registered memory before sending from it).
+    pub fn extent(&self, key: u32) -> Option<(usize, usize)> {
+        self.regions.get(&key).map(|r| (r.base as usize, r.len))
+    }
+
     /// Describes the region of `keys` for [`adopt`](Self::adopt) by another table, so that
     /// several engines of one device see the same registration (each looks keys up in its
     /// own table, without a lock). From now on an invalidation through any copy revokes
@@ -348,7 +354,8 @@ impl MrTable {
     }
 
     /// Invalidates `key` on behalf of a SEND_WITH_INVALIDATE that arrived on a QP of `pd`:
-    /// the region is deregistered, so later accesses fail with `InvalidKey`.
+    /// later accesses through it, here or in any table that adopted the region, fail with
+    /// `InvalidKey`.
     pub fn invalidate(&mut self, key: u32, pd: PdId) -> Result<(), AccessError> {
         match self.regions.get(&key) {
             None => Err(AccessError::InvalidKey(key)),
@@ -356,12 +363,14 @@ impl MrTable {
             Some(r) if r.valid.as_ref().is_some_and(|v| !v.load(Ordering::Acquire)) => {
                 Err(AccessError::InvalidKey(key))
             }
-            Some(r) => {
-                match &r.valid {
-                    // Other tables hold copies (and one of them may own the memory): revoke
-                    // every copy; each leaves its table when the registrant deregisters.
-                    Some(v) => v.store(false, Ordering::Release),
-                    None => _ = self.regions.remove(&key),
+            Some(_) => {
+                // The region stays in the table, dead, until the registrant deregisters it:
+                // other tables may hold copies (one of them may own the memory), and a port
+                // may have mapped it, which deregistration undoes.
+                if let Some(r) = self.regions.get_mut(&key) {
+                    r.valid
+                        .get_or_insert_with(|| Arc::new(AtomicBool::new(true)))
+                        .store(false, Ordering::Release);
                 }
                 Ok(())
             }
