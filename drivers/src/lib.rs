@@ -4,6 +4,8 @@
 //!   paths, a switch hook), deterministic from a seed;
 //! - [`pcap`]: a tee that records any port's traffic to a pcap file;
 //! - [`control`]: smoltcp answering ARP, ICMP and TCP on a port no kernel serves;
+//! - [`mapped`] and [`affinity`]: helpers for drivers on a NIC (memory mapped for DMA, engine
+//!   threads pinned to cores);
 //! - [`afpacket`] and [`tap`] on Linux interfaces, [`pipe`] between two processes, and
 //!   `dpdk` (cargo feature `dpdk`) on DPDK's poll-mode drivers.
 //!
@@ -11,6 +13,7 @@
 //! split frames for zero-copy transmit.
 #![warn(missing_docs)]
 
+pub mod affinity;
 pub mod afpacket;
 pub mod control;
 #[cfg(feature = "dpdk")]

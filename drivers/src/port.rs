@@ -107,10 +107,19 @@ pub trait Port {
     fn unmap_memory(&mut self, addr: usize, len: usize) {
         let _ = (addr, len);
     }
+
+    /// Called on a thread that starts turning an engine over this port in a loop (an engine
+    /// thread), before its first turn. DPDK registers the thread with EAL, so it polls with
+    /// an lcore id of its own and the mbuf pools' per-core caches.
+    fn thread_started(&mut self) {}
+
+    /// Called on that thread after its last turn.
+    fn thread_stopped(&mut self) {}
 }
 
 /// The [`Port`] methods a middleware port (a wrapper with an `inner` port) passes through
-/// unchanged: flush, link state, MAC, MTU, capabilities, clock and memory mapping.
+/// unchanged: flush, link state, MAC, MTU, capabilities, clock, memory mapping and thread
+/// hooks.
 macro_rules! forward_to_inner {
     () => {
         fn flush(&mut self) -> usize {
@@ -143,6 +152,14 @@ macro_rules! forward_to_inner {
 
         fn unmap_memory(&mut self, addr: usize, len: usize) {
             self.inner.unmap_memory(addr, len)
+        }
+
+        fn thread_started(&mut self) {
+            self.inner.thread_started()
+        }
+
+        fn thread_stopped(&mut self) {
+            self.inner.thread_stopped()
         }
     };
 }

@@ -34,6 +34,8 @@ pub(crate) trait DeviceEngine: Send {
     fn set_steer(&mut self, steer: Steer);
     fn map_memory(&mut self, addr: usize, len: usize) -> Result<(), MapError>;
     fn unmap_memory(&mut self, addr: usize, len: usize);
+    fn thread_started(&mut self);
+    fn thread_stopped(&mut self);
     fn doorbells(&self) -> Arc<SegQueue<u32>>;
     fn mac(&self) -> MacAddr;
     fn eth_mtu(&self) -> usize;
@@ -90,6 +92,12 @@ impl<P: Port + Send> DeviceEngine for Engine<P> {
     }
     fn unmap_memory(&mut self, addr: usize, len: usize) {
         self.port_mut().unmap_memory(addr, len);
+    }
+    fn thread_started(&mut self) {
+        self.port_mut().thread_started();
+    }
+    fn thread_stopped(&mut self) {
+        self.port_mut().thread_stopped();
     }
     fn doorbells(&self) -> Arc<SegQueue<u32>> {
         self.doorbells.clone()
@@ -202,6 +210,8 @@ pub(crate) struct Device {
     pub(crate) threaded: AtomicBool,
     /// TCP through the port's own address, when a control plane serves it.
     pub(crate) control: std::sync::OnceLock<ferroce_drivers::control::tcp::ControlHandle>,
+    /// CPUs the engine threads are pinned to, engine i to the i-th (none: not pinned).
+    pub(crate) cores: std::sync::OnceLock<Vec<usize>>,
 }
 
 impl Device {
@@ -255,6 +265,7 @@ impl Device {
             thread: Mutex::new(None),
             threaded: AtomicBool::new(false),
             control: std::sync::OnceLock::new(),
+            cores: std::sync::OnceLock::new(),
         })
     }
 

@@ -199,28 +199,32 @@ pub fn open_device_with_pcap(
                 .open(zero_copy)
                 .map_err(|e| VerbsError::Open(e.to_string()))?
                 .remove(0);
-            if d.kernel_control {
+            let ctx = if d.kernel_control {
                 // Bifurcated (mlx5): the kernel keeps the address and everything but RoCE.
-                return device(spec, port, d.ip, 0xd9d, pcap, None);
-            }
-            // No kernel serves the port: smoltcp answers ARP and ping for its address and
-            // carries the out-of-band TCP exchange.
-            let port = ferroce_drivers::control::ControlPlane::new(port, d.ip);
-            let control = port.handle();
-            device(spec, port, d.ip, 0xd9d, pcap, Some(control))
+                device(spec, port, d.ip, 0xd9d, pcap, None)?
+            } else {
+                // No kernel serves the port: smoltcp answers ARP and ping for its address and
+                // carries the out-of-band TCP exchange.
+                let port = ferroce_drivers::control::ControlPlane::new(port, d.ip);
+                let control = port.handle();
+                device(spec, port, d.ip, 0xd9d, pcap, Some(control))?
+            };
+            let _ = ctx.dev.cores.set(d.cores.clone());
+            Ok(ctx)
         }
         _ => Err(VerbsError::Open(format!(
             "unknown device '{spec}'; use sim, afpacket:IFACE[ gso] (e.g. afpacket:veth0), tap:NAME[@IP]{}",
-            if cfg!(feature = "dpdk") { " or dpdk:EAL ARGS @IP [port=N] [queues=N] [desc=N] [zerocopy] [isolate] [control=smoltcp|kernel]" } else { " (dpdk: needs the dpdk feature)" }
+            if cfg!(feature = "dpdk") { " or dpdk:EAL ARGS @IP [port=N] [queues=N] [cores=LIST] [desc=N] [zerocopy] [isolate] [control=smoltcp|kernel]" } else { " (dpdk: needs the dpdk feature)" }
         ))),
     }
 }
 
-/// A `dpdk:` device: `dpdk:EAL ARGS @IP [port=N] [queues=N] [desc=N] [zerocopy] [isolate] [control=smoltcp|kernel]`.
+/// A `dpdk:` device: `dpdk:EAL ARGS @IP [port=N] [queues=N] [cores=LIST] [desc=N] [zerocopy] [isolate] [control=smoltcp|kernel]`.
 /// EAL arguments pass through verbatim; after ` @` come the port's RoCEv2 address (DPDK
 /// ports have none of their own) and options: which probed port (default 0; several `dpdk:`
 /// devices in one process name the same EAL arguments and different ports), how many
-/// queue pairs, each with an engine of its own (default 1), flow isolation with rules that
+/// queue pairs, each with an engine of its own (default 1), the CPUs the engine threads are
+/// pinned to (one per queue, in order), flow isolation with rules that
 /// steer UDP 4791 to those queues (a bifurcated NIC; implies control=kernel), ring depth
 /// (default 1024), zero-copy transmit of payloads from registered memory, and who answers
 /// for the address: smoltcp on the port (default; ARP, ping, the out-of-band TCP) or the
@@ -236,6 +240,7 @@ struct DpdkSpec<'a> {
     zero_copy: bool,
     kernel_control: bool,
     isolate: bool,
+    cores: Vec<usize>,
 }
 
 #[cfg_attr(not(feature = "dpdk"), allow(dead_code))]
@@ -261,6 +266,7 @@ impl<'a> DpdkSpec<'a> {
             zero_copy: false,
             kernel_control: false,
             isolate: false,
+            cores: Vec::new(),
         };
         let mut smoltcp_asked = false;
         for w in words {
@@ -281,9 +287,12 @@ impl<'a> DpdkSpec<'a> {
                 Some(("control", "smoltcp")) => smoltcp_asked = true,
                 Some(("control", "kernel")) => d.kernel_control = true,
                 None if w == "isolate" => d.isolate = true,
+                Some(("cores", v)) => {
+                    d.cores = ferroce_drivers::affinity::parse_cpu_list(v).map_err(&bad)?;
+                }
                 _ => {
                     return Err(bad(format!(
-                        "unknown option '{w}' after the address (port=N, queues=N, desc=N, zerocopy, isolate, control=smoltcp|kernel)"
+                        "unknown option '{w}' after the address (port=N, queues=N, cores=LIST, desc=N, zerocopy, isolate, control=smoltcp|kernel)"
                     )))
                 }
             }
@@ -298,6 +307,13 @@ impl<'a> DpdkSpec<'a> {
         }
         if smoltcp_asked && d.kernel_control {
             return Err(bad("control= given twice".into()));
+        }
+        if !d.cores.is_empty() && d.cores.len() < usize::from(d.queues) {
+            return Err(bad(format!(
+                "cores= names {} CPUs for {} queues; name one per queue",
+                d.cores.len(),
+                d.queues
+            )));
         }
         Ok(d)
     }
@@ -365,6 +381,7 @@ fn dpdk_queues(
     if let Some(c) = control {
         let _ = dev.control.set(c);
     }
+    let _ = dev.cores.set(d.cores.clone());
     Ok(Context { dev })
 }
 
@@ -382,7 +399,7 @@ mod tests {
 
     #[test]
     fn dpdk_specs_parse_address_and_options() {
-        let s = "dpdk:-l 1 --vdev=net_memif0,role=server @10.0.0.1 port=1 queues=4 desc=512 zerocopy control=kernel";
+        let s = "dpdk:-l 1 --vdev=net_memif0,role=server @10.0.0.1 port=1 queues=4 cores=2,4-6 desc=512 zerocopy control=kernel";
         let d = DpdkSpec::parse(s, &s[5..]).unwrap();
         assert_eq!(d.eal, "-l 1 --vdev=net_memif0,role=server");
         assert_eq!(d.ip, "10.0.0.1".parse::<std::net::IpAddr>().unwrap());
@@ -390,6 +407,7 @@ mod tests {
             (d.port, d.queues, d.desc, d.zero_copy, d.kernel_control),
             (1, 4, 512, true, true)
         );
+        assert_eq!(d.cores, [2, 4, 5, 6]);
         let d = DpdkSpec::parse("x", "-l 0 @fd00::1").unwrap();
         assert_eq!(
             (d.port, d.queues, d.desc, d.zero_copy, d.kernel_control),
@@ -408,6 +426,8 @@ mod tests {
             "-l 0 @10.0.0.1 queues=0",
             "-l 0 @10.0.0.1 isolate control=smoltcp",
             "-l 0 @10.0.0.1 control=smoltcp control=kernel",
+            "-l 0 @10.0.0.1 queues=2 cores=3",
+            "-l 0 @10.0.0.1 cores=3-x",
         ] {
             let e = DpdkSpec::parse("dpdk:", bad).unwrap_err().to_string();
             assert!(e.contains("dpdk:"), "{e}");

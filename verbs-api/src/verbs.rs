@@ -249,7 +249,10 @@ impl Context {
             return Ok(());
         }
         let stop = Arc::new(AtomicBool::new(false));
+        let cores = self.dev.cores.get().cloned().unwrap_or_default();
+        let (ready_tx, ready) = std::sync::mpsc::channel();
         let mut handles = Vec::new();
+        let mut failed = None;
         for index in 0..self.dev.engines.len() {
             let dev = self.dev.clone();
             let flag = stop.clone();
@@ -257,7 +260,19 @@ impl Context {
                 1 => format!("ferroce-engine-{}", self.dev.name),
                 _ => format!("ferroce-engine-{}-q{index}", self.dev.name),
             };
+            let cpu = cores.get(index).copied();
+            let ready = ready_tx.clone();
             let spawned = std::thread::Builder::new().name(name).spawn(move || {
+                if let Some(cpu) = cpu {
+                    if let Err(e) = ferroce_drivers::affinity::pin_current_thread(cpu) {
+                        let _ = ready.send(Err(format!(
+                            "cannot pin the engine thread of queue {index} to CPU {cpu}: {e}"
+                        )));
+                        return;
+                    }
+                }
+                let _ = ready.send(Ok(()));
+                dev.engines[index].lock().thread_started();
                 let mut idle = 0u32;
                 while !flag.load(Ordering::Acquire) {
                     let work = dev.engines[index].lock().poll();
@@ -271,19 +286,30 @@ impl Context {
                         idle = 0;
                     }
                 }
+                dev.engines[index].lock().thread_stopped();
             });
             match spawned {
                 Ok(h) => handles.push(h),
                 Err(e) => {
-                    stop.store(true, Ordering::Release);
-                    for h in handles {
-                        let _ = h.join();
-                    }
-                    return Err(VerbsError::Open(format!(
-                        "cannot spawn the engine thread: {e}"
-                    )));
+                    failed = Some(format!("cannot spawn the engine thread: {e}"));
+                    break;
                 }
             }
+        }
+        drop(ready_tx);
+        for _ in 0..handles.len() {
+            match ready.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => failed = failed.or(Some(e)),
+                Err(_) => failed = failed.or(Some("an engine thread died at start".into())),
+            }
+        }
+        if let Some(e) = failed {
+            stop.store(true, Ordering::Release);
+            for h in handles {
+                let _ = h.join();
+            }
+            return Err(VerbsError::Open(e));
         }
         self.dev.threaded.store(true, Ordering::Release);
         *slot = Some((stop, handles));

@@ -5,7 +5,8 @@
 //! and not the destination QP picks the queue. QPs spread over the engines by QPN share one
 //! set of memory registrations: WRITE/SEND/READ data, atomics on one word from QPs on every
 //! engine, and an rkey invalidated through one engine that is dead on the others. Run once
-//! with the caller driving every engine and once with an engine thread per queue.
+//! with the caller driving every engine and once with an engine thread per queue, each
+//! pinned to its CPU (`cores=`).
 #![cfg(feature = "dpdk")]
 
 use std::collections::BTreeSet;
@@ -22,21 +23,33 @@ const ADDS: u64 = 50;
 fn qps_on_four_engines_share_memory_and_reach_each_other() {
     let pid = std::process::id();
     let eal = format!(
-        "-l 0 --no-pci --no-huge -m 512 --file-prefix=ferroce-vq-{pid} --log-level=error --vdev=net_ring0"
+        "-l 0 --no-pci --no-huge -m 512 --file-prefix=ferroce-vq-{pid} --log-level=error --vdev=net_ring0 --vdev=net_ring1"
     );
     let e = open_device(&format!("dpdk:{eal} @10.9.1.1 queues=0")).unwrap_err();
     assert!(e.to_string().contains("at least one queue"), "{e}");
     // A PMD without rte_flow (net_ring) cannot leave the kernel its other traffic.
     let e = open_device(&format!("dpdk:{eal} @10.9.1.1 queues={QUEUES} isolate")).unwrap_err();
     assert!(e.to_string().contains("flow isolation failed"), "{e}");
-    let ctx = open_device(&format!("dpdk:{eal} @10.9.1.1 queues={QUEUES}")).unwrap();
+    // Engine threads pinned to a CPU this machine does not have do not start.
+    let nowhere = open_device(&format!("dpdk:{eal} @10.9.1.2 port=1 cores=1023")).unwrap();
+    let e = nowhere.start_engine_thread().unwrap_err();
+    assert!(e.to_string().contains("to CPU 1023"), "{e}");
+    let ctx = open_device(&format!(
+        "dpdk:{eal} @10.9.1.1 queues={QUEUES} cores=0,1,0,1"
+    ))
+    .unwrap();
     assert_eq!(ctx.query_port().state, PortState::Active);
 
     let first = traffic(&ctx);
     assert!(first.rx_forwarded > 0, "{first:?}");
     ctx.start_engine_thread().unwrap();
+    // One thread per engine, each pinned to its CPU of the list.
+    let mut pinned = engine_thread_cpus();
+    pinned.sort();
+    assert_eq!(pinned, ["0", "0", "1", "1"]);
     let second = traffic(&ctx);
     ctx.stop_engine_thread();
+    assert!(engine_thread_cpus().is_empty());
     assert!(second.rx_forwarded > first.rx_forwarded, "{second:?}");
     // Every frame found its QP: none dropped on the way between engines, none unclaimed.
     assert_eq!(second.rx_unknown_qp, 0, "{second:?}");
@@ -171,6 +184,22 @@ fn traffic(ctx: &Context) -> PortCounters {
     let got = wait(ctx, &cq, 1);
     assert_eq!(got[0].status, WcStatus::RemAccessErr, "{got:?}");
     ctx.port_counters()
+}
+
+/// The CPUs each engine thread of this process may run on, as the kernel lists them.
+fn engine_thread_cpus() -> Vec<String> {
+    let mut cpus = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("ferroce-engine") {
+            continue;
+        }
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        if let Some(l) = status.lines().find(|l| l.starts_with("Cpus_allowed_list:")) {
+            cpus.push(l["Cpus_allowed_list:".len()..].trim().to_owned());
+        }
+    }
+    cpus
 }
 
 /// Polls `cq` (turning the engines when no engine thread does) until `n` completions came.

@@ -104,6 +104,13 @@ pub struct PortConfig {
     pub isolate: bool,
 }
 
+/// The calling thread's EAL lcore id, if it has one (EAL's main thread, its workers, and
+/// engine threads registered by [`Port::thread_started`]).
+pub fn lcore_id() -> Option<u32> {
+    // SAFETY: reads a thread-local of EAL's.
+    u32::try_from(unsafe { sys::fr_lcore_id() }).ok()
+}
+
 /// True when `addr` lies in memory DPDK knows as external (a region a zero-copy port
 /// mapped, see [`Port::map_memory`]).
 pub fn is_external_memory(addr: *const u8) -> bool {
@@ -191,6 +198,8 @@ pub struct DpdkPort {
     pub tx_zero_copy: u64,
     /// Application memory mapped for the device (zero-copy only; see [`Port::map_memory`]).
     mapped: MappedChunks,
+    /// The engine thread polling this queue registered itself with EAL.
+    registered_thread: bool,
 }
 
 /// The page size application memory is registered with DPDK in: every Linux page is
@@ -325,6 +334,7 @@ impl DpdkPort {
                 tx_dropped: 0,
                 tx_zero_copy: 0,
                 mapped: MappedChunks::new(EXTMEM_PAGE),
+                registered_thread: false,
             });
         }
         let mut pools: Vec<_> = handles.iter().map(|h| h.pool).collect();
@@ -601,6 +611,22 @@ impl Port for DpdkPort {
                 unsafe { sys::fr_port_unmap_memory(port, at as *mut _, n) };
             },
         )
+    }
+
+    fn thread_started(&mut self) {
+        // SAFETY: registers the calling thread with EAL (a no-op for one that has an lcore).
+        if unsafe { sys::fr_lcore_id() } < 0 {
+            // SAFETY: as above. When EAL has no lcore id left the thread polls without
+            // mempool caches, slower but correct.
+            self.registered_thread = unsafe { sys::fr_thread_register() } == 0;
+        }
+    }
+
+    fn thread_stopped(&mut self) {
+        if std::mem::take(&mut self.registered_thread) {
+            // SAFETY: the calling thread registered itself in `thread_started`.
+            unsafe { sys::fr_thread_unregister() };
+        }
     }
 
     fn unmap_memory(&mut self, addr: usize, len: usize) {

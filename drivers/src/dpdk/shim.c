@@ -116,6 +116,22 @@ int fr_mem_is_external(const void *addr)
     return msl != NULL && msl->external;
 }
 
+int fr_thread_register(void)
+{
+    return rte_thread_register() == 0 ? 0 : -rte_errno;
+}
+
+void fr_thread_unregister(void)
+{
+    rte_thread_unregister();
+}
+
+int fr_lcore_id(void)
+{
+    unsigned id = rte_lcore_id();
+    return id == LCORE_ID_ANY ? -1 : (int)id;
+}
+
 int fr_port_max_queues(uint16_t port)
 {
     struct rte_eth_dev_info info;

@@ -33,6 +33,12 @@ int fr_port_map_memory(uint16_t port, void *addr, size_t len, size_t page_sz);
 int fr_port_unmap_memory(uint16_t port, void *addr, size_t len);
 /* 1 when `addr` lies in memory registered as external, 0 when not. */
 int fr_mem_is_external(const void *addr);
+/* Registers the calling thread with EAL (an lcore id, mempool caches), or unregisters it.
+ * Returns 0 or a negative errno. */
+int fr_thread_register(void);
+void fr_thread_unregister(void);
+/* The calling thread's lcore id, or -1 when it has none. */
+int fr_lcore_id(void);
 /* The most rx/tx queue pairs the port offers, or a negative errno. */
 int fr_port_max_queues(uint16_t port);
 /* 1 when the port's PMD can transmit chained mbufs, 0 when not, negative on error. */
