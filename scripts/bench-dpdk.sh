@@ -37,20 +37,21 @@ sleep 0.5
 tcp=$(ip netns exec $p-a iperf3 -c 192.168.77.2 -p 5201 -t "$secs" -l 65536 -J |
   python3 -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9))')
 wait
-veth() { # server-device client-device mtu [label]
+veth() { # server-device client-device mtu server-address
   ip netns exec $p-b "$bin" perf write bw --device "$1" --server --duration "$secs" --size 65536 \
     --mtu "$3" --port 18600 --json >/dev/null &
   sleep 0.5
-  ip netns exec $p-a "$bin" perf write bw --device "$2" --connect 192.168.77.2 --port 18600 \
+  ip netns exec $p-a "$bin" perf write bw --device "$2" --connect "$4" --port 18600 \
     --duration "$secs" --size 65536 --mtu "$3" --json | gbps
   wait
 }
-afp=$(veth afpacket:$p-vb afpacket:$p-va 4096)
-afp1k=$(veth afpacket:$p-vb afpacket:$p-va 1024)
+afp=$(veth afpacket:$p-vb afpacket:$p-va 4096 192.168.77.2)
+afp1k=$(veth afpacket:$p-vb afpacket:$p-va 1024 192.168.77.2)
 db="dpdk:$(eal 1 b net_af_packet0,iface=$p-vb) @192.168.77.12"
 da="dpdk:$(eal 0 a net_af_packet0,iface=$p-va) @192.168.77.11"
-dcopy=$(veth "$db" "$da" 1024)
-dzc=$(veth "$db zerocopy" "$da zerocopy" 1024)
+# A DPDK end exchanges QP endpoints over its own smoltcp TCP, at its own address.
+dcopy=$(veth "$db" "$da" 1024 192.168.77.12)
+dzc=$(veth "$db zerocopy" "$da zerocopy" 1024 192.168.77.12)
 
 # 2. memif between two processes.
 memif() { # verb size extra-device-options perf-args...
@@ -61,7 +62,7 @@ memif() { # verb size extra-device-options perf-args...
     --server --size "$size" --duration "$secs" --port 18601 --json "$@" >/dev/null &
   while [ ! -e "$sock" ]; do sleep 0.05; done
   "$bin" perf "$verb" bw --device "dpdk:$(eal 0 c net_memif0,role=client,socket=$sock,socket-abstract=no) @10.1.0.1 $opt" \
-    --connect 127.0.0.1 --size "$size" --duration "$secs" --port 18601 --json "$@"
+    --connect 10.1.0.2 --size "$size" --duration "$secs" --port 18601 --json "$@"
   wait
   rm -f "$sock"
 }

@@ -800,6 +800,7 @@ impl<P: Port> Engine<P> {
 
 /// Hands a received packet to its QP and marks the QP active; false if no QP here has its
 /// number.
+#[inline]
 fn deliver(
     qps: &mut HashMap<u32, Slot>,
     active: &mut Vec<u32>,
