@@ -56,16 +56,7 @@ impl PingPong {
     }
 
     fn endpoint(&self, psn: u32) -> Endpoint {
-        Endpoint {
-            qpn: self.qp.qpn().value(),
-            psn,
-            gid: self.ctx.query_gid(0).expect("ibv_query_gid"),
-            mac: self.ctx.mac(),
-            addr: self.mr.addr(),
-            len: self.mr.len() as u64,
-            rkey: self.mr.rkey(),
-            offers: 0,
-        }
+        Endpoint::of(&self.ctx, &self.qp, &self.mr, psn)
     }
 
     fn post_recv(&self, n: u32) {

@@ -15,7 +15,7 @@ use ferroce_stack::wire::{MacAddr, Psn, Qpn};
 
 use ferroce_drivers::control::tcp::{ControlListener, ControlStream};
 
-use crate::verbs::{Context, Gid, QueuePair, VerbsError};
+use crate::verbs::{Context, Gid, MemoryRegion, QueuePair, VerbsError};
 
 /// One end of a connection, as exchanged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +77,21 @@ const MAGIC: &[u8; 8] = b"FERROCE2";
 pub const ENDPOINT_LEN: usize = 8 + 4 + 4 + 16 + 6 + 8 + 8 + 4 + 1;
 
 impl Endpoint {
+    /// This end of a connection: `qp` on `ctx` with first PSN `psn`, offering the peer `mr`,
+    /// and no recovery scheme beyond Go-Back-N (set [`offers`](Self::offers) for more).
+    pub fn of(ctx: &Context, qp: &QueuePair, mr: &MemoryRegion, psn: u32) -> Self {
+        Self {
+            qpn: qp.qpn().value(),
+            psn,
+            gid: Gid::from_ip(ctx.dev.ip),
+            mac: ctx.mac(),
+            addr: mr.addr(),
+            len: mr.len() as u64,
+            rkey: mr.rkey(),
+            offers: 0,
+        }
+    }
+
     /// The wire form: magic, then fields big-endian.
     pub fn encode(&self) -> [u8; ENDPOINT_LEN] {
         let mut b = [0u8; ENDPOINT_LEN];

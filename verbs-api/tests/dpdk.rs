@@ -67,16 +67,7 @@ fn rc_write_send_read(ctx: &Context) -> PortCounters {
     let qb = pd
         .create_qp(QpType::Rc, QpCaps::default(), &cq, &cq)
         .unwrap();
-    let ep = |qp: &QueuePair, mr: &MemoryRegion, psn| Endpoint {
-        qpn: qp.qpn().value(),
-        psn,
-        gid: ctx.query_gid(0).unwrap(),
-        mac: ctx.mac(),
-        addr: mr.addr(),
-        len: mr.len() as u64,
-        rkey: mr.rkey(),
-        offers: 0,
-    };
+    let ep = |qp: &QueuePair, mr: &MemoryRegion, psn| Endpoint::of(ctx, qp, mr, psn);
     let (ea, eb) = (ep(&qa, &ma, 1), ep(&qb, &mb, 2));
     let o = ConnectOpts {
         mtu: Mtu::Mtu1024,

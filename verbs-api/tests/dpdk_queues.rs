@@ -83,16 +83,7 @@ fn traffic(ctx: &Context) -> PortCounters {
         .map(|&(a, b)| engine(&qps[a]) != engine(&qps[b]))
         .collect();
     assert_eq!(across, [true, true, false, true]);
-    let ep = |qp: &QueuePair, psn| Endpoint {
-        qpn: qp.qpn().value(),
-        psn,
-        gid: ctx.query_gid(0).unwrap(),
-        mac: ctx.mac(),
-        addr: mr.addr(),
-        len: mr.len() as u64,
-        rkey: mr.rkey(),
-        offers: 0,
-    };
+    let ep = |qp: &QueuePair, psn| Endpoint::of(ctx, qp, &mr, psn);
     let o = ConnectOpts::default();
     for &(a, b) in &pairs {
         let (pa, pb) = (a as u32 * 100, b as u32 * 100 + 7);

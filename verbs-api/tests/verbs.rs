@@ -36,16 +36,7 @@ fn end(ctx: &Context, len: usize, t: QpType) -> End {
 }
 
 fn endpoint(e: &End, psn: u32) -> Endpoint {
-    Endpoint {
-        qpn: e.qp.qpn().value(),
-        psn,
-        gid: e.ctx.query_gid(0).unwrap(),
-        mac: e.ctx.mac(),
-        addr: e.mr.addr(),
-        len: e.mr.len() as u64,
-        rkey: e.mr.rkey(),
-        offers: 0,
-    }
+    Endpoint::of(&e.ctx, &e.qp, &e.mr, psn)
 }
 
 fn wire(a: &End, b: &End) {

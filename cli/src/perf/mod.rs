@@ -278,17 +278,11 @@ fn side(ctx: &Context, qps: u32, buf_len: usize, depth: u32) -> Result<Side, Fai
 fn endpoint(s: &Side, i: usize, psn: u32, a: &Args) -> Result<Endpoint, Failure> {
     let c = &s.conns[i];
     Ok(Endpoint {
-        qpn: c.qp.qpn().value(),
-        psn,
-        gid: s.ctx.query_gid(0)?,
-        mac: s.ctx.mac(),
-        addr: c.mr.addr(),
-        len: c.mr.len() as u64,
-        rkey: c.mr.rkey(),
         offers: match a.reliability {
             Reliability::Gbn => 0,
             Reliability::Sr => OFFER_SELECTIVE_REPEAT,
         },
+        ..Endpoint::of(&s.ctx, &c.qp, &c.mr, psn)
     })
 }
 
