@@ -339,7 +339,8 @@ impl<'a> DpdkSpec<'a> {
 
 /// A `dpdk:` device with `queues=N`: the port opened with N queue pairs and an engine on
 /// each. The first queue's port carries the control plane (unless the kernel keeps it); the
-/// others pass it the control frames receive-side scaling gives them.
+/// others pass it the control frames receive-side scaling gives them. A capture records every
+/// queue into one file.
 #[cfg(feature = "dpdk")]
 fn dpdk_queues(
     spec: &str,
@@ -347,11 +348,30 @@ fn dpdk_queues(
     zero_copy: Option<usize>,
     pcap: Option<Box<dyn Write + Send>>,
 ) -> Result<Context, VerbsError> {
-    use crate::device::boxed_engine;
-    if pcap.is_some() {
-        return Err(VerbsError::Open(format!(
-            "{spec}: a capture records one queue; drop queues= (or set queues=1) to record the port"
-        )));
+    use crate::device::{boxed_engine, DeviceEngine};
+    use ferroce_drivers::pcap::SharedCapture;
+    // One capture file for the port: each queue's tee adds its records to it.
+    let capture = match pcap {
+        Some(sink) => Some(
+            SharedCapture::new(Box::new(BufWriter::new(sink)))
+                .map_err(|e| VerbsError::Open(format!("cannot write the pcap: {e}")))?,
+        ),
+        None => None,
+    };
+    fn engine<P: ferroce_drivers::Port + Send + 'static>(
+        port: P,
+        capture: Option<&SharedCapture>,
+        seed: u64,
+    ) -> Result<Box<dyn DeviceEngine>, VerbsError> {
+        Ok(match capture {
+            Some(c) => boxed_engine(
+                PcapTee::new(port, c.sink(), Direction::Both)
+                    .map_err(|e| VerbsError::Open(format!("cannot write the pcap: {e}")))?,
+                seed,
+                true,
+            ),
+            None => boxed_engine(port, seed, true),
+        })
     }
     let ports = d
         .open(zero_copy)
@@ -361,19 +381,20 @@ fn dpdk_queues(
     let first = ports
         .next()
         .ok_or_else(|| VerbsError::Open(format!("{spec}: the port opened no queue")))?;
+    let capture = capture.as_ref();
     let (engines, control) = if d.kernel_control {
         let engines = std::iter::once(first)
             .chain(ports)
-            .map(|p| boxed_engine(p, seed, true))
-            .collect();
+            .map(|p| engine(p, capture, seed))
+            .collect::<Result<Vec<_>, _>>()?;
         (engines, None)
     } else {
         let plane = ferroce_drivers::control::ControlPlane::new(first, d.ip);
         let control = plane.handle();
-        let others: Vec<_> = ports
-            .map(|p| boxed_engine(plane.feed(p), seed, true))
-            .collect();
-        let mut engines = vec![boxed_engine(plane, seed, true)];
+        let others = ports
+            .map(|p| engine(plane.feed(p), capture, seed))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut engines = vec![engine(plane, capture, seed)?];
         engines.extend(others);
         (engines, Some(control))
     };
