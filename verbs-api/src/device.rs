@@ -300,11 +300,10 @@ impl Device {
             }
         }
         if self.engines.len() > 1 {
-            let share = first.mem().share(keys);
-            drop(first);
-            for slot in &self.engines[1..] {
-                if let Some(share) = &share {
-                    slot.lock().mem().adopt(share);
+            if let Some(share) = first.mem().share(keys) {
+                drop(first);
+                for slot in &self.engines[1..] {
+                    slot.lock().mem().adopt(&share);
                 }
             }
         }

@@ -23,68 +23,55 @@ use crate::timer::TimerWheel;
 /// Frames taken from the port per receive burst.
 pub const RX_BURST: usize = 32;
 
-/// Port-level counters (the per-QP ones are the transport's).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PortCounters {
+/// Declares [`PortCounters`] once: each field with the name reports give it.
+macro_rules! port_counters {
+    ($($(#[$m:meta])* $field:ident => $name:literal,)+) => {
+        /// Port-level counters (the per-QP ones are the transport's).
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct PortCounters {
+            $( $(#[$m])* pub $field: u64, )+
+        }
+
+        impl PortCounters {
+            /// Every counter with its name.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+                [$(($name, self.$field)),+].into_iter()
+            }
+
+            /// Adds `o`'s counts to these (the engines of one device make one port's
+            /// counters).
+            pub fn accumulate(&mut self, o: &Self) {
+                $( self.$field += o.$field; )+
+            }
+        }
+    };
+}
+
+port_counters! {
     /// Frames received.
-    pub rx_frames: u64,
+    rx_frames => "rx_frames",
     /// Bytes received.
-    pub rx_bytes: u64,
+    rx_bytes => "rx_bytes",
     /// Frames sent.
-    pub tx_frames: u64,
+    tx_frames => "tx_frames",
     /// Bytes sent.
-    pub tx_bytes: u64,
+    tx_bytes => "tx_bytes",
     /// Frames that were not valid RoCEv2 (any parse or ICRC error).
-    pub rx_malformed: u64,
+    rx_malformed => "rx_malformed",
     /// Of those, frames whose ICRC was wrong (Linux: `rx_icrc_encapsulated`).
-    pub rx_icrc_errors: u64,
+    rx_icrc_errors => "rx_icrc_encapsulated",
     /// Valid frames for a QP number this device does not have.
-    pub rx_unknown_qp: u64,
+    rx_unknown_qp => "rx_unknown_qp",
     /// Frames the port refused to send (link down, ring full).
-    pub tx_errors: u64,
+    tx_errors => "tx_errors",
     /// Of the frames sent, those whose payload left from registered memory in place.
-    pub tx_zero_copy: u64,
+    tx_zero_copy => "tx_zero_copy",
     /// Frames received on this engine's queue for a QP of another engine of the device,
     /// handed over to it (a multi-queue device: the port's receive-side scaling picks the
     /// queue from addresses and UDP ports, not from the destination QP).
-    pub rx_forwarded: u64,
+    rx_forwarded => "rx_forwarded",
     /// Of those, frames dropped because the other engine's inbox was full.
-    pub rx_forward_drops: u64,
-}
-
-impl PortCounters {
-    /// Every counter with its name.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
-        [
-            ("rx_frames", self.rx_frames),
-            ("rx_bytes", self.rx_bytes),
-            ("tx_frames", self.tx_frames),
-            ("tx_bytes", self.tx_bytes),
-            ("rx_malformed", self.rx_malformed),
-            ("rx_icrc_encapsulated", self.rx_icrc_errors),
-            ("rx_unknown_qp", self.rx_unknown_qp),
-            ("tx_errors", self.tx_errors),
-            ("tx_zero_copy", self.tx_zero_copy),
-            ("rx_forwarded", self.rx_forwarded),
-            ("rx_forward_drops", self.rx_forward_drops),
-        ]
-        .into_iter()
-    }
-
-    /// Adds `o`'s counts to these (the engines of one device make one port's counters).
-    pub fn accumulate(&mut self, o: &Self) {
-        self.rx_frames += o.rx_frames;
-        self.rx_bytes += o.rx_bytes;
-        self.tx_frames += o.tx_frames;
-        self.tx_bytes += o.tx_bytes;
-        self.rx_malformed += o.rx_malformed;
-        self.rx_icrc_errors += o.rx_icrc_errors;
-        self.rx_unknown_qp += o.rx_unknown_qp;
-        self.tx_errors += o.tx_errors;
-        self.tx_zero_copy += o.tx_zero_copy;
-        self.rx_forwarded += o.rx_forwarded;
-        self.rx_forward_drops += o.rx_forward_drops;
-    }
+    rx_forward_drops => "rx_forward_drops",
 }
 
 /// Frames an engine's inbox holds for it from the other engines of its device.
@@ -128,7 +115,14 @@ impl Steer {
         let mut buf = self.spare.pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(frame);
-        self.inboxes[to].push(buf).is_ok()
+        match self.inboxes[to].push(buf) {
+            Ok(()) => true,
+            Err(buf) => {
+                // Dropped like a frame on a full ring; its buffer serves the next forward.
+                let _ = self.spare.push(buf);
+                false
+            }
+        }
     }
 
     fn inbox(&self) -> &ArrayQueue<Vec<u8>> {

@@ -192,25 +192,7 @@ pub fn open_device_with_pcap(
             let d = DpdkSpec::parse(spec, rest)?;
             ferroce_drivers::dpdk::eal_init(d.eal).map_err(|e| VerbsError::Open(e.to_string()))?;
             let zero_copy = d.zero_copy.then_some(ferroce_drivers::dpdk::ZERO_COPY_MIN);
-            if d.queues > 1 {
-                return dpdk_queues(spec, &d, zero_copy, pcap);
-            }
-            let port = d
-                .open(zero_copy)
-                .map_err(|e| VerbsError::Open(e.to_string()))?
-                .remove(0);
-            let ctx = if d.kernel_control {
-                // Bifurcated (mlx5): the kernel keeps the address and everything but RoCE.
-                device(spec, port, d.ip, 0xd9d, pcap, None)?
-            } else {
-                // No kernel serves the port: smoltcp answers ARP and ping for its address and
-                // carries the out-of-band TCP exchange.
-                let port = ferroce_drivers::control::ControlPlane::new(port, d.ip);
-                let control = port.handle();
-                device(spec, port, d.ip, 0xd9d, pcap, Some(control))?
-            };
-            let _ = ctx.dev.cores.set(d.cores.clone());
-            Ok(ctx)
+            dpdk_device(spec, &d, zero_copy, pcap)
         }
         _ => Err(VerbsError::Open(format!(
             "unknown device '{spec}'; use sim, afpacket:IFACE[ gso] (e.g. afpacket:veth0), tap:NAME[@IP]{}",
@@ -337,12 +319,14 @@ impl<'a> DpdkSpec<'a> {
     }
 }
 
-/// A `dpdk:` device with `queues=N`: the port opened with N queue pairs and an engine on
-/// each. The first queue's port carries the control plane (unless the kernel keeps it); the
-/// others pass it the control frames receive-side scaling gives them. A capture records every
-/// queue into one file.
+/// A `dpdk:` device: the port opened with `queues=N` queue pairs (default 1) and an engine
+/// on each. No kernel serves the port unless `control=kernel` (a bifurcated NIC, mlx5: the
+/// kernel keeps the address and everything but RoCE), so smoltcp on the first queue answers
+/// ARP and ping for the address and carries the out-of-band TCP; the other queues pass it
+/// the control frames receive-side scaling gives them. A capture records every queue into
+/// one file.
 #[cfg(feature = "dpdk")]
-fn dpdk_queues(
+fn dpdk_device(
     spec: &str,
     d: &DpdkSpec<'_>,
     zero_copy: Option<usize>,
