@@ -106,8 +106,8 @@ struct Region {
     /// region's last copy.
     _owned: Option<Arc<Box<[u64]>>>,
     /// Set when the region is seen by several tables (one per engine of a device, see
-    /// [`MrTable::share`]): cleared by an invalidation in any of them, so a key a
-    /// SEND_WITH_INVALIDATE revoked on one engine's QP is dead on every engine at once.
+    /// [`MrTable::share`]) or was invalidated: cleared by an invalidation in any table, so
+    /// a key a SEND_WITH_INVALIDATE revoked on one engine's QP is dead on every engine.
     valid: Option<Arc<AtomicBool>>,
 }
 
@@ -357,24 +357,23 @@ impl MrTable {
     /// later accesses through it, here or in any table that adopted the region, fail with
     /// `InvalidKey`.
     pub fn invalidate(&mut self, key: u32, pd: PdId) -> Result<(), AccessError> {
-        match self.regions.get(&key) {
-            None => Err(AccessError::InvalidKey(key)),
-            Some(r) if r.pd != pd => Err(AccessError::PdMismatch(key)),
-            Some(r) if r.valid.as_ref().is_some_and(|v| !v.load(Ordering::Acquire)) => {
-                Err(AccessError::InvalidKey(key))
-            }
-            Some(_) => {
-                // The region stays in the table, dead, until the registrant deregisters it:
-                // other tables may hold copies (one of them may own the memory), and a port
-                // may have mapped it, which deregistration undoes.
-                if let Some(r) = self.regions.get_mut(&key) {
-                    r.valid
-                        .get_or_insert_with(|| Arc::new(AtomicBool::new(true)))
-                        .store(false, Ordering::Release);
-                }
-                Ok(())
-            }
+        let r = self
+            .regions
+            .get_mut(&key)
+            .ok_or(AccessError::InvalidKey(key))?;
+        if r.pd != pd {
+            return Err(AccessError::PdMismatch(key));
         }
+        // The region stays in the table, dead, until the registrant deregisters it: other
+        // tables may hold copies (one of them may own the memory), and a port may have
+        // mapped it, which deregistration undoes.
+        let valid = r
+            .valid
+            .get_or_insert_with(|| Arc::new(AtomicBool::new(true)));
+        if !valid.swap(false, Ordering::AcqRel) {
+            return Err(AccessError::InvalidKey(key));
+        }
+        Ok(())
     }
 
     /// Checks an access and returns where `va` is in memory (null for a zero-length access,
