@@ -364,6 +364,72 @@ fn rnr_waits_the_timer_before_resending() {
     assert_eq!(frames_from_a(&mut r).len(), 1);
 }
 
+/// `f` with its PSN replaced (the frame emitted again, ICRC and all).
+fn with_psn(f: &[u8], psn: Psn) -> Vec<u8> {
+    let p = RoceRepr::parse(f, Checks::ALL).unwrap();
+    let mut repr = p.repr;
+    repr.bth.psn = psn;
+    let mut out = vec![0u8; repr.buffer_len()];
+    repr.emit_with_payload(&mut out, p.payload).unwrap();
+    out
+}
+
+/// A SEND at the expected PSN finds no receive, and the next SEND arrives in the same
+/// receive burst, before the responder transmits: the RNR NAK must go out, not a sequence
+/// error NAK in its place (which a requester resends at once, against its retry budget).
+/// Nothing else is NAKed until the requester resends the PSN the RNR NAK named.
+#[test]
+fn an_rnr_nak_survives_a_later_psn_in_the_same_burst() {
+    let mut r = rig(QpAttr {
+        min_rnr_timer: 14,
+        ..default_attr()
+    });
+    let s = [Sge {
+        addr: 0,
+        length: 16,
+        lkey: r.ka.lkey,
+    }];
+    r.lo.a
+        .post_send(&SendWr::new(1, WrOpcode::Send, Payload::Sges(&s)))
+        .unwrap();
+    let first = frames_from_a(&mut r).remove(0);
+    let epsn = RoceRepr::parse(&first, Checks::ALL).unwrap().repr.bth.psn;
+    to_b(&mut r, &first);
+    to_b(&mut r, &with_psn(&first, epsn.add(1)));
+    let out = frames_from_b(&mut r);
+    assert_eq!(out.len(), 1, "one NAK for the burst");
+    let p = RoceRepr::parse(&out[0], Checks::ALL).unwrap();
+    assert_eq!(p.repr.bth.psn, epsn);
+    assert_eq!(
+        Syndrome::from_byte(p.repr.ext.aeth.unwrap().syndrome),
+        Syndrome::RnrNak { timer: 14 }
+    );
+    // Later PSNs keep arriving while the requester waits: dropped without another NAK.
+    to_b(&mut r, &with_psn(&first, epsn.add(2)));
+    assert!(frames_from_b(&mut r).is_empty());
+    // The resend of the named PSN is served once a receive exists.
+    let rb = [Sge {
+        addr: 0x200,
+        length: 64,
+        lkey: r.kb.lkey,
+    }];
+    r.lo.b
+        .post_recv(&RecvWr {
+            wr_id: 7,
+            sg_list: &rb,
+        })
+        .unwrap();
+    to_b(&mut r, &first);
+    let ack = frames_from_b(&mut r);
+    assert_eq!(ack.len(), 1);
+    assert_eq!(
+        Syndrome::from_byte(aeth_of(&ack[0]).syndrome),
+        Syndrome::Ack { credits: 0 }
+    );
+    let wc = r.lo.b.poll_completion().unwrap();
+    assert_eq!((wc.wr_id, wc.status), (7, WcStatus::Success));
+}
+
 #[test]
 fn modify_to_error_flushes_everything_in_order() {
     let mut r = rig(default_attr());

@@ -651,9 +651,19 @@ impl<P: Port> Engine<P> {
                 let Some(buf) = st.inbox().pop() else { break };
                 n += 1;
                 // Checked where it arrived; parsed again only to borrow its fields.
-                if let Ok(pkt) = RoceRepr::parse(&buf, Checks::NONE) {
-                    if !deliver(qps, active, mem, now, &pkt) {
-                        counters.rx_unknown_qp += 1;
+                match RoceRepr::parse(&buf, Checks::NONE) {
+                    Ok(pkt) => {
+                        if !deliver(qps, active, mem, now, &pkt) {
+                            counters.rx_unknown_qp += 1;
+                        }
+                    }
+                    Err(e) => {
+                        // A malformed frame attributed to one of this engine's QPs.
+                        if let Some(m) = RoceRepr::attribute(&buf, Checks::NONE, e) {
+                            if !deliver_malformed(qps, active, now, &m) {
+                                counters.rx_unknown_qp += 1;
+                            }
+                        }
                     }
                 }
                 let _ = st.spare.push(buf);
@@ -686,6 +696,23 @@ impl<P: Port> Engine<P> {
                     counters.rx_malformed += 1;
                     if matches!(e, ferroce_stack::wire::Error::Icrc { .. }) {
                         counters.rx_icrc_errors += 1;
+                    }
+                    // Refused after a sound BTH with a good ICRC: the QP it names decides.
+                    let Some(m) = RoceRepr::attribute(frame, checks, e) else {
+                        return;
+                    };
+                    let qpn = m.bth.dest_qpn.value();
+                    if deliver_malformed(qps, active, now, &m) {
+                        return;
+                    }
+                    if let Some(st) = steer.as_ref() {
+                        let to = Steer::owner(qpn, st.inboxes.len());
+                        if to != st.index {
+                            counters.rx_forwarded += 1;
+                            if !st.forward(to, frame) {
+                                counters.rx_forward_drops += 1;
+                            }
+                        }
                     }
                 }
             }
@@ -814,6 +841,27 @@ fn deliver(
     true
 }
 
+/// Hands a malformed frame to the QP it names ([`Qp::handle_malformed`]); false if no QP
+/// here has its number.
+#[cold]
+fn deliver_malformed(
+    qps: &mut HashMap<u32, Slot>,
+    active: &mut Vec<u32>,
+    now: u64,
+    m: &ferroce_stack::wire::Malformed,
+) -> bool {
+    let qpn = m.bth.dest_qpn.value();
+    let Some(slot) = qps.get_mut(&qpn) else {
+        return false;
+    };
+    slot.qp.handle_malformed(now, m);
+    if !slot.active {
+        slot.active = true;
+        active.push(qpn);
+    }
+    true
+}
+
 fn empty_wc(qpn: u32) -> WorkCompletion {
     WorkCompletion {
         wr_id: 0,
@@ -826,5 +874,115 @@ fn empty_wc(qpn: u32) -> WorkCompletion {
         src_qp: ferroce_stack::wire::Qpn::new(0),
         smac: ferroce_stack::wire::MacAddr([0; 6]),
         solicited: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroce_drivers::pipe::{pair, PipePort};
+    use ferroce_stack::transport::loopback::connect;
+    use ferroce_stack::transport::{PdId, QpAttr, QpConfig};
+    use ferroce_stack::wire::sample::reseal;
+    use ferroce_stack::wire::{NakCode, Opcode, Psn, Qpn, Syndrome, ETHERNET_LEN, IPV4_LEN};
+
+    /// An engine over one end of a pipe with RC QP 0x123 in RTS, the pipe's other end, and
+    /// a frame that QP's peer would send it (a SEND_ONLY at the expected PSN).
+    fn rig() -> (Engine<PipePort>, PipePort, Vec<u8>) {
+        let (ours, theirs) = pair(9000);
+        let mut engine = Engine::new(ours, 1);
+        let mut qp = Qp::new(QpConfig::new(Qpn::new(0x123), QpType::Rc, PdId(1)));
+        let mut peer = Qp::new(QpConfig::new(Qpn::new(0x456), QpType::Rc, PdId(1)));
+        let attr = QpAttr {
+            sq_psn: Psn::new(10),
+            rq_psn: Psn::new(20),
+            ..QpAttr::default()
+        };
+        connect(&mut qp, &mut peer, &attr).unwrap();
+        peer.post_send(&SendWr::new(1, WrOpcode::Send, Payload::Inline(&[7; 32])))
+            .unwrap();
+        let mut buf = vec![0u8; 9000];
+        let n = peer.poll_transmit(0, &mut buf, &MrTable::new(9)).unwrap();
+        buf.truncate(n);
+        let shared = Arc::new(QpShared::new(0x123, QpType::Rc, QpCaps::default()));
+        let cq = Arc::new(CqShared::new(1, 16, None));
+        engine.add_qp(qp, shared, cq.clone(), cq);
+        (engine, theirs, buf)
+    }
+
+    fn send(port: &mut PipePort, frame: &[u8]) {
+        port.tx(frame.len(), |b| b.copy_from_slice(frame)).unwrap();
+        port.flush();
+    }
+
+    fn received(port: &mut PipePort) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        port.rx_burst(64, |f| out.push(f.to_vec()));
+        out
+    }
+
+    /// A request the parser refuses after a sound BTH, with a good ICRC, reaches the QP it
+    /// names through the engine: NAK invalid request, QP in ERR. With a bad ICRC it is
+    /// nobody's: dropped and counted, no answer.
+    #[test]
+    fn a_malformed_request_reaches_its_qp_and_is_naked() {
+        let (mut engine, mut peer, good) = rig();
+        let bth = ETHERNET_LEN + IPV4_LEN + 8;
+        let mut bad_icrc = good.clone();
+        bad_icrc[bth] = 0x1f;
+        send(&mut peer, &bad_icrc);
+        engine.poll();
+        assert!(received(&mut peer).is_empty());
+        // The parser stops at the opcode before the ICRC; attribution checks the ICRC.
+        assert_eq!(engine.counters().rx_malformed, 1);
+        assert_eq!(engine.qp_counters(0x123).unwrap().malformed_requests, 0);
+
+        let mut reserved = good.clone();
+        reserved[bth] = 0x1f;
+        reseal(&mut reserved);
+        send(&mut peer, &reserved);
+        engine.poll();
+        let out = received(&mut peer);
+        assert_eq!(out.len(), 1);
+        let p = RoceRepr::parse(&out[0], Checks::ALL).unwrap();
+        assert_eq!(p.repr.bth.opcode, Opcode::RC_ACKNOWLEDGE);
+        assert_eq!(p.repr.bth.psn, Psn::new(20));
+        assert_eq!(
+            Syndrome::from_byte(p.repr.ext.aeth.unwrap().syndrome),
+            Syndrome::Nak(NakCode::InvalidRequest)
+        );
+        assert_eq!(engine.counters().rx_malformed, 2);
+        assert_eq!(engine.qp_counters(0x123).unwrap().malformed_requests, 1);
+        let state = engine.with_qp(0x123, |qp| qp.state()).unwrap();
+        assert_eq!(state, QpState::Err);
+    }
+
+    /// An RC packet to QPN 0xFFFFFF (the multicast QPN) is nobody's: dropped, no answer.
+    #[test]
+    fn an_rc_packet_to_the_multicast_qpn_is_dropped() {
+        let (mut engine, mut peer, good) = rig();
+        let mut f = good.clone();
+        let at = ETHERNET_LEN + IPV4_LEN + 8 + 5;
+        f[at..at + 3].copy_from_slice(&[0xff; 3]);
+        reseal(&mut f);
+        assert_eq!(
+            RoceRepr::parse(&f, Checks::ALL).unwrap().repr.bth.dest_qpn,
+            Qpn::new(0xff_ffff)
+        );
+        send(&mut peer, &f);
+        engine.poll();
+        assert!(received(&mut peer).is_empty());
+        assert_eq!(engine.counters().rx_unknown_qp, 1);
+        // The QP it was not for is untouched, and takes its own SEND next (an RNR NAK:
+        // no receive is posted).
+        send(&mut peer, &good);
+        engine.poll();
+        let out = received(&mut peer);
+        assert_eq!(out.len(), 1);
+        let p = RoceRepr::parse(&out[0], Checks::ALL).unwrap();
+        assert!(matches!(
+            Syndrome::from_byte(p.repr.ext.aeth.unwrap().syndrome),
+            Syndrome::RnrNak { .. }
+        ));
     }
 }

@@ -539,7 +539,14 @@ impl ProtectionDomain {
         {
             return Err(VerbsError::WrongDevice("a CQ"));
         }
-        let qpn = self.ctx.dev.next_qpn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff;
+        // QPN 0 and 1 are the SMI and GSI; 0xFFFFFF is the multicast QPN, which only UD
+        // packets may name (a packet to it is nobody's on RC/UC). None is handed out.
+        let qpn = loop {
+            let n = self.ctx.dev.next_qpn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff;
+            if n > 1 && n != 0xff_ffff {
+                break n;
+            }
+        };
         let mut config = QpConfig::new(Qpn::new(qpn), qp_type, self.id);
         config.caps = caps;
         let has_srq = srq.is_some();

@@ -85,6 +85,13 @@ counters! {
     rx_dropped,
     /// Responses and ACKs that matched nothing outstanding.
     ghost_responses,
+    /// Responder: requests the parser refused after their BTH (an opcode ferroce does not
+    /// speak, bytes the opcode forbids, headers cut short, an impossible pad).
+    malformed_requests,
+    /// Requester: responses that do not fit what they answer (unexpected opcode, wrong
+    /// length, a NAK or reserved syndrome where only an ACK may stand, a malformed frame),
+    /// ending the request with BAD_RESP_ERR.
+    bad_responses,
     /// Responder (placement): WRITE packets placed ahead of the expected PSN.
     ooo_placed,
     /// Responder (placement): requests ahead of the expected PSN held for their turn.

@@ -40,5 +40,5 @@ pub use ip::{
     IP_PROTO_UDP,
 };
 pub use opcode::{Headers, Opcode, OpcodeInfo, Position, Transport};
-pub use roce::{pad_for, Checks, ExtHeaders, RocePacket, RoceRepr};
+pub use roce::{pad_for, Checks, ExtHeaders, Malformed, RocePacket, RoceRepr};
 pub use udp::{UdpPacket, UdpRepr, ROCEV2_PORT, UDP_LEN};

@@ -113,17 +113,35 @@ impl RocePacket<'_> {
     }
 }
 
-/// Pad bytes that align a payload of `len` bytes to four.
-#[inline]
-pub const fn pad_for(len: usize) -> u8 {
-    ((4 - (len & 3)) & 3) as u8
+/// A frame refused after its BTH that still names a QP (see [`RoceRepr::attribute`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Malformed {
+    /// Ethernet header.
+    pub eth: EthernetRepr,
+    /// IP header.
+    pub ip: IpRepr,
+    /// UDP source port.
+    pub udp_src_port: u16,
+    /// The base transport header: destination QP, PSN, opcode.
+    pub bth: BthRepr,
+    /// Why the frame was refused.
+    pub error: Error,
 }
 
-impl RoceRepr {
-    /// Parses and validates a frame. Never panics, whatever the bytes; every way a frame can
-    /// be malformed is its own [`Error`]. Bytes after the IP datagram (Ethernet padding of
-    /// short frames) are ignored.
-    pub fn parse(frame: &[u8], checks: Checks) -> Result<RocePacket<'_>> {
+/// Everything of a frame below the BTH, and where the transport packet lies: the first
+/// stage of a parse, shared by [`RoceRepr::parse`] and [`RoceRepr::attribute`].
+struct Outer<'a> {
+    eth: EthernetRepr,
+    ip: IpRepr,
+    udp_src_port: u16,
+    /// BTH through the pad: the UDP payload without the ICRC (at least a BTH long).
+    transport: &'a [u8],
+    icrc_input: &'a [u8],
+    icrc: u32,
+}
+
+impl<'a> Outer<'a> {
+    fn parse(frame: &'a [u8], checks: Checks) -> Result<Self> {
         let eth_view = EthernetFrame::new_checked(frame)?;
         let eth = EthernetRepr::parse(&eth_view);
         let l3 = eth_view.payload();
@@ -140,16 +158,36 @@ impl RoceRepr {
         };
         let (udp, roce) = UdpRepr::parse(&UdpPacket::new_checked(udp_bytes)?)?;
         need(roce, BTH_LEN + ICRC_LEN, Layer::Bth)?;
-
         let ip_len = ip.header_len() + UDP_LEN + roce.len() - ICRC_LEN;
         let packet_end = roce.len() - ICRC_LEN;
         let ip_at = eth_view.header_len();
-        let icrc_input = &frame[ip_at - icrc::LRH_STAND_IN..ip_at + ip_len];
-        let icrc = icrc::read(&roce[packet_end..]);
+        Ok(Self {
+            eth,
+            ip,
+            udp_src_port: udp.src_port,
+            transport: &roce[..packet_end],
+            icrc_input: &frame[ip_at - icrc::LRH_STAND_IN..ip_at + ip_len],
+            icrc: icrc::read(&roce[packet_end..]),
+        })
+    }
+}
 
+/// Pad bytes that align a payload of `len` bytes to four.
+#[inline]
+pub const fn pad_for(len: usize) -> u8 {
+    ((4 - (len & 3)) & 3) as u8
+}
+
+impl RoceRepr {
+    /// Parses and validates a frame. Never panics, whatever the bytes; every way a frame can
+    /// be malformed is its own [`Error`]. Bytes after the IP datagram (Ethernet padding of
+    /// short frames) are ignored.
+    pub fn parse(frame: &[u8], checks: Checks) -> Result<RocePacket<'_>> {
+        let o = Outer::parse(frame, checks)?;
+        let roce = o.transport;
         let bth = BthRepr::parse(&BthPacket::new_unchecked(roce))?;
         let info = bth.opcode.info()?;
-        let body = &roce[BTH_LEN..packet_end];
+        let body = &roce[BTH_LEN..];
         let hdr_len = info.headers.len();
         need(body, hdr_len, Layer::ExtHeaders)?;
         let ext = parse_ext(info.headers, &body[..hdr_len]);
@@ -179,21 +217,59 @@ impl RoceRepr {
 
         let packet = RocePacket {
             repr: Self {
-                eth,
-                ip,
-                udp_src_port: udp.src_port,
+                eth: o.eth,
+                ip: o.ip,
+                udp_src_port: o.udp_src_port,
                 bth,
                 ext,
                 payload_len: payload.len(),
             },
             payload,
-            icrc_input,
-            icrc,
+            icrc_input: o.icrc_input,
+            icrc: o.icrc,
         };
         if checks.icrc {
             packet.icrc_check()?;
         }
         Ok(packet)
+    }
+
+    /// What can still be said of a frame [`parse`](Self::parse) refused with `error`: when the
+    /// refusal came after a sound BTH (an opcode ferroce does not speak, extension headers cut
+    /// short, bytes the opcode forbids, an impossible pad) and the ICRC checks (if `checks`
+    /// asks), the frame is the peer's and names its QP, so that QP decides what the refusal
+    /// means (IBTA: an RC responder NAKs it as an invalid request). Refusals below the BTH, a
+    /// bad transport version and ICRC errors are nobody's: `None`, dropped by the caller.
+    pub fn attribute(frame: &[u8], checks: Checks, error: Error) -> Option<Malformed> {
+        let after_bth = matches!(
+            error,
+            Error::ReservedOpcode(_)
+                | Error::UnsupportedOpcode(_)
+                | Error::BadPad { .. }
+                | Error::UnexpectedPayload { .. }
+                | Error::Truncated {
+                    layer: Layer::ExtHeaders,
+                    ..
+                }
+        );
+        if !after_bth {
+            return None;
+        }
+        let o = Outer::parse(frame, checks).ok()?;
+        let bth = BthRepr::parse(&BthPacket::new_unchecked(o.transport)).ok()?;
+        if checks.icrc {
+            let expected = icrc::compute(o.icrc_input, o.ip.version());
+            if expected != o.icrc && !cfg!(fuzzing) {
+                return None;
+            }
+        }
+        Some(Malformed {
+            eth: o.eth,
+            ip: o.ip,
+            udp_src_port: o.udp_src_port,
+            bth,
+            error,
+        })
     }
 
     /// Bytes of all headers, Ethernet through the last extension header. An opcode ferroce

@@ -33,8 +33,8 @@ use super::wr::{
     WrOpcode,
 };
 use crate::wire::{
-    BthRepr, Checks, Ecn, EthernetRepr, ExtHeaders, IpRepr, Ipv4Repr, Ipv6Repr, MacAddr, Opcode,
-    Psn, Qpn, RocePacket, RoceRepr, VlanTag, DEFAULT_PKEY, ETHERTYPE_IPV4,
+    BthRepr, Checks, Ecn, EthernetRepr, ExtHeaders, IpRepr, Ipv4Repr, Ipv6Repr, MacAddr, Malformed,
+    Opcode, Psn, Qpn, RocePacket, RoceRepr, VlanTag, DEFAULT_PKEY, ETHERTYPE_IPV4,
 };
 
 pub use requester::ACK_REQ_EVERY;
@@ -728,7 +728,8 @@ impl Qp {
     }
 
     /// Parses `frame` (every check on) and handles it; a malformed frame is an error for the
-    /// caller to count. Engines that already parsed to demultiplex call
+    /// caller to count, and handed to [`handle_malformed`](Self::handle_malformed) when it
+    /// still names this QP. Engines that already parsed to demultiplex call
     /// [`handle_packet`](Self::handle_packet).
     pub fn handle_frame(
         &mut self,
@@ -736,9 +737,20 @@ impl Qp {
         frame: &[u8],
         mem: &mut MrTable,
     ) -> Result<(), crate::wire::Error> {
-        let pkt = RoceRepr::parse(frame, Checks::ALL)?;
-        self.handle_packet(now, &pkt, mem);
-        Ok(())
+        match RoceRepr::parse(frame, Checks::ALL) {
+            Ok(pkt) => {
+                self.handle_packet(now, &pkt, mem);
+                Ok(())
+            }
+            Err(e) => {
+                if let Some(m) = RoceRepr::attribute(frame, Checks::ALL, e) {
+                    if m.bth.dest_qpn == self.qpn {
+                        self.handle_malformed(now, &m);
+                    }
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Handles one received packet addressed to this QP (the caller demultiplexed on the
@@ -775,6 +787,43 @@ impl Qp {
             }
         } else {
             self.responder_rx(pkt, mem);
+        }
+    }
+
+    /// A frame for this QP that the parser refused after its BTH ([`RoceRepr::attribute`]).
+    /// Who receives it decides what it means: an RC responder answers a malformed request at
+    /// the expected PSN with NAK invalid request and enters ERR (IBTA class C), ahead of it
+    /// as any early packet, behind it as a duplicate it drops; an RC requester fails the
+    /// request a malformed response names with BAD_RESP_ERR; UC drops the message in
+    /// progress; UD drops the packet. Nothing is written to memory.
+    pub fn handle_malformed(&mut self, _now: u64, m: &Malformed) {
+        self.counters.rx_packets += 1;
+        let op = m.bth.opcode;
+        let ok_state = matches!(
+            self.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        );
+        let ours = matches!(
+            (self.qp_type, op.transport()),
+            (QpType::Rc, crate::wire::Transport::Rc)
+                | (QpType::Uc, crate::wire::Transport::Uc)
+                | (QpType::Ud, crate::wire::Transport::Ud)
+        );
+        if !ok_state || !ours {
+            self.counters.rx_dropped += 1;
+            return;
+        }
+        self.span.in_scope(|| {
+            tracing::debug!(psn = m.bth.psn.value(), opcode = op.0, error = %m.error, "malformed packet")
+        });
+        if is_response(op) {
+            if matches!(self.state, QpState::Rts | QpState::Sqd) {
+                self.requester_malformed(m.bth.psn);
+            } else {
+                self.counters.rx_dropped += 1;
+            }
+        } else {
+            self.responder_malformed(m.bth.psn);
         }
     }
 

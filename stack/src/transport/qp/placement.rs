@@ -230,8 +230,7 @@ impl Qp {
         if let Some(imm) = end.imm {
             let Some(w) = self.resp.take_recv() else {
                 self.counters.out_of_buffer += 1;
-                let timer = self.attr.min_rnr_timer;
-                self.resp.nak = Some((Syndrome::RnrNak { timer }, psn));
+                self.resp.nak_rnr(self.attr.min_rnr_timer, psn);
                 return false;
             };
             let mut wc = WorkCompletion::new(
@@ -261,8 +260,7 @@ impl Qp {
             Feedback::NakExpected => {
                 if early && !self.resp.nak_outstanding && self.state != QpState::Err {
                     let epsn = self.resp.epsn;
-                    self.resp.nak = Some((Syndrome::Nak(NakCode::PsnSequenceError), epsn));
-                    self.resp.nak_outstanding = true;
+                    self.resp.nak_sequence(epsn);
                 }
             }
             Feedback::Selective => {

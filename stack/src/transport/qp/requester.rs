@@ -641,7 +641,7 @@ impl Qp {
                 Syndrome::Ack { credits } => self.on_ack(now, psn, credits),
                 Syndrome::RnrNak { timer } => self.on_rnr_nak(now, psn, timer),
                 Syndrome::Nak(code) => self.on_nak(now, psn, code),
-                Syndrome::Reserved(_) => self.counters.ghost_responses += 1,
+                Syndrome::Reserved(_) => self.requester_malformed(psn),
             },
             (0x0d..=0x10, _) => self.on_read_response(now, pkt, mem),
             (0x12, Some(a)) => {
@@ -650,6 +650,29 @@ impl Qp {
             }
             _ => self.counters.rx_dropped += 1,
         }
+    }
+
+    /// A response that does not fit what it answers (see `Qp::handle_malformed`, and the
+    /// checks of the READ response and atomic ACK paths). One that names nothing outstanding
+    /// is a ghost, dropped; otherwise the oldest outstanding request fails with BAD_RESP_ERR
+    /// and the QP enters ERR (IBTA §9.9.2: a malformed or unexpected response is a
+    /// requester class error, not a loss to retry).
+    pub(crate) fn requester_malformed(&mut self, psn: Psn) {
+        // A NAK-shaped ACKNOWLEDGE may name `nxt`, the PSN the responder expects next.
+        if psn.distance(self.req.una) < 0 || psn.distance(self.req.nxt) > 0 {
+            self.counters.ghost_responses += 1;
+            return;
+        }
+        let idx = self.req.locate(psn).map_or(0, |(i, _)| i);
+        self.bad_response(idx);
+    }
+
+    /// Fails send WQE `idx` with BAD_RESP_ERR; the QP enters ERR and the rest are flushed.
+    pub(super) fn bad_response(&mut self, idx: usize) {
+        self.counters.bad_responses += 1;
+        self.span
+            .in_scope(|| tracing::debug!(una = self.req.una.value(), idx, "bad response"));
+        self.enter_error(Some((idx, WcStatus::BadRespErr)));
     }
 
     /// True when `psn` names a packet sent and not yet acknowledged.
@@ -906,9 +929,9 @@ impl Qp {
                 self.enter_error(Some((0, WcStatus::RemAccessErr)));
             }
             NakCode::RemoteOperationalError => self.enter_error(Some((0, WcStatus::RemOpErr))),
-            NakCode::InvalidRdRequest | NakCode::Reserved(_) => {
-                self.counters.ghost_responses += 1;
-            }
+            // Invalid RD request is for Reliable Datagram; on RC it, like a reserved code,
+            // is a NAK no responder may send.
+            NakCode::InvalidRdRequest | NakCode::Reserved(_) => self.bad_response(0),
         }
     }
 
@@ -945,7 +968,9 @@ impl Qp {
             return;
         };
         if w.op != WrOpcode::Read || !w.contains(psn) {
-            self.counters.rx_dropped += 1;
+            // The PSN is outstanding and the WQEs before it acknowledged: it answers a
+            // request that is not a READ.
+            self.bad_response(0);
             return;
         }
         if psn != self.req.una {
@@ -993,8 +1018,11 @@ impl Qp {
             };
             opcode_ok && pkt.payload.len() as u32 == self.mtu
         };
-        if !fits {
-            self.counters.rx_dropped += 1;
+        // FIRST, LAST and ONLY carry an AETH, which must say ACK: a responder refuses a
+        // READ with an ACKNOWLEDGE packet, never inside the response stream.
+        let aeth_ok = pkt.repr.ext.aeth.is_none_or(|a| is_ack(a.syndrome));
+        if !fits || !aeth_ok {
+            self.bad_response(idx);
             return false;
         }
         let placed = match &w.data {
@@ -1022,8 +1050,8 @@ impl Qp {
         let Some(w) = self.req.sq.front() else {
             return;
         };
-        if !w.op.is_atomic() || w.first_psn != psn {
-            self.counters.rx_dropped += 1;
+        if !w.op.is_atomic() || w.first_psn != psn || !is_ack(syndrome) {
+            self.bad_response(0);
             return;
         }
         let placed = match &w.data {
@@ -1070,4 +1098,10 @@ impl Qp {
         self.retransmit(r);
         self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t);
     }
+}
+
+/// True for an AETH syndrome that says ACK (the only one a READ response or atomic ACK may
+/// carry).
+pub(super) fn is_ack(syndrome: u8) -> bool {
+    matches!(Syndrome::from_byte(syndrome), Syndrome::Ack { .. })
 }

@@ -235,6 +235,28 @@ impl Responder {
         }
     }
 
+    /// Queues a PSN sequence error NAK naming the expected PSN `epsn` (IBTA §9.7.5.2.1, class
+    /// B), unless a NAK is already waiting. The responder has one NAK slot and every NAK it
+    /// can hold names the expected PSN, so the one already there wins: an RNR NAK tells the
+    /// requester to resend from that PSN after its timer, which a sequence error arriving next
+    /// would turn into an immediate resend counted against its retry budget. Either way no
+    /// second NAK goes out until the expected PSN arrives again.
+    fn nak_sequence(&mut self, epsn: Psn) {
+        self.nak_outstanding = true;
+        if self.nak.is_none() {
+            self.nak = Some((Syndrome::Nak(NakCode::PsnSequenceError), epsn));
+        }
+    }
+
+    /// Queues an RNR NAK for `psn`, the expected PSN, whose request found no receive. Packets
+    /// behind it are then dropped without a NAK of their own until the requester resends
+    /// `psn` (the rule IBTA gives after a sequence error NAK, which an RNR NAK resembles: the
+    /// requester resends from that PSN, and more NAKs for it would only cost retries).
+    fn nak_rnr(&mut self, timer: u8, psn: Psn) {
+        self.nak_outstanding = true;
+        self.nak = Some((Syndrome::RnrNak { timer }, psn));
+    }
+
     /// Drops the message in progress (UC loss): its receive is reused by the next message.
     fn abort_msg(&mut self) {
         self.msg = None;
@@ -304,8 +326,7 @@ impl Qp {
                     if self.recovery.on_out_of_order(epsn, psn, outstanding)
                         == OutOfOrder::NakAndDrop
                     {
-                        self.resp.nak = Some((Syndrome::Nak(NakCode::PsnSequenceError), epsn));
-                        self.resp.nak_outstanding = true;
+                        self.resp.nak_sequence(epsn);
                     }
                 } else if d < 0 {
                     self.duplicate(pkt, mem);
@@ -335,12 +356,59 @@ impl Qp {
         }
     }
 
+    /// A request the parser refused after its BTH (see `Qp::handle_malformed`). The PSN is
+    /// checked first, as for any request (IBTA §9.7.5.1: sequence before validity): ahead of
+    /// the expected PSN it is an early packet (a sequence NAK, by the policy; a placing
+    /// responder drops it, and the requester's recovery resends it into its turn), behind it
+    /// a duplicate dropped without an answer; in its turn, NAK invalid request and ERR (RC),
+    /// the message in progress dropped (UC), the datagram dropped (UD).
+    pub(crate) fn responder_malformed(&mut self, psn: Psn) {
+        self.counters.malformed_requests += 1;
+        match self.qp_type {
+            QpType::Ud => self.counters.rx_dropped += 1,
+            QpType::Uc => {
+                // Whatever its PSN, it cannot continue or start a message.
+                if self.resp.msg.is_some() {
+                    self.counters.rx_dropped += 1;
+                }
+                self.resp.abort_msg();
+                self.resp.epsn = psn.add(1);
+            }
+            QpType::Rc => {
+                let epsn = self.resp.epsn;
+                let d = psn.distance(epsn);
+                if d < 0 {
+                    self.counters.duplicate_request += 1;
+                } else if d > 0 {
+                    self.counters.out_of_sequence += 1;
+                    if self.resp.ooo.is_none() {
+                        let outstanding = self.resp.nak_outstanding;
+                        if self.recovery.on_out_of_order(epsn, psn, outstanding)
+                            == OutOfOrder::NakAndDrop
+                        {
+                            self.resp.nak_sequence(epsn);
+                        }
+                    }
+                } else {
+                    self.resp.nak_outstanding = false;
+                    let in_send = matches!(self.resp.msg, Some(InMsg::Send { .. }));
+                    self.fault(
+                        psn,
+                        Fault::Fatal(
+                            NakCode::InvalidRequest,
+                            in_send.then_some(WcStatus::RemInvReqErr),
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
     fn fault(&mut self, psn: Psn, f: Fault) {
         match f {
             Fault::NoReceive => {
                 self.counters.out_of_buffer += 1;
-                let timer = self.attr.min_rnr_timer;
-                self.resp.nak = Some((Syndrome::RnrNak { timer }, psn));
+                self.resp.nak_rnr(self.attr.min_rnr_timer, psn);
             }
             Fault::Fatal(code, recv_status) => {
                 self.span.in_scope(|| {

@@ -191,11 +191,12 @@ impl Qp {
         } else {
             op.is_atomic()
         };
-        let r = self.req.responses.as_deref()?;
         if !fits {
-            self.counters.rx_dropped += 1;
+            // An outstanding PSN of a request this response cannot answer.
+            self.bad_response(idx);
             return None;
         }
+        let r = self.req.responses.as_deref()?;
         if r.arrived(psn) {
             self.counters.ghost_responses += 1;
             return None;
@@ -234,6 +235,10 @@ impl Qp {
         let Some((idx, _)) = self.response_slot(now, psn, false) else {
             return;
         };
+        if !super::is_ack(syndrome) {
+            self.bad_response(idx);
+            return;
+        }
         let placed = match &self.req.sq[idx].data {
             WqeData::Sges(s) => sg::scatter(mem, self.pd, s, 0, &orig.to_ne_bytes()),
             WqeData::Inline(_) => Err(sg::SgError::Length),
