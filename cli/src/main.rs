@@ -16,8 +16,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 /// ferroce: a software RNIC speaking RoCEv2.
+///
+/// The subcommands below are the whole list: the help is generated from them, so it names
+/// no command that does not exist and none to come.
 #[derive(Parser)]
-#[command(name = "ferroce", version, about)]
+#[command(name = "ferroce", version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -219,3 +219,31 @@ fn scenario_spray_writes_its_plot_and_refuses_bad_arguments() {
         "ferroce: invalid value 'magic'",
     );
 }
+
+/// `ferroce --help` opens with what the tool is and lists exactly the subcommands that run,
+/// each of which answers its own `--help` (it once promised "perf, model and scenario to
+/// come" after perf and scenario had arrived).
+#[test]
+fn help_names_every_command_and_none_to_come() {
+    let out = ferroce(&["--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        help.lines().next(),
+        Some("ferroce: a software RNIC speaking RoCEv2")
+    );
+    assert!(!help.contains("to come"), "{help}");
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert_eq!(commands, ["decode", "demo", "perf", "stats", "scenario"]);
+    for c in commands {
+        let out = ferroce(&[c, "--help"]);
+        assert!(out.status.success(), "{c} --help");
+    }
+}

@@ -85,6 +85,11 @@ impl Responses {
         self.rereads.pop_front()
     }
 
+    /// The highest PSN acknowledgements reached (exclusive).
+    pub(crate) fn acked(&self) -> Psn {
+        self.acked
+    }
+
     /// Records that acknowledgements reached `limit`; returns the highest they reached.
     pub(crate) fn acknowledged(&mut self, limit: Psn) -> Psn {
         if self.acked.before(limit) {
