@@ -168,8 +168,8 @@ for bid in sorted(set(bt) | set(ht)):
     per_round = [bm_ / hm_ for (bm_, _), (hm_, _) in zip(bt[bid], ht[bid])]
     print(f"{'  per-round ratios':<44} " + " ".join(f"{x:.3f}" for x in per_round))
 for what in sorted(set(bm) | set(hm)):
-    b = statistics.median(bm.get(what, [0]))
-    h = statistics.median(hm.get(what, [0]))
+    b = int(statistics.median(bm.get(what, [0])))
+    h = int(statistics.median(hm.get(what, [0])))
     ratio = f"{h / b:>10.3f}" if b else ""
     print(f"{what:<44} {b:>9} B    {h:>9} B    {ratio}")
 EOF

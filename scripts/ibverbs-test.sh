@@ -8,8 +8,11 @@
 # perftest's figures beside `ferroce perf` on the same pair at the end.
 # Root only; needs ibverbs-utils, perftest, tshark and a C compiler (the test command installs
 # the packages; a Rust toolchain brings cc).
-#   scripts/ibverbs-test.sh
+#   scripts/ibverbs-test.sh             every check, then the figures
+#   scripts/ibverbs-test.sh --figures   only the runs the figures come from
 set -euo pipefail
+figures_only=0
+[ "${1:-}" = "--figures" ] && figures_only=1
 cd "$(dirname "$0")/.."
 cargo build -q --release -p ferroce-ibverbs -p ferroce-cli
 lib=$PWD/target/ibverbs
@@ -53,6 +56,10 @@ pair() {
   echo "ok: $*"
 }
 
+if [ $figures_only = 1 ]; then
+  for t in write read send; do pair "ib_${t}_bw" ib_${t}_bw; done
+  for t in write send read; do pair "ib_${t}_lat" ib_${t}_lat -n 1000; done
+else
 echo "== ibv_devices"
 out=$(run a ibv_devices)
 echo "$out"
@@ -138,6 +145,7 @@ pair uc-send ib_send_bw -c UC
 pair uc-lat ib_write_lat -c UC
 pair ud-send ib_send_bw -c UD
 pair ud-lat ib_send_lat -c UD
+fi
 
 echo "== ferroce perf on the same pair"
 ferroce_perf() {
@@ -173,13 +181,13 @@ for v in ("write", "read", "send"):
     f = ferroce(v + "-bw")
     assert f["verified"], f
     print(f"{v:<8}{perftest('ib_' + v + '_bw', False):>20.2f}{f['bw_avg_gbps']:>24.2f}")
-print(f"{'operation':<8}{'perftest lat min/typ/p99 (us)':>32}{'ferroce perf lat min/p50/p99 (us)':>36}")
+print(f"{'operation':<8}{'perftest lat min/typ/p99 (us)':>32}{'ferroce perf lat min/p50/p99 (us)':>36}{'typ/p50':>9}")
 for v in ("write", "send", "read"):
     mn, typ, p99 = perftest("ib_" + v + "_lat", True)
     f = ferroce(v + "-lat")
     assert f["verified"], f
     a = f"{mn:.1f}/{typ:.1f}/{p99:.1f}"
     b = f"{f['lat_min_us']:.1f}/{f['lat_p50_us']:.1f}/{f['lat_p99_us']:.1f}"
-    print(f"{v:<8}{a:>32}{b:>36}")
+    print(f"{v:<8}{a:>32}{b:>36}{typ / f['lat_p50_us']:>9.2f}")
 EOF
 echo "libibverbs drop-in: all checks passed"

@@ -15,10 +15,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+// The help's first line comes from this doc comment and the command list from `Command`
+// below, so `ferroce --help` names no command that does not exist and none to come.
 /// ferroce: a software RNIC speaking RoCEv2.
-///
-/// The subcommands below are the whole list: the help is generated from them, so it names
-/// no command that does not exist and none to come.
 #[derive(Parser)]
 #[command(name = "ferroce", version)]
 struct Cli {

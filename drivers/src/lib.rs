@@ -7,7 +7,8 @@
 //! - [`mapped`] and [`affinity`]: helpers for drivers on a NIC (memory mapped for DMA, engine
 //!   threads pinned to cores);
 //! - [`afpacket`] and [`tap`] on Linux interfaces, [`pipe`] between two processes, and
-//!   `dpdk` (cargo feature `dpdk`) on DPDK's poll-mode drivers.
+//!   `dpdk` (cargo feature `dpdk`) on DPDK's poll-mode drivers;
+//! - [`wait`]: how an idle engine thread sleeps until a port has frames.
 //!
 //! Drivers move Ethernet frames; of the stack they use its wire formats, and the transport's
 //! split frames for zero-copy transmit.
@@ -24,5 +25,6 @@ pub mod pipe;
 mod port;
 pub mod sim;
 pub mod tap;
+pub mod wait;
 
 pub use port::{LinkState, MapError, Port, PortCapabilities, TxError};

@@ -229,6 +229,14 @@ impl<P: Port, W: Write> Port for PcapTee<P, W> {
         self.inner.tx_split(head, frame)
     }
 
+    fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.inner.rx_fd()
+    }
+
+    fn rx_arm(&mut self) {
+        self.inner.rx_arm()
+    }
+
     crate::port::forward_to_inner!();
 }
 

@@ -2,6 +2,7 @@
 //! received on the other, whole and in order. For running the engine (and its engine-thread
 //! mode) between two devices in one process without root, a NIC or a simulator.
 
+use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -9,11 +10,55 @@ use crossbeam::queue::ArrayQueue;
 use ferroce_stack::wire::{Checks, MacAddr};
 
 use crate::port::{LinkState, Port, PortCapabilities, TxError};
+use crate::wait::Wakeup;
+
+/// How a receiving end that went to sleep learns of frames: the sender notifies `wakeup`
+/// when `armed` says someone waits on it (a notification per flush otherwise costs a system
+/// call the receiver rarely needs).
+#[derive(Debug)]
+struct Doorbell {
+    wakeup: Option<Wakeup>,
+    armed: AtomicBool,
+}
+
+impl Doorbell {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            // Without an eventfd the port is polled only (`rx_fd` is `None`).
+            wakeup: Wakeup::new().ok(),
+            armed: AtomicBool::new(false),
+        })
+    }
+
+    /// After frames were queued: wakes an armed receiver.
+    fn ring(&self) {
+        // Pairs with the fence in `arm`: either the receiver's last poll sees the frames,
+        // or this sees `armed`.
+        fence(Ordering::SeqCst);
+        if self.armed.swap(false, Ordering::AcqRel) {
+            if let Some(w) = &self.wakeup {
+                w.notify();
+            }
+        }
+    }
+
+    fn arm(&self) {
+        if let Some(w) = &self.wakeup {
+            w.drain();
+        }
+        self.armed.store(true, Ordering::Release);
+        fence(Ordering::SeqCst);
+    }
+}
 
 /// One end of a pipe.
 pub struct PipePort {
     rx: Arc<ArrayQueue<Vec<u8>>>,
     tx: Arc<ArrayQueue<Vec<u8>>>,
+    /// Rung by the other end when it queues frames for us.
+    rx_bell: Arc<Doorbell>,
+    /// The other end's.
+    tx_bell: Arc<Doorbell>,
     pending: Vec<Vec<u8>>,
     mac: MacAddr,
     mtu: usize,
@@ -27,16 +72,26 @@ pub const PIPE_DEPTH: usize = 8192;
 pub fn pair(mtu: usize) -> (PipePort, PipePort) {
     let ab = Arc::new(ArrayQueue::new(PIPE_DEPTH));
     let ba = Arc::new(ArrayQueue::new(PIPE_DEPTH));
+    let (bell_a, bell_b) = (Doorbell::new(), Doorbell::new());
     let epoch = Instant::now();
-    let end = |rx: &Arc<ArrayQueue<Vec<u8>>>, tx: &Arc<ArrayQueue<Vec<u8>>>, last| PipePort {
+    let end = |rx: &Arc<ArrayQueue<Vec<u8>>>,
+               tx: &Arc<ArrayQueue<Vec<u8>>>,
+               rx_bell: &Arc<Doorbell>,
+               tx_bell: &Arc<Doorbell>,
+               last| PipePort {
         rx: rx.clone(),
         tx: tx.clone(),
+        rx_bell: rx_bell.clone(),
+        tx_bell: tx_bell.clone(),
         pending: Vec::new(),
         mac: MacAddr([2, 0, 0, 0, 0, last]),
         mtu,
         epoch,
     };
-    (end(&ba, &ab, 1), end(&ab, &ba, 2))
+    (
+        end(&ba, &ab, &bell_a, &bell_b, 1),
+        end(&ab, &ba, &bell_b, &bell_a, 2),
+    )
 }
 
 impl Port for PipePort {
@@ -73,7 +128,18 @@ impl Port for PipePort {
                 n += 1;
             }
         }
+        if n > 0 {
+            self.tx_bell.ring();
+        }
         n
+    }
+
+    fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.rx_bell.wakeup.as_ref().map(Wakeup::fd)
+    }
+
+    fn rx_arm(&mut self) {
+        self.rx_bell.arm();
     }
 
     fn link_state(&self) -> LinkState {

@@ -108,6 +108,19 @@ pub trait Port {
         let _ = (addr, len);
     }
 
+    /// A descriptor that is readable while received frames wait, for an engine thread that
+    /// sleeps when idle ([`crate::wait`]). `None`, the default: the port must be polled (a
+    /// DPDK queue is no descriptor; a simulated fabric runs on its caller's clock).
+    fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+
+    /// Called before an engine thread polls this port one last time and then sleeps on
+    /// [`rx_fd`](Self::rx_fd). A port whose readiness the kernel does not keep (the pipe's
+    /// eventfd) resets it here, so that a frame arriving after this call makes the descriptor
+    /// readable again and one arriving before is seen by that last poll.
+    fn rx_arm(&mut self) {}
+
     /// Called on a thread that starts turning an engine over this port in a loop (an engine
     /// thread), before its first turn. DPDK registers the thread with EAL, so it polls with
     /// an lcore id of its own and the mbuf pools' per-core caches.

@@ -125,6 +125,10 @@ fn interface_mtu(name: &str) -> Option<usize> {
 }
 
 impl Port for TapPort {
+    fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.fd.as_raw_fd())
+    }
+
     fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, mut f: F) -> usize {
         let mut n = 0;
         while n < max.min(BURST) {

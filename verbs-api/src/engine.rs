@@ -72,6 +72,11 @@ port_counters! {
     rx_forwarded => "rx_forwarded",
     /// Of those, frames dropped because the other engine's inbox was full.
     rx_forward_drops => "rx_forward_drops",
+    /// Times the engine thread slept, idle, on the port's descriptor.
+    engine_sleeps => "engine_sleeps",
+    /// Sleeps that ran to their longest allowed length although work waited: something
+    /// that needed the engine did not wake it. Zero unless a wakeup is missing.
+    engine_missed_wakeups => "engine_missed_wakeups",
 }
 
 /// Frames an engine's inbox holds for it from the other engines of its device.
@@ -415,6 +420,20 @@ impl<P: Port> Engine<P> {
         self.clock_stride = stride.max(1);
     }
 
+    /// Counts a sleep of the engine thread, and whether it overslept work (see
+    /// [`PortCounters::engine_missed_wakeups`]).
+    pub(crate) fn count_sleep(&mut self, missed: bool) {
+        self.counters.engine_sleeps += 1;
+        self.counters.engine_missed_wakeups += u64::from(missed);
+    }
+
+    /// Makes the next turn read the port's clock: the turns before it may be far in the past
+    /// (an engine thread that slept, an application thread that turns the engine now and
+    /// then), and a deadline armed from a stale clock would fire early.
+    pub fn resume(&mut self) {
+        self.idle_turns = 0;
+    }
+
     /// The port.
     pub fn port(&self) -> &P {
         &self.port
@@ -557,6 +576,12 @@ impl<P: Port> Engine<P> {
             self.active.push(qpn);
         }
         r
+    }
+
+    /// The earliest QP deadline armed since the last call (see
+    /// [`TimerWheel::take_earliest_new`]).
+    pub(crate) fn take_earliest_new_deadline(&mut self) -> Option<u64> {
+        self.wheel.take_earliest_new()
     }
 
     /// The earliest QP deadline, for a simulator deciding how far virtual time may jump.
@@ -811,6 +836,7 @@ impl<P: Port> Engine<P> {
         }
         let deadline = slot.qp.poll_timeout();
         if let Some(d) = deadline {
+            wheel.note(d);
             if slot.armed.is_none_or(|a| d < a) {
                 wheel.insert(d, slot.qp.qpn().value());
                 slot.armed = Some(d);

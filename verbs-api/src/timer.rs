@@ -18,6 +18,8 @@ pub struct TimerWheel {
     /// The next tick to process.
     next_tick: u64,
     len: usize,
+    /// The earliest deadline noted since [`take_earliest_new`](Self::take_earliest_new).
+    earliest_new: u64,
 }
 
 impl TimerWheel {
@@ -27,6 +29,7 @@ impl TimerWheel {
             slots: vec![Vec::new(); SLOTS],
             next_tick: now >> TICK_SHIFT,
             len: 0,
+            earliest_new: u64::MAX,
         }
     }
 
@@ -35,6 +38,23 @@ impl TimerWheel {
         let tick = (deadline >> TICK_SHIFT).max(self.next_tick);
         self.slots[(tick as usize) % SLOTS].push((deadline, qpn));
         self.len += 1;
+        self.note(deadline);
+    }
+
+    /// Notes a QP deadline, armed in the wheel or already covered by an earlier entry of the
+    /// same QP (which re-checks the QP when it fires).
+    pub fn note(&mut self, deadline: u64) {
+        self.earliest_new = self.earliest_new.min(deadline);
+    }
+
+    /// The earliest deadline noted since the last call, if any: what a thread that turned
+    /// the engine tells an engine thread asleep until a later deadline. A QP whose new
+    /// deadline is covered by an earlier wheel entry arms nothing new, but an engine thread
+    /// that went to sleep after that QP's deadline went away does not know of the entry, so
+    /// every deadline a turn leaves is noted, not only those inserted.
+    pub fn take_earliest_new(&mut self) -> Option<u64> {
+        let t = core::mem::replace(&mut self.earliest_new, u64::MAX);
+        (t != u64::MAX).then_some(t)
     }
 
     /// Entries armed.

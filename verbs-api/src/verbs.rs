@@ -272,21 +272,10 @@ impl Context {
                     }
                 }
                 let _ = ready.send(Ok(()));
-                dev.engines[index].lock().thread_started();
-                let mut idle = 0u32;
-                while !flag.load(Ordering::Acquire) {
-                    let work = dev.engines[index].lock().poll();
-                    if work == 0 {
-                        idle = idle.saturating_add(1);
-                        if idle > 1024 {
-                            // Poll mode, but not at the expense of a machine with few cores.
-                            std::thread::yield_now();
-                        }
-                    } else {
-                        idle = 0;
-                    }
-                }
-                dev.engines[index].lock().thread_stopped();
+                let slot = &dev.engines[index];
+                slot.lock().thread_started();
+                slot.run(&flag, dev.engines.len() > 1);
+                slot.lock().thread_stopped();
             });
             match spawned {
                 Ok(h) => handles.push(h),
@@ -326,6 +315,9 @@ impl Context {
             .take();
         if let Some((stop, handles)) = taken {
             stop.store(true, Ordering::Release);
+            for slot in self.dev.engines.iter() {
+                slot.sleep.wake_always();
+            }
             for h in handles {
                 let _ = h.join();
             }
@@ -817,15 +809,13 @@ impl QueuePair {
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<(), VerbsError> {
         let mut result = Ok(());
         let mut state = None;
-        let found = self
-            .ctx
-            .dev
-            .slot(self.shared.qpn)
-            .lock()
-            .with_qp(self.shared.qpn, &mut |qp| {
-                result = qp.modify(attr, mask);
-                state = Some(qp.state());
-            });
+        let slot = self.ctx.dev.slot(self.shared.qpn);
+        let found = slot.lock().with_qp(self.shared.qpn, &mut |qp| {
+            result = qp.modify(attr, mask);
+            state = Some(qp.state());
+        });
+        // A QP moved to RTS (or to ERR, flushing) has frames or completions for the engine.
+        slot.sleep.wake();
         if !found {
             return Err(VerbsError::NoSuchQp(self.shared.qpn));
         }
@@ -891,12 +881,21 @@ impl QueuePair {
         // When nothing of this QP waits in its inbox and no thread holds the engine, post
         // straight into the QP: the QP checks everything this path does, and the WRs skip
         // their copies through the inbox and wait for no engine turn.
+        let slot = self.ctx.dev.slot(sh.qpn);
         if sh.inbox.is_empty() {
-            if let Some(mut e) = self.ctx.dev.slot(sh.qpn).try_lock() {
+            if let Some(mut e) = slot.try_lock() {
                 if sh.inbox.is_empty() {
-                    return e
+                    let r = e
                         .post_sends(sh.qpn, wrs)
                         .map_err(|(index, error)| PostFailure { index, error });
+                    // The requests leave now, on this thread, rather than when an engine
+                    // thread next turns (or, asleep, is woken and scheduled).
+                    if slot.sleep_capable() {
+                        e.resume();
+                        e.poll();
+                        slot.after_turn(&mut **e);
+                    }
+                    return r;
                 }
             }
         }
@@ -910,11 +909,9 @@ impl QueuePair {
             if !QpShared::reserve(&sh.sq_used, sh.caps.max_send_wr) {
                 return Err(fail(PostError::QueueFull(sh.caps.max_send_wr)));
             }
-            sh.submit(
-                Op::Send(OwnedSend::from_wr(wr)),
-                &self.ctx.dev.slot(sh.qpn).doorbells,
-            );
+            sh.submit(Op::Send(OwnedSend::from_wr(wr)), &slot.doorbells);
         }
+        slot.sleep.wake();
         Ok(())
     }
 
@@ -922,8 +919,9 @@ impl QueuePair {
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
         let sh = &self.shared;
         // As in `post_send`.
+        let slot = self.ctx.dev.slot(sh.qpn);
         if sh.inbox.is_empty() {
-            if let Some(mut e) = self.ctx.dev.slot(sh.qpn).try_lock() {
+            if let Some(mut e) = slot.try_lock() {
                 if sh.inbox.is_empty() {
                     return e
                         .post_recvs(sh.qpn, wrs)
@@ -950,9 +948,10 @@ impl QueuePair {
             }
             sh.submit(
                 Op::Recv(wr.wr_id, SmallVec::from_slice(wr.sg_list)),
-                &self.ctx.dev.slot(sh.qpn).doorbells,
+                &slot.doorbells,
             );
         }
+        slot.sleep.wake();
         Ok(())
     }
 }

@@ -396,6 +396,12 @@ pub fn interface_ip(ifname: &str) -> Option<IpAddr> {
 }
 
 impl Port for AfPacketPort {
+    /// The packet socket: readable while its receive ring holds a frame for us, or (`gso`)
+    /// while its queue holds a datagram.
+    fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.fd.as_raw_fd())
+    }
+
     fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, mut f: F) -> usize {
         if let Some(r) = self.rings.as_mut().filter(|r| r.receives()) {
             return r.rx(max, f);
