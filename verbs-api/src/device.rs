@@ -3,19 +3,18 @@
 //! `ibv_open_device` returns.
 
 use std::net::IpAddr;
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use crossbeam::queue::SegQueue;
 use ferroce_drivers::sim::Fabric;
-use ferroce_drivers::wait::{wait_readable, Wakeup};
 use ferroce_drivers::{LinkState, MapError, Port};
 use ferroce_stack::transport::{Counters, MrKeys, MrTable, PostError, Qp, RecvWr, SendWr};
 use ferroce_stack::wire::MacAddr;
 
 use crate::engine::{CqShared, Engine, PortCounters, QpShared, Steer};
+use crate::idle::Idle;
 
 /// What the verbs layer needs of an engine, with its port type erased.
 pub(crate) trait DeviceEngine: Send {
@@ -196,221 +195,14 @@ impl SimClock {
 /// The flag that stops a device's engine threads, and the threads.
 pub(crate) type EngineThreads = (Arc<AtomicBool>, Vec<JoinHandle<()>>);
 
-/// Longest an idle engine thread sleeps without a deadline or a frame: a bound on how late
-/// it notices something nobody woke it for.
-const MAX_SLEEP: Duration = Duration::from_millis(100);
-
-/// Idle turns an engine thread takes before it sleeps: enough for the frames of a burst
-/// still on their way, few enough that the thread does not hold a core that a program
-/// (which turns the engine itself when it enters a verb) needs. Spinning longer, waiting for
-/// a request's answer, measured worse on two cores: ib_send_lat's typical latency over the
-/// drop-in went from 12.5 to 40 µs with 50 µs of spinning, the spinning engine threads
-/// taking turns with the programs' own.
-const IDLE_TURNS_BEFORE_SLEEP: u32 = 32;
-
-/// What an engine thread found when it went to sleep.
-enum Bedtime {
-    /// Nothing to do: sleep this long (the next QP deadline, at most [`MAX_SLEEP`]).
-    Sleep(Duration),
-    /// Another thread holds the engine.
-    Busy,
-    /// The last look found work.
-    Work,
-}
-
-/// The scheduler time slice an engine thread that sleeps asks for (see
-/// [`ferroce_drivers::wait::request_short_slice`]): the kernel's minimum, so that when a
-/// frame wakes it, it runs before threads spinning through their default slices. Measured
-/// here with perftest over the drop-in (2 cores, two processes): ib_write_lat's p99 went
-/// from about 2 ms (a woken engine thread waiting out a spinner's slice) to about 45 µs.
-const WOKEN_SLICE: Duration = Duration::from_micros(100);
-
-/// How long an engine thread sleeps when another thread holds its engine (see
-/// [`EngineSlot::run`]).
-const BUSY_SLEEP: Duration = Duration::from_micros(200);
-
-/// What an engine thread asleep on its port shares with the threads that might wake it.
-pub(crate) struct Sleep {
-    /// `None` when the machine gave no eventfd: the thread then never sleeps.
-    wakeup: Option<Wakeup>,
-    asleep: AtomicBool,
-    /// The QP deadline the sleeper will wake for by itself (port clock, ns).
-    until: AtomicU64,
-    /// Set while an engine thread that sleeps when idle runs this engine: other threads
-    /// then turn it themselves when it is free. An engine thread that never sleeps (DPDK)
-    /// is always turning, and is left alone.
-    sleeper: AtomicBool,
-}
-
-impl Sleep {
-    fn new() -> Self {
-        Self {
-            wakeup: Wakeup::new().ok(),
-            asleep: AtomicBool::new(false),
-            until: AtomicU64::new(u64::MAX),
-            sleeper: AtomicBool::new(false),
-        }
-    }
-
-    /// Wakes the engine thread if it sleeps (work was queued for it).
-    pub(crate) fn wake(&self) {
-        // Pairs with the fence after `asleep` is set: either the sleeper's last look finds
-        // the work, or this finds it asleep.
-        fence(Ordering::SeqCst);
-        if self.asleep.load(Ordering::Acquire) {
-            self.notify();
-        }
-    }
-
-    fn notify(&self) {
-        if let Some(w) = &self.wakeup {
-            w.notify();
-        }
-    }
-
-    /// Quiet again after a sleep.
-    fn notify_drain(&self) {
-        if let Some(w) = &self.wakeup {
-            w.drain();
-        }
-    }
-
-    /// Wakes the engine thread whatever it is doing (it is being stopped).
-    pub(crate) fn wake_always(&self) {
-        self.notify();
-    }
-}
-
 /// One engine of a device and the doorbells its QPs ring.
 pub(crate) struct EngineSlot {
     engine: Mutex<Box<dyn DeviceEngine>>,
     pub(crate) doorbells: Arc<SegQueue<u32>>,
-    pub(crate) sleep: Sleep,
+    pub(crate) sleep: Idle,
 }
 
 impl EngineSlot {
-    /// One turn of the engine on the calling thread, if no other thread is turning it
-    /// (an application thread in a verb, while the engine thread sleeps or is between
-    /// turns). An engine thread asleep past a deadline this turn armed is woken for it.
-    pub(crate) fn turn_if_free(&self) -> bool {
-        if !self.sleep.sleeper.load(Ordering::Acquire) {
-            return false;
-        }
-        let Some(mut e) = self.try_lock() else {
-            return false;
-        };
-        e.resume();
-        e.poll();
-        self.after_turn(&mut **e);
-        true
-    }
-
-    /// True while an engine thread that sleeps when idle runs this engine.
-    pub(crate) fn sleep_capable(&self) -> bool {
-        self.sleep.sleeper.load(Ordering::Acquire)
-    }
-
-    /// After a turn by a thread other than the engine thread: wakes the engine thread if it
-    /// sleeps past a deadline the turn armed.
-    pub(crate) fn after_turn(&self, e: &mut dyn DeviceEngine) {
-        if let Some(d) = e.take_earliest_new_deadline() {
-            if self.sleep.asleep.load(Ordering::Acquire)
-                && d < self.sleep.until.load(Ordering::Acquire)
-            {
-                self.sleep.notify();
-            }
-        }
-    }
-
-    /// The engine thread's loop: turn the engine while it has work; after
-    /// [`IDLE_TURNS_BEFORE_SLEEP`] turns without any, sleep on the port's descriptor until a frame arrives, the next QP deadline,
-    /// or another thread's wakeup. A port without a descriptor (DPDK), or an engine that
-    /// shares its port's queues with others, is polled without sleeping (yielding when idle).
-    pub(crate) fn run(&self, stop: &AtomicBool, shares_port: bool) {
-        let fd = self.lock().rx_fd();
-        let sleeper = match (fd, &self.sleep.wakeup) {
-            (Some(fd), Some(w)) if !shares_port => Some([fd, w.fd()]),
-            _ => None,
-        };
-        self.sleep
-            .sleeper
-            .store(sleeper.is_some(), Ordering::Release);
-        if sleeper.is_some() {
-            // Refused before Linux 6.12; the thread then keeps the default slice.
-            let _ = ferroce_drivers::wait::request_short_slice(WOKEN_SLICE);
-        }
-        let mut idle = 0u32;
-        while !stop.load(Ordering::Acquire) {
-            // Never wait for the lock: a thread holding it is turning the engine, doing what
-            // this thread would (and a blocked engine thread costs the holder a futex wake).
-            let work = self.try_lock().map_or(0, |mut e| e.poll());
-            if work > 0 {
-                idle = 0;
-                continue;
-            }
-            idle = idle.saturating_add(1);
-            let Some(fds) = sleeper else {
-                if idle > 1024 {
-                    // Poll mode, but not at the expense of a machine with few cores.
-                    std::thread::yield_now();
-                }
-                continue;
-            };
-            if idle < IDLE_TURNS_BEFORE_SLEEP {
-                std::hint::spin_loop();
-                continue;
-            }
-            let (timeout, bounded) = match self.prepare_sleep() {
-                Bedtime::Sleep(t) => (t.min(MAX_SLEEP), t >= MAX_SLEEP),
-                // Another thread is turning the engine now: it takes what arrives while it
-                // does. Sleep on the descriptors anyway (a packet socket's is readable while
-                // frames wait, whoever reads them), briefly, since the port could not be
-                // armed for a frame that comes after that thread's last turn.
-                Bedtime::Busy => (BUSY_SLEEP, false),
-                Bedtime::Work => {
-                    self.sleep.asleep.store(false, Ordering::Release);
-                    idle = 0;
-                    continue;
-                }
-            };
-            let woken = wait_readable(&fds, Some(timeout)).unwrap_or(true);
-            self.sleep.asleep.store(false, Ordering::Release);
-            self.sleep.notify_drain();
-            if let Some(mut e) = self.try_lock() {
-                e.resume();
-                // A sleep that only the bound ended, after which there is work: a wakeup
-                // went missing (counted, so tests can insist there are none).
-                let missed = bounded && !woken && e.poll() > 0;
-                e.count_sleep(missed);
-            }
-            idle = 0;
-        }
-        self.sleep.sleeper.store(false, Ordering::Release);
-    }
-
-    /// Announces the sleep and looks once more, with the engine held: how long to sleep.
-    fn prepare_sleep(&self) -> Bedtime {
-        self.sleep.asleep.store(true, Ordering::Release);
-        fence(Ordering::SeqCst);
-        let Some(mut e) = self.try_lock() else {
-            return Bedtime::Busy;
-        };
-        e.rx_arm();
-        fence(Ordering::SeqCst);
-        let _ = e.take_earliest_new_deadline();
-        if e.poll() > 0 || e.has_pending_work() {
-            return Bedtime::Work;
-        }
-        let deadline = e.next_deadline();
-        self.sleep
-            .until
-            .store(deadline.unwrap_or(u64::MAX), Ordering::Release);
-        Bedtime::Sleep(match deadline {
-            Some(d) => Duration::from_nanos(d.saturating_sub(e.now())),
-            None => MAX_SLEEP,
-        })
-    }
-
     pub(crate) fn lock(&self) -> MutexGuard<'_, Box<dyn DeviceEngine>> {
         self.engine.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -483,7 +275,7 @@ impl Device {
             .map(|e| EngineSlot {
                 doorbells: e.doorbells(),
                 engine: Mutex::new(e),
-                sleep: Sleep::new(),
+                sleep: Idle::new(),
             })
             .collect();
         Arc::new(Self {

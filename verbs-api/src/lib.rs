@@ -14,6 +14,7 @@ pub mod sim;
 pub mod timer;
 
 mod device;
+mod idle;
 mod verbs;
 
 pub use engine::{Engine, PortCounters};
