@@ -137,7 +137,7 @@ impl Default for AddressVector {
 impl AddressVector {
     /// The frame headers for packets on this path to `dest_qpn` (opcode, PSN and extension
     /// headers are filled per packet).
-    pub(crate) fn template(&self, dest_qpn: Qpn, udp_src_port: u16) -> RoceRepr {
+    pub(crate) fn template(&self, dest_qpn: Qpn, udp_src_port: u16) -> Template {
         let dscp = self.traffic_class >> 2;
         let ecn = Ecn::from_bits(self.traffic_class);
         let ip = match (self.src, self.dst) {
@@ -161,7 +161,7 @@ impl AddressVector {
         };
         let mut bth = BthRepr::new(Opcode::RC_ACKNOWLEDGE, dest_qpn, Psn::new(0));
         bth.pkey = DEFAULT_PKEY;
-        RoceRepr {
+        Template {
             eth: EthernetRepr {
                 dst: self.dmac,
                 src: self.smac,
@@ -171,6 +171,29 @@ impl AddressVector {
             ip,
             udp_src_port,
             bth,
+        }
+    }
+}
+
+/// What every packet on one path shares: addressing and the BTH fields fixed at RTR.
+/// Extension headers and lengths are per packet, so they are not kept: a connected QP holds
+/// one of these, and an idle QP's footprint counts (`benches/transport.rs`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Template {
+    eth: EthernetRepr,
+    ip: IpRepr,
+    udp_src_port: u16,
+    bth: BthRepr,
+}
+
+impl Template {
+    /// The frame headers, no extension header, no payload.
+    pub(crate) fn repr(&self) -> RoceRepr {
+        RoceRepr {
+            eth: self.eth,
+            ip: self.ip,
+            udp_src_port: self.udp_src_port,
+            bth: self.bth,
             ext: ExtHeaders::default(),
             payload_len: 0,
         }
@@ -361,16 +384,15 @@ pub struct Qp {
     pub(crate) attr: QpAttr,
     pub(crate) mtu: u32,
     /// Header template of every packet to the peer (connected QPs, from RTR on).
-    pub(crate) template: RoceRepr,
+    pub(crate) template: Template,
     pub(crate) udp_src_port: u16,
-    pub(crate) ack_timeout_ns: Option<u64>,
+    /// The local ACK timeout (never zero; `None`: wait forever), kept in 8 bytes.
+    pub(crate) ack_timeout_ns: Option<core::num::NonZeroU64>,
     pub(crate) recovery: Box<dyn Recovery>,
     pub(crate) req: requester::Requester,
     pub(crate) resp: responder::Responder,
     pub(crate) completions: VecDeque<WorkCompletion>,
     pub(crate) counters: Counters,
-    /// Every event this QP logs happens inside this span, so a subscriber can follow one QP.
-    pub(crate) span: tracing::Span,
 }
 
 impl core::fmt::Debug for Qp {
@@ -404,8 +426,14 @@ impl Qp {
             resp: responder::Responder::new(Psn::new(0), config.srq.clone()),
             completions: VecDeque::new(),
             counters: Counters::default(),
-            span: tracing::debug_span!("qp", qpn = config.qpn.value(), kind = ?config.qp_type),
         }
+    }
+
+    /// The span every event this QP logs happens in (`qp{qpn, kind}`), so a subscriber can
+    /// follow one QP. Made when an event is logged, not kept: a span handle would cost every
+    /// QP 40 bytes, and with no subscriber making one costs next to nothing.
+    pub(crate) fn span(&self) -> tracing::Span {
+        tracing::debug_span!("qp", qpn = self.qpn.value(), kind = ?self.qp_type)
     }
 
     /// Its number.
@@ -528,7 +556,7 @@ impl Qp {
             _ => {}
         }
         self.state = to;
-        self.span
+        self.span()
             .in_scope(|| tracing::debug!(%from, %to, "modify_qp"));
         Ok(())
     }
@@ -581,7 +609,8 @@ impl Qp {
         if m(AttrMask::DEST_QPN) {
             self.attr.dest_qp_num = a.dest_qp_num;
         }
-        self.ack_timeout_ns = local_ack_timeout_ns(self.attr.timeout);
+        self.ack_timeout_ns =
+            local_ack_timeout_ns(self.attr.timeout).and_then(core::num::NonZeroU64::new);
         if m(AttrMask::AV) || m(AttrMask::DEST_QPN) {
             self.connect_path();
         }
@@ -813,7 +842,7 @@ impl Qp {
             self.counters.rx_dropped += 1;
             return;
         }
-        self.span.in_scope(|| {
+        self.span().in_scope(|| {
             tracing::debug!(psn = m.bth.psn.value(), opcode = op.0, error = %m.error, "malformed packet")
         });
         if is_response(op) {
@@ -908,7 +937,7 @@ impl Qp {
     /// outstanding WR is flushed, in queue order. A final NAK the responder queued stays
     /// queued.
     pub(crate) fn enter_error(&mut self, failed: Option<(usize, WcStatus)>) {
-        self.span
+        self.span()
             .in_scope(|| tracing::debug!(?failed, "QP enters ERR"));
         self.state = QpState::Err;
         self.flush_send_queue(failed);
@@ -941,7 +970,7 @@ impl Qp {
             self.enter_error(Some((idx, status)));
             return;
         }
-        self.span
+        self.span()
             .in_scope(|| tracing::debug!(?status, "QP enters SQE"));
         self.state = QpState::Sqe;
         self.flush_send_queue(Some((idx, status)));
@@ -949,7 +978,7 @@ impl Qp {
 
     /// The header template with the BTH fields of one packet set.
     pub(crate) fn repr(&self, opcode: Opcode, psn: Psn, payload_len: usize) -> RoceRepr {
-        let mut r = self.template;
+        let mut r = self.template.repr();
         r.bth.opcode = opcode;
         set_psn(&mut r, psn);
         r.payload_len = payload_len;

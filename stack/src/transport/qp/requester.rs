@@ -330,7 +330,7 @@ impl Qp {
                 Ok(n) => {
                     self.counters.retransmitted_packets += 1;
                     if self.req.retry_deadline.is_none() {
-                        self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t);
+                        self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t.get());
                     }
                     Some(n)
                 }
@@ -465,7 +465,7 @@ impl Qp {
             }
         }
         if rc && self.req.retry_deadline.is_none() {
-            self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t);
+            self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t.get());
         }
         Some(n)
     }
@@ -587,11 +587,11 @@ impl Qp {
                     qkey,
                     src_qp: self.qpn,
                 });
-                (0x60, ud.av.template(ud.remote_qpn, sport))
+                (0x60, ud.av.template(ud.remote_qpn, sport).repr())
             }
-            (QpType::Uc, _) => (0x20, self.template),
-            _ if placing_write => (0xc0, self.template),
-            _ => (0x00, self.template),
+            (QpType::Uc, _) => (0x20, self.template.repr()),
+            _ if placing_write => (0xc0, self.template.repr()),
+            _ => (0x00, self.template.repr()),
         };
         r.bth.opcode = Opcode(base | code);
         super::set_psn(&mut r, psn);
@@ -670,7 +670,7 @@ impl Qp {
     /// Fails send WQE `idx` with BAD_RESP_ERR; the QP enters ERR and the rest are flushed.
     pub(super) fn bad_response(&mut self, idx: usize) {
         self.counters.bad_responses += 1;
-        self.span
+        self.span()
             .in_scope(|| tracing::debug!(una = self.req.una.value(), idx, "bad response"));
         self.enter_error(Some((idx, WcStatus::BadRespErr)));
     }
@@ -772,7 +772,7 @@ impl Qp {
         req.rnr_retries_left = self.attr.rnr_retry;
         req.recovering = None;
         req.retry_deadline = if req.una != req.nxt {
-            self.ack_timeout_ns.map(|t| now + t)
+            self.ack_timeout_ns.map(|t| now + t.get())
         } else {
             None
         };
@@ -791,7 +791,7 @@ impl Qp {
         self.req.recovering = Some(una);
         let r = self.recovery.on_sequence_error(una, self.req.window());
         self.retransmit(r);
-        self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t);
+        self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t.get());
     }
 
     /// A selective acknowledgement: cumulative up to `psn`, plus which later PSNs arrived, a
@@ -824,7 +824,7 @@ impl Qp {
         }
         if sack.flags & SackEthRepr::LOST != 0 {
             self.counters.loss_reports_received += 1;
-            self.span
+            self.span()
                 .in_scope(|| tracing::debug!(psn = sack.lost.value(), "loss report"));
             // The responder cannot tell a READ's response PSNs from requests it never saw
             // (it learns the READ's length only from the request): a report inside a READ
@@ -837,7 +837,7 @@ impl Qp {
                 self.req.push_rtx(sack.lost);
             }
             if self.req.retry_deadline.is_none() {
-                self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t);
+                self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t.get());
             }
         }
         if sack.flags & SackEthRepr::AVOID != 0 {
@@ -886,7 +886,7 @@ impl Qp {
             return;
         }
         self.counters.rnr_naks_received += 1;
-        self.span
+        self.span()
             .in_scope(|| tracing::debug!(psn = psn.value(), timer, "RNR NAK"));
         if self.attr.rnr_retry != RNR_RETRY_INFINITE {
             if self.req.rnr_retries_left == 0 {
@@ -924,7 +924,7 @@ impl Qp {
             }
             NakCode::PsnSequenceError => {
                 self.counters.packet_seq_err += 1;
-                self.span
+                self.span()
                     .in_scope(|| tracing::debug!(psn = psn.value(), "PSN sequence error NAK"));
                 if psn == self.req.nxt || self.req.recovering == Some(psn) {
                     return;
@@ -939,7 +939,7 @@ impl Qp {
                 }
                 let r = self.recovery.on_sequence_error(psn, self.req.window());
                 self.retransmit(r);
-                self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t);
+                self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t.get());
             }
             NakCode::InvalidRequest => {
                 self.counters.req_remote_invalid_request += 1;
@@ -1107,7 +1107,7 @@ impl Qp {
         }
         self.counters.local_ack_timeout_err += 1;
         let (una, left) = (self.req.una.value(), self.req.retries_left);
-        self.span
+        self.span()
             .in_scope(|| tracing::debug!(una, retries_left = left, "local ACK timeout"));
         if self.req.retries_left == 0 {
             self.enter_error(Some((0, WcStatus::RetryExcErr)));
@@ -1117,7 +1117,7 @@ impl Qp {
         self.req.recovering = None;
         let r = self.recovery.on_timeout(self.req.window());
         self.retransmit(r);
-        self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t);
+        self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t.get());
     }
 }
 

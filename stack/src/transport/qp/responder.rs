@@ -411,7 +411,7 @@ impl Qp {
                 self.resp.nak_rnr(self.attr.min_rnr_timer, psn);
             }
             Fault::Fatal(code, recv_status) => {
-                self.span.in_scope(|| {
+                self.span().in_scope(|| {
                     tracing::debug!(psn = psn.value(), ?code, ?recv_status, "request refused")
                 });
                 if let Some(status) = recv_status {
