@@ -214,7 +214,10 @@ mod tests {
         for len in super::LONG..super::LONG + 1024 {
             for masked in [super::MASKED_V4, super::MASKED_V6] {
                 let h = super::head_len(len, masked);
-                assert!(h >= masked && h <= super::COPY && h.is_multiple_of(16), "{len} {h}");
+                assert!(
+                    h >= masked && h <= super::COPY && h.is_multiple_of(16),
+                    "{len} {h}"
+                );
                 let r = (len - h) % 256;
                 // Achievable unless the needed cut would pass COPY.
                 if (len - masked) % 256 <= 128 + (super::COPY - masked) - 16 {
