@@ -11,7 +11,6 @@
 //! pointer whose validity the caller promises, and every later access is bounds-checked
 //! against it.
 
-use hashbrown::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -94,6 +93,9 @@ pub enum RegisterError {
         /// Requested length.
         len: usize,
     },
+    /// Every key slot is taken (2^20 - 1 regions).
+    #[error("too many memory regions (at most 1048575)")]
+    TooMany,
 }
 
 struct Region {
@@ -190,9 +192,94 @@ impl MemSpan<'_> {
     }
 }
 
+/// Bits of a key that name its slot (plus one, so no key is zero); the rest is a random tag.
+const INDEX_BITS: u32 = 20;
+const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
+
+/// Regions by key. A key is `tag << INDEX_BITS | (slot + 1)`, as an RNIC's memory keys are
+/// an index and a variant: a lookup is an index and one compare, not a hash (a 64-byte
+/// WRITE looks keys up three or four times). Up to 2^20 - 1 regions; a freed slot is reused
+/// last (first in, first out) and with a fresh 12-bit tag, so a stale key names a new
+/// region only if its slot came round again with the same tag.
+#[derive(Default)]
+struct Slab {
+    slots: Vec<Option<(u32, Region)>>,
+    free: std::collections::VecDeque<u32>,
+    len: usize,
+}
+
+impl Slab {
+    fn index(key: u32) -> Option<usize> {
+        (key & INDEX_MASK).checked_sub(1).map(|i| i as usize)
+    }
+
+    #[inline]
+    fn get(&self, key: u32) -> Option<&Region> {
+        match self.slots.get(Self::index(key)?) {
+            Some(Some((k, r))) if *k == key => Some(r),
+            _ => None,
+        }
+    }
+
+    fn get_mut(&mut self, key: u32) -> Option<&mut Region> {
+        match self.slots.get_mut(Self::index(key)?) {
+            Some(Some((k, r))) if *k == key => Some(r),
+            _ => None,
+        }
+    }
+
+    fn contains(&self, key: u32) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// A free slot for a new key, or `None` when all 2^20 - 1 are taken.
+    fn free_slot(&mut self) -> Option<u32> {
+        if let Some(i) = self.free.pop_front() {
+            return Some(i);
+        }
+        let i = self.slots.len() as u32;
+        (i < INDEX_MASK).then(|| {
+            self.slots.push(None);
+            i
+        })
+    }
+
+    /// Puts `region` under `key`, whose slot must be free (grown to if past the end).
+    fn insert(&mut self, key: u32, region: Region) -> bool {
+        let Some(i) = Self::index(key) else {
+            return false;
+        };
+        if i >= self.slots.len() {
+            for j in self.slots.len()..i {
+                self.free.push_back(j as u32);
+            }
+            self.slots.resize_with(i + 1, || None);
+        } else if self.slots[i].is_some() {
+            return false;
+        } else {
+            self.free.retain(|&j| j as usize != i);
+        }
+        self.slots[i] = Some((key, region));
+        self.len += 1;
+        true
+    }
+
+    fn remove(&mut self, key: u32) -> Option<Region> {
+        let i = Self::index(key)?;
+        match self.slots.get(i) {
+            Some(Some((k, _))) if *k == key => {}
+            _ => return None,
+        }
+        let (_, r) = self.slots[i].take()?;
+        self.free.push_back(i as u32);
+        self.len -= 1;
+        Some(r)
+    }
+}
+
 /// The registered regions of one device.
 pub struct MrTable {
-    regions: HashMap<u32, Region>,
+    regions: Slab,
     key_state: u64,
 }
 
@@ -200,23 +287,21 @@ impl MrTable {
     /// An empty table whose keys derive from `seed`.
     pub fn new(seed: u64) -> Self {
         Self {
-            regions: HashMap::new(),
+            regions: Slab::default(),
             key_state: seed,
         }
     }
 
-    fn next_key(&mut self) -> u32 {
-        loop {
-            // SplitMix64 step: full-period, so keys do not repeat before 2^64 draws.
-            self.key_state = self.key_state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.key_state;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            let key = (z ^ (z >> 31)) as u32;
-            if key != 0 && !self.regions.contains_key(&key) {
-                return key;
-            }
-        }
+    /// A key for a new region: a free slot and a random tag (SplitMix64 from the table's
+    /// seed, so tables with different seeds hand out different keys).
+    fn next_key(&mut self) -> Option<u32> {
+        let slot = self.regions.free_slot()?;
+        self.key_state = self.key_state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.key_state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        let tag = (z ^ (z >> 31)) as u32 >> INDEX_BITS;
+        Some(tag << INDEX_BITS | (slot + 1))
     }
 
     /// Registers `len` bytes at `base`, which peers address as `iova .. iova + len`.
@@ -240,7 +325,7 @@ impl MrTable {
         if iova.checked_add(len as u64).is_none() {
             return Err(RegisterError::Wraps { iova, len });
         }
-        let key = self.next_key();
+        let key = self.next_key().ok_or(RegisterError::TooMany)?;
         self.regions.insert(
             key,
             Region {
@@ -276,7 +361,7 @@ impl MrTable {
         // SAFETY: the allocation moves into the region below and is freed only when the
         // region is removed from the table, so it outlives every access through these keys.
         let keys = unsafe { self.register(pd, base, len, iova, access) }?;
-        if let Some(r) = self.regions.get_mut(&keys.lkey) {
+        if let Some(r) = self.regions.get_mut(keys.lkey) {
             r._owned = Some(Arc::new(buf));
         }
         Ok((keys, iova))
@@ -285,13 +370,13 @@ impl MrTable {
     /// Forgets a region: every later access with its keys fails with `InvalidKey`.
     /// Returns false if the keys were not registered.
     pub fn deregister(&mut self, keys: MrKeys) -> bool {
-        self.regions.remove(&keys.lkey).is_some()
+        self.regions.remove(keys.lkey).is_some()
     }
 
     /// Where the region of `key` lies in memory and how long it is (for a port that must
     /// map registered memory before sending from it).
     pub fn extent(&self, key: u32) -> Option<(usize, usize)> {
-        self.regions.get(&key).map(|r| (r.base as usize, r.len))
+        self.regions.get(key).map(|r| (r.base as usize, r.len))
     }
 
     /// Describes the region of `keys` for [`adopt`](Self::adopt) by another table, so that
@@ -299,7 +384,7 @@ impl MrTable {
     /// own table, without a lock). From now on an invalidation through any copy revokes
     /// all of them. `None` when the keys are not registered here.
     pub fn share(&mut self, keys: MrKeys) -> Option<RegionShare> {
-        let r = self.regions.get_mut(&keys.lkey)?;
+        let r = self.regions.get_mut(keys.lkey)?;
         let valid = r
             .valid
             .get_or_insert_with(|| Arc::new(AtomicBool::new(true)))
@@ -322,7 +407,7 @@ impl MrTable {
     /// memory the application registered is covered by [`register`](Self::register)'s
     /// promise, which extends to every table that adopts the region.
     pub fn adopt(&mut self, share: &RegionShare) -> bool {
-        if self.regions.contains_key(&share.keys.lkey) {
+        if self.regions.contains(share.keys.lkey) {
             return false;
         }
         self.regions.insert(
@@ -336,8 +421,7 @@ impl MrTable {
                 _owned: share.owned.clone(),
                 valid: Some(share.valid.clone()),
             },
-        );
-        true
+        )
     }
 
     /// Checks that `len` bytes at `va` may be accessed with `needed` rights under `key` and
@@ -359,7 +443,7 @@ impl MrTable {
     pub fn invalidate(&mut self, key: u32, pd: PdId) -> Result<(), AccessError> {
         let r = self
             .regions
-            .get_mut(&key)
+            .get_mut(key)
             .ok_or(AccessError::InvalidKey(key))?;
         if r.pd != pd {
             return Err(AccessError::PdMismatch(key));
@@ -389,7 +473,7 @@ impl MrTable {
         if len == 0 {
             return Ok(core::ptr::null_mut());
         }
-        let r = self.regions.get(&key).ok_or(AccessError::InvalidKey(key))?;
+        let r = self.regions.get(key).ok_or(AccessError::InvalidKey(key))?;
         if r.valid.as_ref().is_some_and(|v| !v.load(Ordering::Acquire)) {
             return Err(AccessError::InvalidKey(key));
         }
@@ -518,12 +602,12 @@ impl MrTable {
 
     /// Number of registered regions.
     pub fn len(&self) -> usize {
-        self.regions.len()
+        self.regions.len
     }
 
     /// True when nothing is registered.
     pub fn is_empty(&self) -> bool {
-        self.regions.is_empty()
+        self.regions.len == 0
     }
 }
 
@@ -634,6 +718,71 @@ mod tests {
             unsafe { t.register(PD, buf.as_mut_ptr().cast(), buf.len() * 8, 0x1000, access) }
                 .unwrap();
         (t, keys)
+    }
+
+    #[test]
+    fn keys_name_slots_and_a_stale_key_is_refused_after_its_slot_is_reused() {
+        let mut buf = vec![0u64; 64];
+        let (mut t, k1) = table_with(&mut buf, RW);
+        let p = buf.as_mut_ptr().cast::<u8>();
+        // SAFETY: `buf` outlives the table.
+        let k2 = unsafe { t.register(PD, p, 8, 0, RW) }.unwrap();
+        assert_ne!(k1.lkey, k2.lkey);
+        assert_eq!((k1.lkey & INDEX_MASK, k2.lkey & INDEX_MASK), (1, 2));
+        assert!(t.deregister(k1));
+        assert!(!t.deregister(k1), "gone");
+        // The freed slot is reused (freed slots are taken first in, first out), under a new
+        // tag, so the stale key stays refused.
+        // SAFETY: as above.
+        let k3 = unsafe { t.register(PD, p, 8, 0, RW) }.unwrap();
+        assert_eq!(
+            k3.lkey & INDEX_MASK,
+            1,
+            "the freed slot is the only free one"
+        );
+        assert_ne!(k3.lkey, k1.lkey, "a new tag");
+        assert_eq!(
+            t.read(k1.lkey, PD, 0x1000, &mut [0u8; 1], Access::NONE),
+            Err(AccessError::InvalidKey(k1.lkey))
+        );
+        assert_eq!(t.len(), 2);
+        // Keys that name no slot, or slot 0's forbidden encoding.
+        for bad in [0u32, INDEX_MASK, 0xfff0_0000, k2.lkey ^ 0x8000_0000] {
+            assert!(
+                t.check_access(bad, PD, 0, 8, Access::NONE).is_err(),
+                "{bad:#x}"
+            );
+        }
+        // Another seed, other keys.
+        let mut other = MrTable::new(8);
+        // SAFETY: as above.
+        let ko = unsafe { other.register(PD, p, 8, 0, RW) }.unwrap();
+        assert_eq!(ko.lkey & INDEX_MASK, 1);
+        assert_ne!(ko.lkey, k1.lkey);
+    }
+
+    #[test]
+    fn an_adopted_region_keeps_its_slot_in_the_adopting_table() {
+        let mut owner = MrTable::new(7);
+        let mut keys = Vec::new();
+        for _ in 0..5 {
+            keys.push(owner.register_owned(PD, 64, RW).unwrap().0);
+        }
+        let mut copy = MrTable::new(9);
+        // Adopted out of order: slots past the end are grown to, the gaps stay free.
+        for &k in [keys[3], keys[0], keys[4]].iter() {
+            assert!(copy.adopt(&owner.share(k).unwrap()));
+        }
+        assert!(!copy.adopt(&owner.share(keys[0]).unwrap()), "already there");
+        assert_eq!(copy.len(), 3);
+        for &k in &[keys[3], keys[0], keys[4]] {
+            assert!(copy
+                .check_access(k.rkey, PD, owner.extent(k.lkey).unwrap().0 as u64, 8, RW)
+                .is_ok());
+        }
+        assert!(copy.check_access(keys[1].rkey, PD, 0, 8, RW).is_err());
+        assert!(copy.adopt(&owner.share(keys[1]).unwrap()), "into a gap");
+        assert_eq!(copy.len(), 4);
     }
 
     #[test]
