@@ -196,6 +196,7 @@ proptest! {
         expected.bth.pad_count = pad_for(payload.len());
         prop_assert_eq!(parsed.repr, expected);
         prop_assert_eq!(parsed.payload, &payload[..]);
+        prop_assert_eq!(parsed.frame_len(), frame.len());
         // Ethernet padding after the datagram is ignored.
         let mut padded = frame.clone();
         padded.extend_from_slice(&[0u8; 9]);

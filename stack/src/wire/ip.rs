@@ -234,7 +234,28 @@ impl Ipv4Repr {
         h[11] = 0;
         h[12..16].copy_from_slice(&self.src.octets());
         h[16..20].copy_from_slice(&self.dst.octets());
-        internet_checksum(h).write(&mut h[10..]);
+        self.checksum(payload_len).write(&mut h[10..]);
+    }
+
+    /// The header checksum `emit` writes, from the fields rather than the emitted bytes:
+    /// reading back 32-bit words of a header just stored byte by byte stalls store-to-load
+    /// forwarding, and cost a quarter of the time of emitting a 64-byte WRITE's headers.
+    fn checksum(&self, payload_len: usize) -> u16 {
+        let word = |a: [u8; 4]| {
+            u32::from(u16::from_be_bytes([a[0], a[1]]))
+                + u32::from(u16::from_be_bytes([a[2], a[3]]))
+        };
+        let mut sum = u32::from(0x4500u16 | u16::from((self.dscp << 2) | self.ecn.bits()))
+            + u32::from((IPV4_LEN + payload_len) as u16)
+            + u32::from(self.ident)
+            + if self.dont_frag { 0x4000 } else { 0 }
+            + (u32::from(self.ttl) << 8 | u32::from(IP_PROTO_UDP))
+            + word(self.src.octets())
+            + word(self.dst.octets());
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        !(sum as u16)
     }
 }
 

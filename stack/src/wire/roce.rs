@@ -99,6 +99,18 @@ pub struct RocePacket<'a> {
 }
 
 impl RocePacket<'_> {
+    /// Bytes of the frame it was parsed from (Ethernet header to ICRC, no FCS or Ethernet
+    /// padding): what [`RoceRepr::buffer_len`] would say, read off the parse instead of
+    /// recomputed from the opcode table (a packet built by hand, without `icrc_input`,
+    /// falls back to that).
+    #[inline]
+    pub fn frame_len(&self) -> usize {
+        if self.icrc_input.is_empty() {
+            return self.repr.buffer_len();
+        }
+        self.repr.eth.header_len() - icrc::LRH_STAND_IN + self.icrc_input.len() + ICRC_LEN
+    }
+
     /// Recomputes the ICRC and compares it with the trailer.
     pub fn icrc_check(&self) -> Result<()> {
         let expected = icrc::compute(self.icrc_input, self.repr.ip.version());

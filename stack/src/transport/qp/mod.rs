@@ -787,7 +787,7 @@ impl Qp {
     /// and dropped; no input panics.
     pub fn handle_packet(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &mut MrTable) {
         self.counters.rx_packets += 1;
-        self.counters.rx_bytes += pkt.repr.buffer_len() as u64;
+        self.counters.rx_bytes += pkt.frame_len() as u64;
         let op = pkt.repr.bth.opcode;
         let ok_state = matches!(
             self.state,
