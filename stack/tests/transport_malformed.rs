@@ -9,7 +9,7 @@
 //! raw bytes after the BTH (resealed with a good ICRC, so the parser refuses it and the QP
 //! learns of it through `RoceRepr::attribute`).
 
-use ferroce_stack::transport::loopback::{connect, Loopback};
+use ferroce_stack::transport::loopback::{connect, drain_frames as frames, Loopback};
 use ferroce_stack::transport::{
     Access, MrKeys, MrTable, Mtu, Payload, PdId, Qp, QpAttr, QpConfig, QpState, QpType, RecvWr,
     SendWr, Sge, WcStatus, WrOpcode,
@@ -69,15 +69,6 @@ fn rig() -> Rig {
         a_buf,
         b_buf,
     }
-}
-
-fn frames(qp: &mut Qp, mem: &MrTable, now: u64) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut buf = vec![0u8; 9000];
-    while let Some(n) = qp.poll_transmit(now, &mut buf, mem) {
-        out.push(buf[..n].to_vec());
-    }
-    out
 }
 
 fn from_a(r: &mut Rig) -> Vec<Vec<u8>> {

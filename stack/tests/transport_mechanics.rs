@@ -2,7 +2,7 @@
 //! the middle deciding what reaches whom: ACK coalescing, credits, READ/atomic depth,
 //! duplicate handling (atomic replay, READ re-execution, re-ACK), RNR timing and error flush.
 
-use ferroce_stack::transport::loopback::{connect, Loopback};
+use ferroce_stack::transport::loopback::{connect, drain_frames as frames, Loopback};
 use ferroce_stack::transport::{
     Access, MrKeys, MrTable, Mtu, Payload, PdId, Qp, QpAttr, QpConfig, QpState, QpType, RecvWr,
     SendFlags, SendWr, Sge, WcStatus, WrOpcode,
@@ -53,16 +53,6 @@ fn default_attr() -> QpAttr {
         min_rnr_timer: 1,
         ..QpAttr::default()
     }
-}
-
-/// Takes every frame `qp` wants to send now.
-fn frames(qp: &mut Qp, mem: &MrTable, now: u64) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut buf = vec![0u8; 9000];
-    while let Some(n) = qp.poll_transmit(now, &mut buf, mem) {
-        out.push(buf[..n].to_vec());
-    }
-    out
 }
 
 fn frames_from_a(r: &mut Rig) -> Vec<Vec<u8>> {

@@ -4,17 +4,12 @@
 
 use std::time::{Duration, Instant};
 
-use ferroce_verbs::connect::{connect_qp, ConnectOpts, Endpoint};
+use ferroce_verbs::connect::{connect_qp, ConnectOpts};
 use ferroce_verbs::sim::pipe_pair;
 use ferroce_verbs::*;
 
-struct End {
-    ctx: Context,
-    cq: CompletionQueue,
-    qp: QueuePair,
-    mr: MemoryRegion,
-    _pd: ProtectionDomain,
-}
+mod common;
+use common::{endpoint, End};
 
 fn end(ctx: &Context, ch: &CompletionChannel) -> End {
     let pd = ctx.alloc_pd();
@@ -32,10 +27,6 @@ fn end(ctx: &Context, ch: &CompletionChannel) -> End {
         mr,
         _pd: pd,
     }
-}
-
-fn endpoint(e: &End, psn: u32) -> Endpoint {
-    Endpoint::of(&e.ctx, &e.qp, &e.mr, psn)
 }
 
 /// The states of this process's engine threads (field 3 of /proc/self/task/*/stat: `S` is

@@ -9,13 +9,8 @@ use ferroce_verbs::connect::{connect_qp, ConnectOpts, Endpoint};
 use ferroce_verbs::sim::{pipe_pair, SimNet};
 use ferroce_verbs::*;
 
-struct End {
-    ctx: Context,
-    cq: CompletionQueue,
-    qp: QueuePair,
-    mr: MemoryRegion,
-    _pd: ProtectionDomain,
-}
+mod common;
+use common::{endpoint, End};
 
 fn end(ctx: &Context, len: usize, t: QpType) -> End {
     let pd = ctx.alloc_pd();
@@ -33,10 +28,6 @@ fn end(ctx: &Context, len: usize, t: QpType) -> End {
         mr,
         _pd: pd,
     }
-}
-
-fn endpoint(e: &End, psn: u32) -> Endpoint {
-    Endpoint::of(&e.ctx, &e.qp, &e.mr, psn)
 }
 
 fn wire(a: &End, b: &End) {

@@ -47,6 +47,17 @@ pub fn connect(a: &mut Qp, b: &mut Qp, attr: &QpAttr) -> Result<(), ModifyError>
     Ok(())
 }
 
+/// Every frame `qp` wants to send now, each in its own vector: for tests that stand between
+/// two QPs and decide what reaches whom.
+pub fn drain_frames(qp: &mut Qp, mem: &MrTable, now: u64) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    while let Some(n) = qp.poll_transmit(now, &mut buf, mem) {
+        out.push(buf[..n].to_vec());
+    }
+    out
+}
+
 /// Two connected QPs, each with the memory table of its side.
 pub struct Loopback {
     /// One end.
