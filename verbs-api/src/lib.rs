@@ -14,7 +14,7 @@ pub mod sim;
 pub mod timer;
 
 mod device;
-mod idle;
+mod slot;
 mod verbs;
 
 pub use engine::{Engine, PortCounters};

@@ -332,7 +332,8 @@ fn dpdk_device(
     zero_copy: Option<usize>,
     pcap: Option<Box<dyn Write + Send>>,
 ) -> Result<Context, VerbsError> {
-    use crate::device::{boxed_engine, DeviceEngine};
+    use crate::device::boxed_engine;
+    use crate::slot::DeviceEngine;
     use ferroce_drivers::pcap::SharedCapture;
     // One capture file for the port: each queue's tee adds its records to it.
     let capture = match pcap {

@@ -1,4 +1,6 @@
-//! How an engine thread idles, and how program threads share the work with it.
+//! One engine of a device as the verbs layer holds it: the engine behind its lock with its
+//! port type erased ([`DeviceEngine`]), the doorbells its QPs ring, and how its thread
+//! idles and program threads share the work with it.
 //!
 //! On a machine with as many busy threads as cores, an engine thread that spins holds a
 //! core the program needs, and a frame for it waits for a scheduler time slice,
@@ -17,11 +19,165 @@
 //! from about 13 to 27–130 µs.
 
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crossbeam::queue::SegQueue;
 use ferroce_drivers::wait::{wait_readable, Wakeup};
+use ferroce_drivers::{LinkState, MapError, Port};
+use ferroce_stack::transport::{Counters, MrTable, PostError, Qp, RecvWr, SendWr};
+use ferroce_stack::wire::MacAddr;
 
-use crate::device::{DeviceEngine, EngineSlot};
+use crate::engine::{CqShared, Engine, PortCounters, QpShared, Steer};
+
+/// What the verbs layer needs of an engine, with its port type erased.
+pub(crate) trait DeviceEngine: Send {
+    fn poll(&mut self) -> usize;
+    fn mem(&mut self) -> &mut MrTable;
+    fn add_qp(&mut self, qp: Qp, shared: Arc<QpShared>, send: Arc<CqShared>, recv: Arc<CqShared>);
+    fn remove_qp(&mut self, qpn: u32) -> bool;
+    fn with_qp(&mut self, qpn: u32, f: &mut dyn FnMut(&mut Qp)) -> bool;
+    fn counters(&self) -> PortCounters;
+    fn qp_counters(&self, qpn: u32) -> Option<Counters>;
+    fn qp_counters_total(&self) -> Counters;
+    fn qp_counters_all(&self) -> Vec<(u32, Counters)>;
+    fn next_deadline(&self) -> Option<u64>;
+    fn has_pending_work(&self) -> bool;
+    fn link_state(&self) -> LinkState;
+    fn post_sends(&mut self, qpn: u32, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)>;
+    fn post_recvs(&mut self, qpn: u32, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)>;
+    fn set_steer(&mut self, steer: Steer);
+    fn map_memory(&mut self, addr: usize, len: usize) -> Result<(), MapError>;
+    fn unmap_memory(&mut self, addr: usize, len: usize);
+    fn thread_started(&mut self);
+    fn thread_stopped(&mut self);
+    fn doorbells(&self) -> Arc<SegQueue<u32>>;
+    fn mac(&self) -> MacAddr;
+    fn eth_mtu(&self) -> usize;
+    fn rx_fd(&self) -> Option<std::os::fd::RawFd>;
+    fn rx_arm(&mut self);
+    fn now(&self) -> u64;
+    fn take_earliest_new_deadline(&mut self) -> Option<u64>;
+    fn resume(&mut self);
+    fn count_sleep(&mut self, missed: bool);
+}
+
+impl<P: Port + Send> DeviceEngine for Engine<P> {
+    fn poll(&mut self) -> usize {
+        Self::poll(self)
+    }
+    fn mem(&mut self) -> &mut MrTable {
+        &mut self.mem
+    }
+    fn add_qp(&mut self, qp: Qp, shared: Arc<QpShared>, send: Arc<CqShared>, recv: Arc<CqShared>) {
+        Self::add_qp(self, qp, shared, send, recv);
+    }
+    fn remove_qp(&mut self, qpn: u32) -> bool {
+        Self::remove_qp(self, qpn)
+    }
+    fn with_qp(&mut self, qpn: u32, f: &mut dyn FnMut(&mut Qp)) -> bool {
+        Self::with_qp(self, qpn, f).is_some()
+    }
+    fn counters(&self) -> PortCounters {
+        Self::counters(self)
+    }
+    fn qp_counters(&self, qpn: u32) -> Option<Counters> {
+        Self::qp_counters(self, qpn)
+    }
+    fn qp_counters_total(&self) -> Counters {
+        Self::qp_counters_total(self)
+    }
+    fn qp_counters_all(&self) -> Vec<(u32, Counters)> {
+        Self::qp_counters_all(self)
+    }
+    fn next_deadline(&self) -> Option<u64> {
+        Self::next_deadline(self)
+    }
+    fn has_pending_work(&self) -> bool {
+        Self::has_pending_work(self)
+    }
+    fn link_state(&self) -> LinkState {
+        self.port().link_state()
+    }
+    fn post_sends(&mut self, qpn: u32, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
+        Self::post_sends(self, qpn, wrs)
+    }
+    fn post_recvs(&mut self, qpn: u32, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
+        Self::post_recvs(self, qpn, wrs)
+    }
+    fn set_steer(&mut self, steer: Steer) {
+        Self::set_steer(self, steer);
+    }
+    fn map_memory(&mut self, addr: usize, len: usize) -> Result<(), MapError> {
+        self.port_mut().map_memory(addr, len)
+    }
+    fn unmap_memory(&mut self, addr: usize, len: usize) {
+        self.port_mut().unmap_memory(addr, len);
+    }
+    fn thread_started(&mut self) {
+        self.port_mut().thread_started();
+    }
+    fn thread_stopped(&mut self) {
+        self.port_mut().thread_stopped();
+    }
+    fn doorbells(&self) -> Arc<SegQueue<u32>> {
+        self.doorbells.clone()
+    }
+    fn mac(&self) -> MacAddr {
+        self.port().mac()
+    }
+    fn eth_mtu(&self) -> usize {
+        self.port().mtu()
+    }
+    fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.port().rx_fd()
+    }
+    fn rx_arm(&mut self) {
+        self.port_mut().rx_arm();
+    }
+    fn now(&self) -> u64 {
+        Self::now(self)
+    }
+    fn take_earliest_new_deadline(&mut self) -> Option<u64> {
+        Self::take_earliest_new_deadline(self)
+    }
+    fn resume(&mut self) {
+        Self::resume(self);
+    }
+    fn count_sleep(&mut self, missed: bool) {
+        Self::count_sleep(self, missed);
+    }
+}
+
+/// One engine of a device and the doorbells its QPs ring.
+pub(crate) struct EngineSlot {
+    engine: Mutex<Box<dyn DeviceEngine>>,
+    pub(crate) doorbells: Arc<SegQueue<u32>>,
+    pub(crate) sleep: Idle,
+}
+
+impl EngineSlot {
+    pub(crate) fn new(engine: Box<dyn DeviceEngine>) -> Self {
+        Self {
+            doorbells: engine.doorbells(),
+            engine: Mutex::new(engine),
+            sleep: Idle::new(),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Box<dyn DeviceEngine>> {
+        self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The engine if no other thread holds it now.
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, Box<dyn DeviceEngine>>> {
+        match self.engine.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+}
 
 /// Longest an idle engine thread sleeps without a deadline or a frame: a bound on how late
 /// it notices something nobody woke it for.
