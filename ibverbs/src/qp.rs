@@ -151,6 +151,12 @@ symver!(ferroce_ibv_create_qp => "ibv_create_qp" @ "IBVERBS_1.1");
 /// `qp` came from `ibv_create_qp` and is not used again.
 #[no_mangle]
 pub unsafe extern "C" fn ferroce_ibv_destroy_qp(qp: *mut ffi::ibv_qp) -> c_int {
+    if !qp.is_null() {
+        // The QP's counters go with it: export the device's first, so `ferroce stats --all`
+        // shows what a finished program's QPs did.
+        // SAFETY: per the contract `qp` is a live QP of ours, made with a live context.
+        let _ = unsafe { owner((*qp).context) }.verbs.export_stats();
+    }
     // SAFETY: per the contract.
     unsafe { free::<Qp, _>(qp) }
 }
