@@ -31,7 +31,8 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 run() {
   local ns=$1
   shift
-  ip netns exec "$p-$ns" env LD_LIBRARY_PATH="$lib" FERROCE_DEVICES="afpacket:$p-v$ns" "$@"
+  ip netns exec "$p-$ns" env LD_LIBRARY_PATH="$lib" FERROCE_DEVICES="afpacket:$p-v$ns" \
+    FERROCE_STATS_DIR="$logs/stats" "$@"
 }
 # pair NAME PROGRAM ARGS...: PROGRAM ARGS as the server in a, then as the client in b
 # connecting to it; both must exit 0. Their output is kept as $logs/NAME.{server,client}.
@@ -109,6 +110,7 @@ echo "== perftest, with a capture of the first run on the wire"
 ip netns exec $p-a dumpcap -q -P -i $p-va -f 'udp port 4791' -w "$logs/write.pcap" >/dev/null 2>&1 &
 cap=$!
 for _ in $(seq 100); do [ -s "$logs/write.pcap" ] && break; sleep 0.05; done
+rm -rf "$logs/stats"
 pair write-capture ib_write_bw -s 8192 -n 200
 sleep 0.3
 kill -INT $cap 2>/dev/null || true
@@ -126,6 +128,18 @@ grep -q '"opcode_name":"RC_RDMA_WRITE_FIRST' "$logs/write.jsonl" || fail "no RDM
 n=$(tshark -r "$logs/write.pcap" -Y 'infiniband.bth.opcode' 2>/dev/null | wc -l)
 [ "$n" -ge 200 ] || fail "tshark reads $n RoCE frames in the capture"
 echo "ok: tshark reads $n RoCE frames"
+# Each side exported its counters before destroying its QP: ferroce stats --all reads them.
+"$ferroce" stats --all --dir "$logs/stats" --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert len(d) == 2 and all(not p["alive"] for p in d), d
+sent = max(d, key=lambda p: p["port"]["tx_frames"])
+qp = next(iter(sent["qps"].values()))
+assert sent["port"]["tx_frames"] >= 200 and qp["tx_packets"] >= 200, sent
+assert all(p["port"]["engine_missed_wakeups"] == 0 for p in d), d
+print("ok: ferroce stats --all shows both programs: the sender", sent["port"]["tx_frames"], "frames,", qp["tx_packets"], "from its QP")
+' || fail "the drop-in's exported counters"
+rm -rf "$logs/stats"
 
 for bw in ib_write_bw ib_read_bw ib_send_bw; do
   pair "$bw" $bw
