@@ -321,10 +321,11 @@ fn a_gap_is_naked_once_and_go_back_n_resends_from_it() {
     assert_eq!(r.lo.a.send_queue_len(), 0);
 }
 
-#[test]
-fn rnr_waits_the_timer_before_resending() {
+/// A rig whose responder sends RNR NAKs with timer 14 (1.28 ms), and the first frame of a
+/// 16-byte SEND its requester posted (no receive is posted at the responder).
+fn rnr_rig_with_a_send() -> (Rig, Vec<u8>) {
     let mut r = rig(QpAttr {
-        min_rnr_timer: 14, // 1.28 ms
+        min_rnr_timer: 14,
         ..default_attr()
     });
     let s = [Sge {
@@ -335,8 +336,14 @@ fn rnr_waits_the_timer_before_resending() {
     r.lo.a
         .post_send(&SendWr::new(1, WrOpcode::Send, Payload::Sges(&s)))
         .unwrap();
-    let f = frames_from_a(&mut r);
-    to_b(&mut r, &f[0]);
+    let first = frames_from_a(&mut r).remove(0);
+    (r, first)
+}
+
+#[test]
+fn rnr_waits_the_timer_before_resending() {
+    let (mut r, first) = rnr_rig_with_a_send();
+    to_b(&mut r, &first);
     let rnr = frames_from_b(&mut r);
     let aeth = aeth_of(&rnr[0]);
     assert_eq!(
@@ -370,19 +377,7 @@ fn with_psn(f: &[u8], psn: Psn) -> Vec<u8> {
 /// Nothing else is NAKed until the requester resends the PSN the RNR NAK named.
 #[test]
 fn an_rnr_nak_survives_a_later_psn_in_the_same_burst() {
-    let mut r = rig(QpAttr {
-        min_rnr_timer: 14,
-        ..default_attr()
-    });
-    let s = [Sge {
-        addr: 0,
-        length: 16,
-        lkey: r.ka.lkey,
-    }];
-    r.lo.a
-        .post_send(&SendWr::new(1, WrOpcode::Send, Payload::Sges(&s)))
-        .unwrap();
-    let first = frames_from_a(&mut r).remove(0);
+    let (mut r, first) = rnr_rig_with_a_send();
     let epsn = RoceRepr::parse(&first, Checks::ALL).unwrap().repr.bth.psn;
     to_b(&mut r, &first);
     to_b(&mut r, &with_psn(&first, epsn.add(1)));

@@ -239,6 +239,18 @@ impl Device {
         }
     }
 
+    /// The next QP number. QPN 0 and 1 are the SMI and GSI; 0xFFFFFF is the multicast QPN,
+    /// which only UD packets may name (a packet to it is nobody's on RC/UC). None of the
+    /// three is handed out, also when the 24-bit count wraps.
+    pub(crate) fn next_qpn(&self) -> u32 {
+        loop {
+            let n = self.next_qpn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff;
+            if n > 1 && n != 0xff_ffff {
+                return n;
+            }
+        }
+    }
+
     pub(crate) fn next_id(&self) -> u32 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
@@ -265,5 +277,18 @@ impl Device {
                 true
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn qpns_skip_the_smi_gsi_and_multicast_numbers_when_they_wrap() {
+        let (ctx, _other) = crate::sim::pipe_pair(1500);
+        ctx.dev.next_qpn.store(0xff_fffd, Ordering::Relaxed);
+        let got: Vec<u32> = (0..4).map(|_| ctx.dev.next_qpn()).collect();
+        assert_eq!(got, [0xff_fffd, 0xff_fffe, 2, 3]);
     }
 }

@@ -130,6 +130,20 @@ impl Steer {
         }
     }
 
+    /// Hands `frame`, for QP `qpn`, to the engine that owns that QP when that is another
+    /// engine (counted, as a drop too if its inbox is full); false when it is this one.
+    fn forward_to_owner(&self, qpn: u32, frame: &[u8], counters: &mut PortCounters) -> bool {
+        let to = Self::owner(qpn, self.inboxes.len());
+        if to == self.index {
+            return false;
+        }
+        counters.rx_forwarded += 1;
+        if !self.forward(to, frame) {
+            counters.rx_forward_drops += 1;
+        }
+        true
+    }
+
     fn inbox(&self) -> &ArrayQueue<Vec<u8>> {
         &self.inboxes[self.index]
     }
@@ -676,20 +690,19 @@ impl<P: Port> Engine<P> {
                 let Some(buf) = st.inbox().pop() else { break };
                 n += 1;
                 // Checked where it arrived; parsed again only to borrow its fields.
-                match RoceRepr::parse(&buf, Checks::NONE) {
+                let delivered = match RoceRepr::parse(&buf, Checks::NONE) {
                     Ok(pkt) => {
-                        if !deliver(qps, active, mem, now, &pkt) {
-                            counters.rx_unknown_qp += 1;
-                        }
+                        let qpn = pkt.repr.bth.dest_qpn.value();
+                        deliver(qps, active, qpn, |qp| qp.handle_packet(now, &pkt, mem))
                     }
-                    Err(e) => {
-                        // A malformed frame attributed to one of this engine's QPs.
-                        if let Some(m) = RoceRepr::attribute(&buf, Checks::NONE, e) {
-                            if !deliver_malformed(qps, active, now, &m) {
-                                counters.rx_unknown_qp += 1;
-                            }
-                        }
-                    }
+                    // A malformed frame attributed to one of this engine's QPs.
+                    Err(e) => RoceRepr::attribute(&buf, Checks::NONE, e).is_some_and(|m| {
+                        let qpn = m.bth.dest_qpn.value();
+                        deliver(qps, active, qpn, |qp| qp.handle_malformed(now, &m))
+                    }),
+                };
+                if !delivered {
+                    counters.rx_unknown_qp += 1;
                 }
                 let _ = st.spare.push(buf);
             }
@@ -700,21 +713,15 @@ impl<P: Port> Engine<P> {
             counters.rx_bytes += frame.len() as u64;
             match RoceRepr::parse(frame, checks) {
                 Ok(pkt) => {
-                    if deliver(qps, active, mem, now, &pkt) {
+                    let qpn = pkt.repr.bth.dest_qpn.value();
+                    if deliver(qps, active, qpn, |qp| qp.handle_packet(now, &pkt, mem)) {
                         return;
                     }
-                    let qpn = pkt.repr.bth.dest_qpn.value();
-                    match steer.as_ref() {
-                        Some(st) => match Steer::owner(qpn, st.inboxes.len()) {
-                            to if to == st.index => counters.rx_unknown_qp += 1,
-                            to => {
-                                counters.rx_forwarded += 1;
-                                if !st.forward(to, frame) {
-                                    counters.rx_forward_drops += 1;
-                                }
-                            }
-                        },
-                        None => counters.rx_unknown_qp += 1,
+                    let forwarded = steer
+                        .as_ref()
+                        .is_some_and(|st| st.forward_to_owner(qpn, frame, counters));
+                    if !forwarded {
+                        counters.rx_unknown_qp += 1;
                     }
                 }
                 Err(e) => {
@@ -727,17 +734,11 @@ impl<P: Port> Engine<P> {
                         return;
                     };
                     let qpn = m.bth.dest_qpn.value();
-                    if deliver_malformed(qps, active, now, &m) {
+                    if deliver(qps, active, qpn, |qp| qp.handle_malformed(now, &m)) {
                         return;
                     }
                     if let Some(st) = steer.as_ref() {
-                        let to = Steer::owner(qpn, st.inboxes.len());
-                        if to != st.index {
-                            counters.rx_forwarded += 1;
-                            if !st.forward(to, frame) {
-                                counters.rx_forward_drops += 1;
-                            }
-                        }
+                        st.forward_to_owner(qpn, frame, counters);
                     }
                 }
             }
@@ -845,42 +846,19 @@ impl<P: Port> Engine<P> {
     }
 }
 
-/// Hands a received packet to its QP and marks the QP active; false if no QP here has its
-/// number.
+/// Hands a received frame to QP `qpn` (`handle` is `handle_packet` or `handle_malformed`)
+/// and marks the QP active; false if no QP here has that number.
 #[inline]
 fn deliver(
     qps: &mut HashMap<u32, Slot>,
     active: &mut Vec<u32>,
-    mem: &mut MrTable,
-    now: u64,
-    pkt: &ferroce_stack::wire::RocePacket<'_>,
+    qpn: u32,
+    handle: impl FnOnce(&mut Qp),
 ) -> bool {
-    let qpn = pkt.repr.bth.dest_qpn.value();
     let Some(slot) = qps.get_mut(&qpn) else {
         return false;
     };
-    slot.qp.handle_packet(now, pkt, mem);
-    if !slot.active {
-        slot.active = true;
-        active.push(qpn);
-    }
-    true
-}
-
-/// Hands a malformed frame to the QP it names ([`Qp::handle_malformed`]); false if no QP
-/// here has its number.
-#[cold]
-fn deliver_malformed(
-    qps: &mut HashMap<u32, Slot>,
-    active: &mut Vec<u32>,
-    now: u64,
-    m: &ferroce_stack::wire::Malformed,
-) -> bool {
-    let qpn = m.bth.dest_qpn.value();
-    let Some(slot) = qps.get_mut(&qpn) else {
-        return false;
-    };
-    slot.qp.handle_malformed(now, m);
+    handle(&mut slot.qp);
     if !slot.active {
         slot.active = true;
         active.push(qpn);

@@ -153,7 +153,7 @@ impl<P: Port + Send> DeviceEngine for Engine<P> {
 pub(crate) struct EngineSlot {
     engine: Mutex<Box<dyn DeviceEngine>>,
     pub(crate) doorbells: Arc<SegQueue<u32>>,
-    pub(crate) sleep: Idle,
+    pub(crate) idle: Idle,
 }
 
 impl EngineSlot {
@@ -161,7 +161,7 @@ impl EngineSlot {
         Self {
             doorbells: engine.doorbells(),
             engine: Mutex::new(engine),
-            sleep: Idle::new(),
+            idle: Idle::new(),
         }
     }
 
@@ -204,8 +204,10 @@ enum Bedtime {
 /// The scheduler time slice an engine thread that sleeps asks for (see
 /// [`ferroce_drivers::wait::request_short_slice`]): the kernel's minimum, so that when a
 /// frame wakes it, it runs before threads spinning through their default slices. Measured
-/// here with perftest over the drop-in (2 cores, two processes): ib_write_lat's p99 went
-/// from about 2 ms (a woken engine thread waiting out a spinner's slice) to about 45 µs.
+/// here (2 cores): an eventfd wakeup beside three spinning threads took 3.3 µs at the median
+/// instead of 14.6; ib_write_lat over the drop-in showed a p99 of about 2 ms (a woken engine
+/// thread waiting out a spinner's slice) in 3 of 3 runs without it and in about half the
+/// runs with it, the others under 60 µs.
 const WOKEN_SLICE: Duration = Duration::from_micros(100);
 
 /// How long an engine thread sleeps when another thread holds its engine (see
@@ -216,6 +218,9 @@ const BUSY_SLEEP: Duration = Duration::from_micros(200);
 pub(crate) struct Idle {
     /// `None` when the machine gave no eventfd: the thread then never sleeps.
     wakeup: Option<Wakeup>,
+    /// Set after each notification, so the sleeper drains the eventfd (a system call) only
+    /// when something was written to it, not after every wakeup by a frame.
+    notified: AtomicBool,
     asleep: AtomicBool,
     /// The QP deadline the sleeper will wake for by itself (port clock, ns).
     until: AtomicU64,
@@ -229,6 +234,7 @@ impl Idle {
     pub(crate) fn new() -> Self {
         Self {
             wakeup: Wakeup::new().ok(),
+            notified: AtomicBool::new(false),
             asleep: AtomicBool::new(false),
             until: AtomicU64::new(u64::MAX),
             sleeper: AtomicBool::new(false),
@@ -247,14 +253,19 @@ impl Idle {
 
     fn notify(&self) {
         if let Some(w) = &self.wakeup {
+            // Written first, flagged after: a drain that misses the flag leaves the eventfd
+            // readable (one spurious wakeup later), never a notification unread.
             w.notify();
+            self.notified.store(true, Ordering::Release);
         }
     }
 
     /// Quiet again after a sleep.
     fn notify_drain(&self) {
         if let Some(w) = &self.wakeup {
-            w.drain();
+            if self.notified.swap(false, Ordering::AcqRel) {
+                w.drain();
+            }
         }
     }
 
@@ -269,46 +280,54 @@ impl EngineSlot {
     /// (an application thread in a verb, while the engine thread sleeps or is between
     /// turns). An engine thread asleep past a deadline this turn armed is woken for it.
     pub(crate) fn turn_if_free(&self) -> bool {
-        if !self.sleep.sleeper.load(Ordering::Acquire) {
+        if !self.idle.sleeper.load(Ordering::Acquire) {
             return false;
         }
         let Some(mut e) = self.try_lock() else {
             return false;
         };
+        self.app_turn(&mut **e);
+        true
+    }
+
+    /// One turn by a thread other than the engine thread, with the engine held: the clock
+    /// read afresh (turns from a program thread may be far apart), and the engine thread
+    /// woken if it sleeps past a deadline the turn armed.
+    pub(crate) fn app_turn(&self, e: &mut dyn DeviceEngine) {
         e.resume();
         e.poll();
-        self.after_turn(&mut **e);
-        true
+        self.after_turn(e);
     }
 
     /// True while an engine thread that sleeps when idle runs this engine.
     pub(crate) fn sleep_capable(&self) -> bool {
-        self.sleep.sleeper.load(Ordering::Acquire)
+        self.idle.sleeper.load(Ordering::Acquire)
     }
 
     /// After a turn by a thread other than the engine thread: wakes the engine thread if it
     /// sleeps past a deadline the turn armed.
-    pub(crate) fn after_turn(&self, e: &mut dyn DeviceEngine) {
+    fn after_turn(&self, e: &mut dyn DeviceEngine) {
         if let Some(d) = e.take_earliest_new_deadline() {
-            if self.sleep.asleep.load(Ordering::Acquire)
-                && d < self.sleep.until.load(Ordering::Acquire)
+            if self.idle.asleep.load(Ordering::Acquire)
+                && d < self.idle.until.load(Ordering::Acquire)
             {
-                self.sleep.notify();
+                self.idle.notify();
             }
         }
     }
 
     /// The engine thread's loop: turn the engine while it has work; after
-    /// [`IDLE_TURNS_BEFORE_SLEEP`] turns without any, sleep on the port's descriptor until a frame arrives, the next QP deadline,
-    /// or another thread's wakeup. A port without a descriptor (DPDK), or an engine that
-    /// shares its port's queues with others, is polled without sleeping (yielding when idle).
+    /// [`IDLE_TURNS_BEFORE_SLEEP`] turns without any, sleep on the port's descriptor until a
+    /// frame arrives, the next QP deadline, or another thread's wakeup. A port without a
+    /// descriptor (DPDK), or an engine that shares its port's queues with others, is polled
+    /// without sleeping (yielding when idle).
     pub(crate) fn run(&self, stop: &AtomicBool, shares_port: bool) {
         let fd = self.lock().rx_fd();
-        let sleeper = match (fd, &self.sleep.wakeup) {
+        let sleeper = match (fd, &self.idle.wakeup) {
             (Some(fd), Some(w)) if !shares_port => Some([fd, w.fd()]),
             _ => None,
         };
-        self.sleep
+        self.idle
             .sleeper
             .store(sleeper.is_some(), Ordering::Release);
         if sleeper.is_some() {
@@ -344,14 +363,14 @@ impl EngineSlot {
                 // armed for a frame that comes after that thread's last turn.
                 Bedtime::Busy => (BUSY_SLEEP, false),
                 Bedtime::Work => {
-                    self.sleep.asleep.store(false, Ordering::Release);
+                    self.idle.asleep.store(false, Ordering::Release);
                     idle = 0;
                     continue;
                 }
             };
             let woken = wait_readable(&fds, Some(timeout)).unwrap_or(true);
-            self.sleep.asleep.store(false, Ordering::Release);
-            self.sleep.notify_drain();
+            self.idle.asleep.store(false, Ordering::Release);
+            self.idle.notify_drain();
             if let Some(mut e) = self.try_lock() {
                 e.resume();
                 // A sleep that only the bound ended, after which there is work: a wakeup
@@ -361,12 +380,12 @@ impl EngineSlot {
             }
             idle = 0;
         }
-        self.sleep.sleeper.store(false, Ordering::Release);
+        self.idle.sleeper.store(false, Ordering::Release);
     }
 
     /// Announces the sleep and looks once more, with the engine held: how long to sleep.
     fn prepare_sleep(&self) -> Bedtime {
-        self.sleep.asleep.store(true, Ordering::Release);
+        self.idle.asleep.store(true, Ordering::Release);
         fence(Ordering::SeqCst);
         let Some(mut e) = self.try_lock() else {
             return Bedtime::Busy;
@@ -378,7 +397,7 @@ impl EngineSlot {
             return Bedtime::Work;
         }
         let deadline = e.next_deadline();
-        self.sleep
+        self.idle
             .until
             .store(deadline.unwrap_or(u64::MAX), Ordering::Release);
         Bedtime::Sleep(match deadline {

@@ -316,7 +316,7 @@ impl Context {
         if let Some((stop, handles)) = taken {
             stop.store(true, Ordering::Release);
             for slot in self.dev.engines.iter() {
-                slot.sleep.wake_always();
+                slot.idle.wake_always();
             }
             for h in handles {
                 let _ = h.join();
@@ -531,14 +531,7 @@ impl ProtectionDomain {
         {
             return Err(VerbsError::WrongDevice("a CQ"));
         }
-        // QPN 0 and 1 are the SMI and GSI; 0xFFFFFF is the multicast QPN, which only UD
-        // packets may name (a packet to it is nobody's on RC/UC). None is handed out.
-        let qpn = loop {
-            let n = self.ctx.dev.next_qpn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff;
-            if n > 1 && n != 0xff_ffff {
-                break n;
-            }
-        };
+        let qpn = self.ctx.dev.next_qpn();
         let mut config = QpConfig::new(Qpn::new(qpn), qp_type, self.id);
         config.caps = caps;
         let has_srq = srq.is_some();
@@ -815,7 +808,7 @@ impl QueuePair {
             state = Some(qp.state());
         });
         // A QP moved to RTS (or to ERR, flushing) has frames or completions for the engine.
-        slot.sleep.wake();
+        slot.idle.wake();
         if !found {
             return Err(VerbsError::NoSuchQp(self.shared.qpn));
         }
@@ -891,9 +884,7 @@ impl QueuePair {
                     // The requests leave now, on this thread, rather than when an engine
                     // thread next turns (or, asleep, is woken and scheduled).
                     if slot.sleep_capable() {
-                        e.resume();
-                        e.poll();
-                        slot.after_turn(&mut **e);
+                        slot.app_turn(&mut **e);
                     }
                     return r;
                 }
@@ -911,7 +902,7 @@ impl QueuePair {
             }
             sh.submit(Op::Send(OwnedSend::from_wr(wr)), &slot.doorbells);
         }
-        slot.sleep.wake();
+        slot.idle.wake();
         Ok(())
     }
 
@@ -951,7 +942,7 @@ impl QueuePair {
                 &slot.doorbells,
             );
         }
-        slot.sleep.wake();
+        slot.idle.wake();
         Ok(())
     }
 }

@@ -789,22 +789,7 @@ impl Qp {
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += pkt.frame_len() as u64;
         let op = pkt.repr.bth.opcode;
-        let ok_state = matches!(
-            self.state,
-            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-        );
-        let transport = op.transport();
-        let ours = match (self.qp_type, transport) {
-            (QpType::Rc, crate::wire::Transport::Rc)
-            | (QpType::Uc, crate::wire::Transport::Uc)
-            | (QpType::Ud, crate::wire::Transport::Ud) => true,
-            // Selective-repeat opcodes only between QPs that agreed on placement.
-            (QpType::Rc, crate::wire::Transport::Manufacturer) => {
-                op.is_selective_repeat() && self.resp.ooo.is_some()
-            }
-            _ => false,
-        };
-        if !ok_state || !ours {
+        if !self.admits(op) {
             self.counters.rx_dropped += 1;
             return;
         }
@@ -819,6 +804,32 @@ impl Qp {
         }
     }
 
+    /// True when this QP takes packets with opcode `op` now: a state that receives, and the
+    /// QP's own transport (selective-repeat opcodes only between QPs that agreed on
+    /// placement).
+    fn admits(&self, op: Opcode) -> bool {
+        let ok_state = matches!(
+            self.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        );
+        let ours = match (self.qp_type, op.transport()) {
+            (QpType::Rc, crate::wire::Transport::Rc)
+            | (QpType::Uc, crate::wire::Transport::Uc)
+            | (QpType::Ud, crate::wire::Transport::Ud) => true,
+            (QpType::Rc, crate::wire::Transport::Manufacturer) => {
+                op.is_selective_repeat() && self.resp.ooo.is_some()
+            }
+            _ => false,
+        };
+        ok_state && ours
+    }
+
+    /// The retransmission deadline for a request sent, or progress made, at `now` (`None`
+    /// when the local ACK timeout is infinite).
+    pub(crate) fn ack_deadline(&self, now: u64) -> Option<u64> {
+        self.ack_timeout_ns.map(|t| now + t.get())
+    }
+
     /// A frame for this QP that the parser refused after its BTH ([`RoceRepr::attribute`]).
     /// Who receives it decides what it means: an RC responder answers a malformed request at
     /// the expected PSN with NAK invalid request and enters ERR (IBTA class C), ahead of it
@@ -828,17 +839,7 @@ impl Qp {
     pub fn handle_malformed(&mut self, _now: u64, m: &Malformed) {
         self.counters.rx_packets += 1;
         let op = m.bth.opcode;
-        let ok_state = matches!(
-            self.state,
-            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
-        );
-        let ours = matches!(
-            (self.qp_type, op.transport()),
-            (QpType::Rc, crate::wire::Transport::Rc)
-                | (QpType::Uc, crate::wire::Transport::Uc)
-                | (QpType::Ud, crate::wire::Transport::Ud)
-        );
-        if !ok_state || !ours {
+        if !self.admits(op) {
             self.counters.rx_dropped += 1;
             return;
         }

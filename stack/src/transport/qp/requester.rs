@@ -330,7 +330,7 @@ impl Qp {
                 Ok(n) => {
                     self.counters.retransmitted_packets += 1;
                     if self.req.retry_deadline.is_none() {
-                        self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t.get());
+                        self.req.retry_deadline = self.ack_deadline(now);
                     }
                     Some(n)
                 }
@@ -465,7 +465,7 @@ impl Qp {
             }
         }
         if rc && self.req.retry_deadline.is_none() {
-            self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t.get());
+            self.req.retry_deadline = self.ack_deadline(now);
         }
         Some(n)
     }
@@ -757,6 +757,7 @@ impl Qp {
     }
 
     fn on_progress(&mut self, now: u64) {
+        let deadline = self.ack_deadline(now);
         let req = &mut self.req;
         if let Some(r) = req.responses.as_mut() {
             r.slide(req.una);
@@ -772,11 +773,7 @@ impl Qp {
         req.retries_left = self.attr.retry_cnt;
         req.rnr_retries_left = self.attr.rnr_retry;
         req.recovering = None;
-        req.retry_deadline = if req.una != req.nxt {
-            self.ack_timeout_ns.map(|t| now + t.get())
-        } else {
-            None
-        };
+        req.retry_deadline = if req.una != req.nxt { deadline } else { None };
         if req.cursor_psn().before(req.una) {
             let una = req.una;
             req.rewind_to(una);
@@ -792,7 +789,7 @@ impl Qp {
         self.req.recovering = Some(una);
         let r = self.recovery.on_sequence_error(una, self.req.window());
         self.retransmit(r);
-        self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t.get());
+        self.req.retry_deadline = self.ack_deadline(now);
     }
 
     /// A selective acknowledgement: cumulative up to `psn`, plus which later PSNs arrived, a
@@ -838,7 +835,7 @@ impl Qp {
                 self.req.push_rtx(sack.lost);
             }
             if self.req.retry_deadline.is_none() {
-                self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t.get());
+                self.req.retry_deadline = self.ack_deadline(now);
             }
         }
         if sack.flags & SackEthRepr::AVOID != 0 {
@@ -940,7 +937,7 @@ impl Qp {
                 }
                 let r = self.recovery.on_sequence_error(psn, self.req.window());
                 self.retransmit(r);
-                self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t.get());
+                self.req.retry_deadline = self.ack_deadline(now);
             }
             NakCode::InvalidRequest => {
                 self.counters.req_remote_invalid_request += 1;
@@ -1118,7 +1115,7 @@ impl Qp {
         self.req.recovering = None;
         let r = self.recovery.on_timeout(self.req.window());
         self.retransmit(r);
-        self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t.get());
+        self.req.retry_deadline = self.ack_deadline(now);
     }
 }
 

@@ -368,9 +368,6 @@ impl Qp {
             QpType::Ud => self.counters.rx_dropped += 1,
             QpType::Uc => {
                 // Whatever its PSN, it cannot continue or start a message.
-                if self.resp.msg.is_some() {
-                    self.counters.rx_dropped += 1;
-                }
                 self.resp.abort_msg();
                 self.resp.epsn = psn.add(1);
             }

@@ -286,7 +286,7 @@ impl Qp {
             }
         }
         if !report.lost.is_empty() && self.req.retry_deadline.is_none() {
-            self.req.retry_deadline = self.ack_timeout_ns.map(|t| now + t.get());
+            self.req.retry_deadline = self.ack_deadline(now);
         }
         let una = self.req.una;
         let _: Acked = self.ack_through(now, una);
