@@ -5,7 +5,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ferroce_stack::transport::SplitFrame;
+use ferroce_stack::wire::{Span, SplitFrame};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
 use pcap_file::{DataLink, Endianness, TsResolution};
 
@@ -211,7 +211,7 @@ impl<P: Port, W: Write> Port for PcapTee<P, W> {
         })
     }
 
-    fn tx_split(&mut self, head: &[u8], frame: &SplitFrame<'_>) -> Result<(), TxError> {
+    fn tx_split<S: Span>(&mut self, head: &[u8], frame: &SplitFrame<S>) -> Result<(), TxError> {
         if self.direction != Direction::Rx && self.error.is_none() {
             let ts = self.inner.now_ns();
             let mut copy = std::mem::take(&mut self.scratch);

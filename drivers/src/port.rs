@@ -1,7 +1,7 @@
 //! The one seam between the stack and a NIC queue.
 
-use ferroce_stack::transport::SplitFrame;
 use ferroce_stack::wire::{Checks, MacAddr};
+use ferroce_stack::wire::{Span, SplitFrame};
 
 /// Whether the port's link is up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -70,7 +70,7 @@ pub trait Port {
     /// payload where it lies in registered memory, then the frame's tail (zero-copy
     /// transmit). The default copies the pieces into a frame; a port that can gather (see
     /// [`PortCapabilities::tx_split_min`]) sends the payload in place.
-    fn tx_split(&mut self, head: &[u8], frame: &SplitFrame<'_>) -> Result<(), TxError> {
+    fn tx_split<S: Span>(&mut self, head: &[u8], frame: &SplitFrame<S>) -> Result<(), TxError> {
         self.tx(frame.len(), |buf| frame.copy_to(head, buf))
     }
 

@@ -7,6 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use ferroce_drivers::pcap::{Direction, PcapTee};
 use ferroce_drivers::sim::*;
 use ferroce_drivers::{LinkState, Port};
+use ferroce_stack::switch::{HookCtx, SwitchHook, Verdict};
 use ferroce_stack::wire::sample::{sample_frame, sample_repr, SampleAddr};
 use ferroce_stack::wire::{Checks, MacAddr, Opcode, Psn, RoceRepr};
 

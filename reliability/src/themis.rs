@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use ferroce_drivers::sim::{HookCtx, SwitchHook, Verdict};
+use ferroce_stack::switch::{HookCtx, SwitchHook, Verdict};
 use ferroce_stack::wire::{Checks, IpRepr, NakCode, Opcode, Psn, RoceRepr, Syndrome, Transport};
 
 /// The BTH byte-4 bit Themis-D sets on a NACK to tell Themis-S to avoid a path.

@@ -5,5 +5,6 @@
 //! and the simulated fabric.
 #![warn(missing_docs)]
 
+pub mod switch;
 pub mod transport;
 pub mod wire;

@@ -14,8 +14,8 @@
 //! Everything here is plain byte work, so it is tested without sockets; the port does the
 //! system calls.
 
-use ferroce_stack::transport::SplitFrame;
 use ferroce_stack::wire::internet_checksum;
+use ferroce_stack::wire::{Span, SplitFrame};
 
 /// Bytes of `struct virtio_net_hdr`, which leads every frame once PACKET_VNET_HDR is set.
 pub(crate) const VNET_HDR_LEN: usize = 10;
@@ -193,7 +193,7 @@ impl Batch {
     /// any frame; a batch with packets takes only the next packet of the same flow, as long
     /// as its own, with the next identification, while the datagram stays under 64 KiB —
     /// else `false`, and the caller sends the batch and pushes again.
-    pub(crate) fn push(&mut self, head: &[u8], frame: &SplitFrame<'_>) -> bool {
+    pub(crate) fn push<S: Span>(&mut self, head: &[u8], frame: &SplitFrame<S>) -> bool {
         let head = &head[..frame.head_len];
         if self.segs == 0 {
             self.lay = layout(head);
@@ -239,7 +239,7 @@ impl Batch {
         self.end += b.len();
     }
 
-    fn add(&mut self, transport_head: &[u8], frame: &SplitFrame<'_>) {
+    fn add<S: Span>(&mut self, transport_head: &[u8], frame: &SplitFrame<S>) {
         self.own(transport_head);
         for s in &frame.payload {
             s.copy_to(&mut self.buf[self.end..self.end + s.len()]);
@@ -534,7 +534,7 @@ mod tests {
                 break;
             }
         }
-        let sf = |i: usize| SplitFrame {
+        let sf = |i: usize| SplitFrame::<&[u8]> {
             head_len: heads[i].0.len(),
             payload: Default::default(),
             tail: heads[i].1,
@@ -581,7 +581,7 @@ mod tests {
         fn push_never_panics(heads in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..120), 1..8)) {
             let mut b = Batch::default();
             for h in &heads {
-                let f = SplitFrame { head_len: h.len(), payload: Default::default(), tail: [0; 7], tail_len: 0 };
+                let f = SplitFrame::<&[u8]> { head_len: h.len(), payload: Default::default(), tail: [0; 7], tail_len: 0 };
                 if !b.push(h, &f) {
                     let _ = datagram(&mut b);
                     b.clear();

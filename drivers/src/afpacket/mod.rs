@@ -26,7 +26,7 @@ use crate::port::{LinkState, Port, PortCapabilities, TxError};
 mod gso;
 mod ring;
 
-use ferroce_stack::transport::SplitFrame;
+use ferroce_stack::wire::{Span, SplitFrame};
 use gso::{Batch, GSO_UDP_L4, VNET_HDR_LEN};
 use ring::Rings;
 
@@ -494,7 +494,7 @@ impl Port for AfPacketPort {
         Ok(())
     }
 
-    fn tx_split(&mut self, head: &[u8], frame: &SplitFrame<'_>) -> Result<(), TxError> {
+    fn tx_split<S: Span>(&mut self, head: &[u8], frame: &SplitFrame<S>) -> Result<(), TxError> {
         let max = self.mtu + 18;
         let Some((fd, batch)) = &mut self.batch else {
             return self.tx(frame.len(), |buf| frame.copy_to(head, buf));

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam::queue::ArrayQueue;
-use ferroce_stack::transport::SplitFrame;
+use ferroce_stack::wire::{Span, SplitFrame};
 use ferroce_stack::wire::{ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_VLAN, ROCEV2_PORT};
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{self, DeviceCapabilities, Medium};
@@ -258,7 +258,7 @@ impl<P: Port> Port for ControlPlane<P> {
         self.inner.tx(len, fill)
     }
 
-    fn tx_split(&mut self, head: &[u8], frame: &SplitFrame<'_>) -> Result<(), TxError> {
+    fn tx_split<S: Span>(&mut self, head: &[u8], frame: &SplitFrame<S>) -> Result<(), TxError> {
         self.inner.tx_split(head, frame)
     }
 
@@ -298,7 +298,7 @@ impl<P: Port> Port for ControlFeed<P> {
         self.inner.tx(len, fill)
     }
 
-    fn tx_split(&mut self, head: &[u8], frame: &SplitFrame<'_>) -> Result<(), TxError> {
+    fn tx_split<S: Span>(&mut self, head: &[u8], frame: &SplitFrame<S>) -> Result<(), TxError> {
         self.inner.tx_split(head, frame)
     }
 

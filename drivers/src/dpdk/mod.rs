@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use ferroce_stack::wire::{Checks, MacAddr, ROCEV2_PORT};
 
-use ferroce_stack::transport::SplitFrame;
+use ferroce_stack::wire::{Span, SplitFrame};
 
 use crate::mapped::MappedChunks;
 use crate::port::{LinkState, MapError, Port, PortCapabilities, TxError};
@@ -479,7 +479,7 @@ impl Port for DpdkPort {
         Ok(())
     }
 
-    fn tx_split(&mut self, head: &[u8], frame: &SplitFrame<'_>) -> Result<(), TxError> {
+    fn tx_split<S: Span>(&mut self, head: &[u8], frame: &SplitFrame<S>) -> Result<(), TxError> {
         let len = frame.len();
         let max = self.mtu + 18;
         if len > max {

@@ -21,12 +21,13 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use ferroce_stack::switch::{HookCtx, SwitchHook, Verdict};
 use ferroce_stack::wire::{Checks, MacAddr};
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
 pub use link::{LinkModel, LinkStats, Loss, WIRE_OVERHEAD};
-pub use switch::{EcmpHash, FlowKey, HookCtx, SwitchHook, SwitchStats, Verdict};
+pub use switch::{EcmpHash, FlowKey, SwitchStats};
 
 use crate::{LinkState, Port, PortCapabilities, TxError};
 use link::Channel;

@@ -42,7 +42,7 @@ pub use recovery::{
 };
 pub use srq::Srq;
 pub use state::{check_modify, required_mask, AttrMask, ModifyError, QpState, QpType};
-pub use tx::{SplitFrame, TxOut};
+pub use tx::TxOut;
 pub use wr::{
     Payload, PostError, RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
     WorkCompletion, WrOpcode,

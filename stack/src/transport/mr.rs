@@ -14,6 +14,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crate::wire::Span;
+
 /// Access rights of a region, with libibverbs' `IBV_ACCESS_*` bit values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Access(pub u32);
@@ -148,27 +150,19 @@ pub struct MemSpan<'a> {
     _table: core::marker::PhantomData<&'a MrTable>,
 }
 
-impl MemSpan<'_> {
-    /// Where the bytes are, for a driver that hands them to a NIC (an external mbuf). The
-    /// address stays valid while the region is registered; a NIC that reads it after the
-    /// transmit call returns relies on the application keeping the memory until the work
-    /// request completes, as with any RNIC.
-    pub fn as_ptr(&self) -> *const u8 {
+impl Span for MemSpan<'_> {
+    /// The address stays valid while the region is registered; a NIC that reads it after
+    /// the transmit call returns (an external mbuf) relies on the application keeping the
+    /// memory until the work request completes, as with any RNIC.
+    fn as_ptr(&self) -> *const u8 {
         self.ptr
     }
 
-    /// Bytes in the span.
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.len
     }
 
-    /// True for an empty span.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Copies the span into `out`, which is exactly as long.
-    pub fn copy_to(&self, out: &mut [u8]) {
+    fn copy_to(&self, out: &mut [u8]) {
         assert_eq!(
             out.len(),
             self.len,
@@ -180,7 +174,9 @@ impl MemSpan<'_> {
             unsafe { copy_bytes(self.ptr, out.as_mut_ptr(), self.len) };
         }
     }
+}
 
+impl MemSpan<'_> {
     /// Feeds the span to an ICRC.
     pub fn icrc_update(&self, crc: &mut crate::wire::icrc::IcrcState) {
         if self.len > 0 {

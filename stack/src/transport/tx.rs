@@ -9,7 +9,7 @@
 use smallvec::SmallVec;
 
 use super::mr::MemSpan;
-use crate::wire::{icrc::IcrcState, RoceRepr};
+use crate::wire::{icrc::IcrcState, RoceRepr, SplitFrame};
 
 /// One frame from the transport.
 #[derive(Debug)]
@@ -18,7 +18,7 @@ pub enum TxOut<'m> {
     Whole(usize),
     /// The frame is the caller's buffer's first `head_len` bytes, then `payload`, then
     /// `tail`.
-    Split(SplitFrame<'m>),
+    Split(SplitFrame<MemSpan<'m>>),
 }
 
 impl TxOut<'_> {
@@ -33,45 +33,6 @@ impl TxOut<'_> {
     /// Never true: a frame has headers.
     pub fn is_empty(&self) -> bool {
         false
-    }
-}
-
-/// A frame in pieces: headers in the caller's buffer, payload in registered memory, pad and
-/// ICRC in `tail`.
-#[derive(Debug)]
-pub struct SplitFrame<'m> {
-    /// Header bytes at the front of the caller's buffer.
-    pub head_len: usize,
-    /// The payload, in order; borrowed from the memory table, so no region can be
-    /// deregistered while the frame is being queued.
-    pub payload: SmallVec<[MemSpan<'m>; 2]>,
-    /// Pad bytes and the ICRC: the first `tail_len` bytes.
-    pub tail: [u8; 7],
-    /// Bytes of `tail` in use.
-    pub tail_len: usize,
-}
-
-impl SplitFrame<'_> {
-    /// Bytes of the frame.
-    pub fn len(&self) -> usize {
-        self.head_len + self.payload.iter().map(MemSpan::len).sum::<usize>() + self.tail_len
-    }
-
-    /// Never true: a frame has headers.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
-    /// Copies the frame into `out` (exactly [`len`](Self::len) bytes): what a port without
-    /// multi-segment transmit does.
-    pub fn copy_to(&self, head: &[u8], out: &mut [u8]) {
-        out[..self.head_len].copy_from_slice(&head[..self.head_len]);
-        let mut at = self.head_len;
-        for s in &self.payload {
-            s.copy_to(&mut out[at..at + s.len()]);
-            at += s.len();
-        }
-        out[at..at + self.tail_len].copy_from_slice(&self.tail[..self.tail_len]);
     }
 }
 

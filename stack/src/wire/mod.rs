@@ -21,6 +21,7 @@ mod ip;
 mod opcode;
 mod roce;
 pub mod sample;
+mod split;
 mod udp;
 
 pub use bth::{BthPacket, BthRepr, Msn, Psn, Qpn, BTH_LEN, DEFAULT_PKEY};
@@ -41,4 +42,5 @@ pub use ip::{
 };
 pub use opcode::{Headers, Opcode, OpcodeInfo, Position, Transport};
 pub use roce::{pad_for, Checks, ExtHeaders, Malformed, RocePacket, RoceRepr};
+pub use split::{Span, SplitFrame};
 pub use udp::{UdpPacket, UdpRepr, ROCEV2_PORT, UDP_LEN};
