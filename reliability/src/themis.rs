@@ -65,63 +65,30 @@ impl Default for ThemisConfig {
     }
 }
 
-macro_rules! themis_stats {
-    ($($(#[$m:meta])* $name:ident,)+) => {
-        /// What one ToR's Themis did.
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-        pub struct ThemisStats {
-            $( $(#[$m])* pub $name: u64, )+
-        }
-
-        impl ThemisStats {
-            /// Every counter with its name, for reports.
-            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
-                [$((stringify!($name), self.$name)),+].into_iter()
-            }
-
-            /// Adds `o` into `self` (several ToRs into one report).
-            pub fn accumulate(&mut self, o: &Self) {
-                $( self.$name += o.$name; )+
-            }
-        }
-
-        /// The live counters of a hook the fabric owns: atomics, so counting costs no lock
-        /// per frame.
-        #[derive(Debug, Default)]
-        pub struct SharedStats {
-            $( $name: AtomicU64, )+
-        }
-
-        impl SharedStats {
-            /// The counters now.
-            pub fn snapshot(&self) -> ThemisStats {
-                ThemisStats { $( $name: self.$name.load(Ordering::Relaxed), )+ }
-            }
-        }
-    };
-}
-
-themis_stats! {
-    /// Requests Themis-S steered by PSN.
-    sprayed,
-    /// Retransmissions sent away from their designated path.
-    rerouted,
-    /// Requests moved off a path under avoidance.
-    avoided,
-    /// NACKs passed as valid.
-    nacks_valid,
-    /// NACKs dropped as invalid (their PSN had reached the host).
-    nacks_invalid,
-    /// NACKs stashed as undetermined.
-    nacks_stashed,
-    /// Stashed NACKs released because a later PSN on their path arrived.
-    stash_released,
-    /// Stashed NACKs discarded because their PSN arrived (or a later NACK replaced them).
-    stash_discarded,
-    /// Stashed NACKs released with the path-avoidance signal.
-    avoidance_signals,
-    /// Path-avoidance signals Themis-S acted on.
-    paths_avoided,
+ferroce_stack::counter_set! {
+    /// What one ToR's Themis did; the hook counts into [`SharedStats`].
+    pub struct ThemisStats, atomic SharedStats {
+        /// Requests Themis-S steered by PSN.
+        sprayed,
+        /// Retransmissions sent away from their designated path.
+        rerouted,
+        /// Requests moved off a path under avoidance.
+        avoided,
+        /// NACKs passed as valid.
+        nacks_valid,
+        /// NACKs dropped as invalid (their PSN had reached the host).
+        nacks_invalid,
+        /// NACKs stashed as undetermined.
+        nacks_stashed,
+        /// Stashed NACKs released because a later PSN on their path arrived.
+        stash_released,
+        /// Stashed NACKs discarded because their PSN arrived (or a later NACK replaced them).
+        stash_discarded,
+        /// Stashed NACKs released with the path-avoidance signal.
+        avoidance_signals,
+        /// Path-avoidance signals Themis-S acted on.
+        paths_avoided,
+    }
 }
 
 fn bump(counter: &AtomicU64) {

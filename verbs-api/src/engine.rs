@@ -23,60 +23,39 @@ use crate::timer::TimerWheel;
 /// Frames taken from the port per receive burst.
 pub const RX_BURST: usize = 32;
 
-/// Declares [`PortCounters`] once: each field with the name reports give it.
-macro_rules! port_counters {
-    ($($(#[$m:meta])* $field:ident => $name:literal,)+) => {
-        /// Port-level counters (the per-QP ones are the transport's).
-        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-        pub struct PortCounters {
-            $( $(#[$m])* pub $field: u64, )+
-        }
-
-        impl PortCounters {
-            /// Every counter with its name.
-            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
-                [$(($name, self.$field)),+].into_iter()
-            }
-
-            /// Adds `o`'s counts to these (the engines of one device make one port's
-            /// counters).
-            pub fn accumulate(&mut self, o: &Self) {
-                $( self.$field += o.$field; )+
-            }
-        }
-    };
-}
-
-port_counters! {
-    /// Frames received.
-    rx_frames => "rx_frames",
-    /// Bytes received.
-    rx_bytes => "rx_bytes",
-    /// Frames sent.
-    tx_frames => "tx_frames",
-    /// Bytes sent.
-    tx_bytes => "tx_bytes",
-    /// Frames that were not valid RoCEv2 (any parse or ICRC error).
-    rx_malformed => "rx_malformed",
-    /// Of those, frames whose ICRC was wrong (Linux: `rx_icrc_encapsulated`).
-    rx_icrc_errors => "rx_icrc_encapsulated",
-    /// Valid frames for a QP number this device does not have.
-    rx_unknown_qp => "rx_unknown_qp",
-    /// Frames the port refused to send (link down, ring full).
-    tx_errors => "tx_errors",
-    /// Of the frames sent, those whose payload left from registered memory in place.
-    tx_zero_copy => "tx_zero_copy",
-    /// Frames received on this engine's queue for a QP of another engine of the device,
-    /// handed over to it (a multi-queue device: the port's receive-side scaling picks the
-    /// queue from addresses and UDP ports, not from the destination QP).
-    rx_forwarded => "rx_forwarded",
-    /// Of those, frames dropped because the other engine's inbox was full.
-    rx_forward_drops => "rx_forward_drops",
-    /// Times the engine thread slept, idle, on the port's descriptor.
-    engine_sleeps => "engine_sleeps",
-    /// Sleeps that ran to their longest allowed length although work waited: something
-    /// that needed the engine did not wake it. Zero unless a wakeup is missing.
-    engine_missed_wakeups => "engine_missed_wakeups",
+ferroce_stack::counter_set! {
+    /// Port-level counters (the per-QP ones are the transport's).
+    pub struct PortCounters {
+        /// Frames received.
+        rx_frames,
+        /// Bytes received.
+        rx_bytes,
+        /// Frames sent.
+        tx_frames,
+        /// Bytes sent.
+        tx_bytes,
+        /// Frames that were not valid RoCEv2 (any parse or ICRC error).
+        rx_malformed,
+        /// Of those, frames whose ICRC was wrong (Linux: `rx_icrc_encapsulated`).
+        rx_icrc_errors => "rx_icrc_encapsulated",
+        /// Valid frames for a QP number this device does not have.
+        rx_unknown_qp,
+        /// Frames the port refused to send (link down, ring full).
+        tx_errors,
+        /// Of the frames sent, those whose payload left from registered memory in place.
+        tx_zero_copy,
+        /// Frames received on this engine's queue for a QP of another engine of the device,
+        /// handed over to it (a multi-queue device: the port's receive-side scaling picks the
+        /// queue from addresses and UDP ports, not from the destination QP).
+        rx_forwarded,
+        /// Of those, frames dropped because the other engine's inbox was full.
+        rx_forward_drops,
+        /// Times the engine thread slept, idle, on the port's descriptor.
+        engine_sleeps,
+        /// Sleeps that ran to their longest allowed length although work waited: something
+        /// that needed the engine did not wake it. Zero unless a wakeup is missing.
+        engine_missed_wakeups,
+    }
 }
 
 /// Frames an engine's inbox holds for it from the other engines of its device.
