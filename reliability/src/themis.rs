@@ -182,7 +182,7 @@ impl ThemisTor {
         if bth.opcode.transport() != Transport::Rc && !placed {
             return None;
         }
-        let response = !placed && (0x0d..=0x12).contains(&(bth.opcode.0 & 0x1f));
+        let response = !placed && bth.opcode.is_response();
         let nak = bth.opcode == Opcode::RC_ACKNOWLEDGE
             && pkt.repr.ext.aeth.is_some_and(|a| {
                 Syndrome::from_byte(a.syndrome) == Syndrome::Nak(NakCode::PsnSequenceError)

@@ -40,7 +40,7 @@ pub use ip::{
     internet_checksum, Ecn, IpRepr, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, IPV4_LEN, IPV6_LEN,
     IP_PROTO_UDP,
 };
-pub use opcode::{Headers, Opcode, OpcodeInfo, Position, Transport};
+pub use opcode::{Headers, Kind, Opcode, OpcodeInfo, Position, Suffix, Transport};
 pub use roce::{pad_for, Checks, ExtHeaders, Malformed, RocePacket, RoceRepr};
 pub use split::{Span, SplitFrame};
 pub use udp::{UdpPacket, UdpRepr, ROCEV2_PORT, UDP_LEN};

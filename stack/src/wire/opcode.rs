@@ -46,6 +46,57 @@ pub enum Position {
     Only,
 }
 
+/// What a packet asks for or answers, whatever its transport and its place in the message:
+/// the operation column of IBTA's opcode table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// SEND (with or without immediate or invalidate).
+    Send,
+    /// RDMA WRITE (with or without immediate).
+    Write,
+    /// RDMA READ request.
+    ReadRequest,
+    /// RDMA READ response.
+    ReadResponse,
+    /// ACKNOWLEDGE: an ACK, NAK or RNR NAK by its AETH syndrome.
+    Acknowledge,
+    /// ATOMIC ACKNOWLEDGE.
+    AtomicAcknowledge,
+    /// CMP_SWP.
+    CompareSwap,
+    /// FETCH_ADD.
+    FetchAdd,
+    /// Congestion notification.
+    Cnp,
+}
+
+impl Kind {
+    /// True for what a requester receives: READ responses and (atomic) acknowledgements.
+    pub const fn is_response(self) -> bool {
+        matches!(
+            self,
+            Self::ReadResponse | Self::Acknowledge | Self::AtomicAcknowledge
+        )
+    }
+
+    /// True for CMP_SWP and FETCH_ADD.
+    pub const fn is_atomic(self) -> bool {
+        matches!(self, Self::CompareSwap | Self::FetchAdd)
+    }
+}
+
+/// What the last packet of a message carries beside its payload (the `_WITH_IMMEDIATE` and
+/// `_WITH_INVALIDATE` opcodes); follows from the headers, ImmDt or IETH.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Suffix {
+    /// Neither.
+    Plain,
+    /// Immediate data (ImmDt).
+    Immediate,
+    /// An rkey to invalidate (IETH).
+    Invalidate,
+}
+
 /// A set of extension headers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Headers(u16);
@@ -134,10 +185,14 @@ pub struct OpcodeInfo {
     pub payload: bool,
     /// Where the packet sits in its message.
     pub position: Position,
+    /// What it asks for or answers.
+    pub kind: Kind,
+    /// Immediate data or an invalidation, from the headers.
+    pub suffix: Suffix,
 }
 
 macro_rules! opcodes {
-    ($( $(#[$m:meta])* $konst:ident = $val:literal, $pos:ident, $payload:literal, [$($h:ident),*] );+ $(;)?) => {
+    ($( $(#[$m:meta])* $konst:ident = $val:literal, $kind:ident, $pos:ident, $payload:literal, [$($h:ident),*] );+ $(;)?) => {
         impl Opcode {
             $(
                 $(#[$m])*
@@ -154,6 +209,8 @@ macro_rules! opcodes {
                         headers: Headers::NONE $(.with(Headers::$h))*,
                         payload: $payload,
                         position: Position::$pos,
+                        kind: Kind::$kind,
+                        suffix: suffix_of(Headers::NONE $(.with(Headers::$h))*),
                     }),
                 )+
                 _ => None,
@@ -164,97 +221,97 @@ macro_rules! opcodes {
 
 opcodes! {
     /// RC SEND, first packet.
-    RC_SEND_FIRST = 0x00, First, true, [];
+    RC_SEND_FIRST = 0x00, Send, First, true, [];
     /// RC SEND, middle packet.
-    RC_SEND_MIDDLE = 0x01, Middle, true, [];
+    RC_SEND_MIDDLE = 0x01, Send, Middle, true, [];
     /// RC SEND, last packet.
-    RC_SEND_LAST = 0x02, Last, true, [];
+    RC_SEND_LAST = 0x02, Send, Last, true, [];
     /// RC SEND with immediate, last packet.
-    RC_SEND_LAST_WITH_IMMEDIATE = 0x03, Last, true, [IMM_DT];
+    RC_SEND_LAST_WITH_IMMEDIATE = 0x03, Send, Last, true, [IMM_DT];
     /// RC SEND in one packet.
-    RC_SEND_ONLY = 0x04, Only, true, [];
+    RC_SEND_ONLY = 0x04, Send, Only, true, [];
     /// RC SEND with immediate in one packet.
-    RC_SEND_ONLY_WITH_IMMEDIATE = 0x05, Only, true, [IMM_DT];
+    RC_SEND_ONLY_WITH_IMMEDIATE = 0x05, Send, Only, true, [IMM_DT];
     /// RC WRITE, first packet.
-    RC_RDMA_WRITE_FIRST = 0x06, First, true, [RETH];
+    RC_RDMA_WRITE_FIRST = 0x06, Write, First, true, [RETH];
     /// RC WRITE, middle packet.
-    RC_RDMA_WRITE_MIDDLE = 0x07, Middle, true, [];
+    RC_RDMA_WRITE_MIDDLE = 0x07, Write, Middle, true, [];
     /// RC WRITE, last packet.
-    RC_RDMA_WRITE_LAST = 0x08, Last, true, [];
+    RC_RDMA_WRITE_LAST = 0x08, Write, Last, true, [];
     /// RC WRITE with immediate, last packet.
-    RC_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0x09, Last, true, [IMM_DT];
+    RC_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0x09, Write, Last, true, [IMM_DT];
     /// RC WRITE in one packet.
-    RC_RDMA_WRITE_ONLY = 0x0a, Only, true, [RETH];
+    RC_RDMA_WRITE_ONLY = 0x0a, Write, Only, true, [RETH];
     /// RC WRITE with immediate in one packet.
-    RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0x0b, Only, true, [RETH, IMM_DT];
+    RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0x0b, Write, Only, true, [RETH, IMM_DT];
     /// RC READ request.
-    RC_RDMA_READ_REQUEST = 0x0c, Only, false, [RETH];
+    RC_RDMA_READ_REQUEST = 0x0c, ReadRequest, Only, false, [RETH];
     /// RC READ response, first packet.
-    RC_RDMA_READ_RESPONSE_FIRST = 0x0d, First, true, [AETH];
+    RC_RDMA_READ_RESPONSE_FIRST = 0x0d, ReadResponse, First, true, [AETH];
     /// RC READ response, middle packet (no AETH).
-    RC_RDMA_READ_RESPONSE_MIDDLE = 0x0e, Middle, true, [];
+    RC_RDMA_READ_RESPONSE_MIDDLE = 0x0e, ReadResponse, Middle, true, [];
     /// RC READ response, last packet.
-    RC_RDMA_READ_RESPONSE_LAST = 0x0f, Last, true, [AETH];
+    RC_RDMA_READ_RESPONSE_LAST = 0x0f, ReadResponse, Last, true, [AETH];
     /// RC READ response in one packet.
-    RC_RDMA_READ_RESPONSE_ONLY = 0x10, Only, true, [AETH];
+    RC_RDMA_READ_RESPONSE_ONLY = 0x10, ReadResponse, Only, true, [AETH];
     /// RC acknowledgement (ACK, NAK or RNR NAK by syndrome).
-    RC_ACKNOWLEDGE = 0x11, Only, false, [AETH];
+    RC_ACKNOWLEDGE = 0x11, Acknowledge, Only, false, [AETH];
     /// RC atomic acknowledgement, carrying the original data.
-    RC_ATOMIC_ACKNOWLEDGE = 0x12, Only, false, [AETH, ATOMIC_ACK_ETH];
+    RC_ATOMIC_ACKNOWLEDGE = 0x12, AtomicAcknowledge, Only, false, [AETH, ATOMIC_ACK_ETH];
     /// RC compare-and-swap.
-    RC_COMPARE_SWAP = 0x13, Only, false, [ATOMIC_ETH];
+    RC_COMPARE_SWAP = 0x13, CompareSwap, Only, false, [ATOMIC_ETH];
     /// RC fetch-and-add.
-    RC_FETCH_ADD = 0x14, Only, false, [ATOMIC_ETH];
+    RC_FETCH_ADD = 0x14, FetchAdd, Only, false, [ATOMIC_ETH];
     /// RC SEND with invalidate, last packet.
-    RC_SEND_LAST_WITH_INVALIDATE = 0x16, Last, true, [IETH];
+    RC_SEND_LAST_WITH_INVALIDATE = 0x16, Send, Last, true, [IETH];
     /// RC SEND with invalidate in one packet.
-    RC_SEND_ONLY_WITH_INVALIDATE = 0x17, Only, true, [IETH];
+    RC_SEND_ONLY_WITH_INVALIDATE = 0x17, Send, Only, true, [IETH];
     /// UC SEND, first packet.
-    UC_SEND_FIRST = 0x20, First, true, [];
+    UC_SEND_FIRST = 0x20, Send, First, true, [];
     /// UC SEND, middle packet.
-    UC_SEND_MIDDLE = 0x21, Middle, true, [];
+    UC_SEND_MIDDLE = 0x21, Send, Middle, true, [];
     /// UC SEND, last packet.
-    UC_SEND_LAST = 0x22, Last, true, [];
+    UC_SEND_LAST = 0x22, Send, Last, true, [];
     /// UC SEND with immediate, last packet.
-    UC_SEND_LAST_WITH_IMMEDIATE = 0x23, Last, true, [IMM_DT];
+    UC_SEND_LAST_WITH_IMMEDIATE = 0x23, Send, Last, true, [IMM_DT];
     /// UC SEND in one packet.
-    UC_SEND_ONLY = 0x24, Only, true, [];
+    UC_SEND_ONLY = 0x24, Send, Only, true, [];
     /// UC SEND with immediate in one packet.
-    UC_SEND_ONLY_WITH_IMMEDIATE = 0x25, Only, true, [IMM_DT];
+    UC_SEND_ONLY_WITH_IMMEDIATE = 0x25, Send, Only, true, [IMM_DT];
     /// UC WRITE, first packet.
-    UC_RDMA_WRITE_FIRST = 0x26, First, true, [RETH];
+    UC_RDMA_WRITE_FIRST = 0x26, Write, First, true, [RETH];
     /// UC WRITE, middle packet.
-    UC_RDMA_WRITE_MIDDLE = 0x27, Middle, true, [];
+    UC_RDMA_WRITE_MIDDLE = 0x27, Write, Middle, true, [];
     /// UC WRITE, last packet.
-    UC_RDMA_WRITE_LAST = 0x28, Last, true, [];
+    UC_RDMA_WRITE_LAST = 0x28, Write, Last, true, [];
     /// UC WRITE with immediate, last packet.
-    UC_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0x29, Last, true, [IMM_DT];
+    UC_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0x29, Write, Last, true, [IMM_DT];
     /// UC WRITE in one packet.
-    UC_RDMA_WRITE_ONLY = 0x2a, Only, true, [RETH];
+    UC_RDMA_WRITE_ONLY = 0x2a, Write, Only, true, [RETH];
     /// UC WRITE with immediate in one packet.
-    UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0x2b, Only, true, [RETH, IMM_DT];
+    UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0x2b, Write, Only, true, [RETH, IMM_DT];
     /// UD SEND (always one packet).
-    UD_SEND_ONLY = 0x64, Only, true, [DETH];
+    UD_SEND_ONLY = 0x64, Send, Only, true, [DETH];
     /// UD SEND with immediate.
-    UD_SEND_ONLY_WITH_IMMEDIATE = 0x65, Only, true, [DETH, IMM_DT];
+    UD_SEND_ONLY_WITH_IMMEDIATE = 0x65, Send, Only, true, [DETH, IMM_DT];
     /// RoCEv2 congestion notification packet (Annex A17.9.3).
-    CNP = 0x81, Only, false, [CNP_RESERVED];
+    CNP = 0x81, Cnp, Only, false, [CNP_RESERVED];
     /// ferroce selective repeat: RC WRITE first packet, with its own placement (RETH: this
     /// packet's address, the rkey, the whole message's length), so it can land out of order.
-    SR_RDMA_WRITE_FIRST = 0xc6, First, true, [RETH];
+    SR_RDMA_WRITE_FIRST = 0xc6, Write, First, true, [RETH];
     /// ferroce selective repeat: RC WRITE middle packet with its placement.
-    SR_RDMA_WRITE_MIDDLE = 0xc7, Middle, true, [RETH];
+    SR_RDMA_WRITE_MIDDLE = 0xc7, Write, Middle, true, [RETH];
     /// ferroce selective repeat: RC WRITE last packet with its placement.
-    SR_RDMA_WRITE_LAST = 0xc8, Last, true, [RETH];
+    SR_RDMA_WRITE_LAST = 0xc8, Write, Last, true, [RETH];
     /// ferroce selective repeat: RC WRITE with immediate, last packet, with its placement.
-    SR_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0xc9, Last, true, [RETH, IMM_DT];
+    SR_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0xc9, Write, Last, true, [RETH, IMM_DT];
     /// ferroce selective repeat: RC WRITE in one packet.
-    SR_RDMA_WRITE_ONLY = 0xca, Only, true, [RETH];
+    SR_RDMA_WRITE_ONLY = 0xca, Write, Only, true, [RETH];
     /// ferroce selective repeat: RC WRITE with immediate in one packet.
-    SR_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0xcb, Only, true, [RETH, IMM_DT];
+    SR_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0xcb, Write, Only, true, [RETH, IMM_DT];
     /// ferroce selective repeat: cumulative acknowledgement (BTH PSN, AETH) plus the
     /// arrival map and loss report of a SackETH.
-    SR_ACKNOWLEDGE = 0xd1, Only, false, [AETH, SACK_ETH];
+    SR_ACKNOWLEDGE = 0xd1, Acknowledge, Only, false, [AETH, SACK_ETH];
 }
 
 const fn transport_of(op: u8) -> Transport {
@@ -266,6 +323,16 @@ const fn transport_of(op: u8) -> Transport {
         4 => Transport::Cnp,
         5 => Transport::Xrc,
         _ => Transport::Manufacturer,
+    }
+}
+
+const fn suffix_of(h: Headers) -> Suffix {
+    if h.contains(Headers::IMM_DT) {
+        Suffix::Immediate
+    } else if h.contains(Headers::IETH) {
+        Suffix::Invalidate
+    } else {
+        Suffix::Plain
     }
 }
 
@@ -294,7 +361,61 @@ static TABLE: [Option<OpcodeInfo>; 256] = {
     t
 };
 
+const KINDS: usize = Kind::Cnp as usize + 1;
+
+/// Where [`COMPOSED`] keeps the opcode of a (transport, kind, position, suffix).
+const fn composed_index(t: Transport, k: Kind, p: Position, s: Suffix) -> usize {
+    ((t as usize * KINDS + k as usize) * 4 + p as usize) * 3 + s as usize
+}
+
+/// The table read backwards: every opcode ferroce speaks, found by what it means.
+static COMPOSED: [Option<Opcode>; 8 * KINDS * 4 * 3] = {
+    let mut c = [None; 8 * KINDS * 4 * 3];
+    let mut i = 0;
+    while i < 256 {
+        if let Some(info) = &TABLE[i] {
+            c[composed_index(info.transport, info.kind, info.position, info.suffix)] =
+                Some(Opcode(i as u8));
+        }
+        i += 1;
+    }
+    c
+};
+
 impl Opcode {
+    /// The opcode of a `kind` packet at `position` of a message on `transport`, with
+    /// `suffix`; `None` where IBTA (or ferroce's selective-repeat range, transport
+    /// [`Transport::Manufacturer`]) defines none, e.g. a UD WRITE or a WRITE FIRST with
+    /// immediate data.
+    #[inline]
+    pub fn compose(
+        transport: Transport,
+        kind: Kind,
+        position: Position,
+        suffix: Suffix,
+    ) -> Option<Self> {
+        COMPOSED[composed_index(transport, kind, position, suffix)]
+    }
+
+    /// What the packet asks for or answers; `None` for an opcode ferroce does not speak.
+    #[inline]
+    pub fn kind(self) -> Option<Kind> {
+        TABLE[self.0 as usize].map(|i| i.kind)
+    }
+
+    /// Where the packet sits in its message; `None` for an opcode ferroce does not speak.
+    #[inline]
+    pub fn position(self) -> Option<Position> {
+        TABLE[self.0 as usize].map(|i| i.position)
+    }
+
+    /// True for what a requester receives: READ responses and (atomic) acknowledgements,
+    /// selective repeat's included.
+    #[inline]
+    pub fn is_response(self) -> bool {
+        self.kind().is_some_and(Kind::is_response)
+    }
+
     /// What this opcode carries, or why ferroce rejects it.
     #[inline]
     pub fn info(self) -> Result<&'static OpcodeInfo, Error> {
@@ -364,5 +485,46 @@ mod tests {
         assert_eq!(Opcode(0xa0).info(), Err(Error::UnsupportedOpcode(0xa0)));
         assert_eq!(Opcode(0xc5).info(), Err(Error::UnsupportedOpcode(0xc5)));
         assert_eq!(Opcode::UC_RDMA_WRITE_ONLY.transport(), Transport::Uc);
+    }
+
+    #[test]
+    fn compose_reads_the_table_backwards() {
+        for op in Opcode::all() {
+            let i = op.info().unwrap();
+            assert_eq!(
+                Opcode::compose(i.transport, i.kind, i.position, i.suffix),
+                Some(op),
+                "{}",
+                i.name
+            );
+        }
+        use {Kind::*, Position::*, Suffix::*, Transport::*};
+        assert_eq!(
+            Opcode::compose(Rc, Send, Last, Invalidate),
+            Some(Opcode::RC_SEND_LAST_WITH_INVALIDATE)
+        );
+        assert_eq!(
+            Opcode::compose(Uc, Write, Only, Immediate),
+            Some(Opcode::UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
+        );
+        assert_eq!(
+            Opcode::compose(Manufacturer, Write, Middle, Plain),
+            Some(Opcode::SR_RDMA_WRITE_MIDDLE)
+        );
+        assert_eq!(Opcode::compose(Ud, Write, Only, Plain), None);
+        assert_eq!(Opcode::compose(Rc, Write, First, Immediate), None);
+        assert_eq!(Opcode::compose(Uc, ReadRequest, Only, Plain), None);
+        assert_eq!(Opcode::RC_FETCH_ADD.kind(), Some(FetchAdd));
+        assert_eq!(
+            Opcode::RC_RDMA_READ_RESPONSE_MIDDLE.position(),
+            Some(Middle)
+        );
+        assert_eq!(Opcode(0x15).kind(), None);
+        let responses: Vec<_> = Opcode::all().filter(|o| o.is_response()).collect();
+        assert_eq!(
+            responses,
+            [0x0d, 0x0e, 0x0f, 0x10, 0x11, 0x12, 0xd1].map(Opcode),
+            "READ responses, ACKNOWLEDGE, ATOMIC ACKNOWLEDGE, SR_ACKNOWLEDGE"
+        );
     }
 }

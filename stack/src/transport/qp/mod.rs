@@ -793,7 +793,7 @@ impl Qp {
             self.counters.rx_dropped += 1;
             return;
         }
-        if is_response(op) {
+        if op.is_response() {
             if matches!(self.state, QpState::Rts | QpState::Sqd) {
                 self.requester_rx(now, pkt, mem);
             } else {
@@ -846,7 +846,7 @@ impl Qp {
         self.span().in_scope(|| {
             tracing::debug!(psn = m.bth.psn.value(), opcode = op.0, error = %m.error, "malformed packet")
         });
-        if is_response(op) {
+        if op.is_response() {
             if matches!(self.state, QpState::Rts | QpState::Sqd) {
                 self.requester_malformed(m.bth.psn);
             } else {
@@ -1000,12 +1000,6 @@ pub(crate) fn set_psn(r: &mut RoceRepr, psn: Psn) {
     if let crate::wire::IpRepr::V4(ip) = &mut r.ip {
         ip.ident = psn.value() as u16;
     }
-}
-
-/// True for the opcodes a requester receives (ACK, READ responses, atomic ACK).
-fn is_response(op: Opcode) -> bool {
-    matches!(op.0 & 0x1f, 0x0d..=0x12) && op.transport() == crate::wire::Transport::Rc
-        || op == Opcode::SR_ACKNOWLEDGE
 }
 
 /// Credit count → AETH credit code (IBTA table 44): the largest code whose count does not

@@ -121,12 +121,7 @@ impl Qp {
         if !self.attr.qp_access_flags.contains(Access::REMOTE_WRITE) {
             return Err(Fault::Fatal(NakCode::InvalidRequest, None));
         }
-        let pos = pkt
-            .repr
-            .bth
-            .opcode
-            .info()
-            .map_or(Position::Only, |i| i.position);
+        let pos = pkt.repr.bth.opcode.position().unwrap_or(Position::Only);
         let plen = pkt.payload.len() as u32;
         let len_ok = match pos {
             Position::First | Position::Middle => plen == self.mtu && reth.dma_len > self.mtu,

@@ -23,8 +23,8 @@ use crate::transport::timers::{rnr_timer_ns, RNR_RETRY_INFINITE};
 use crate::transport::tx::{self, TxOut};
 use crate::transport::wr::{SendFlags, WcStatus, WrOpcode};
 use crate::wire::{
-    AtomicEthRepr, DethRepr, IethRepr, ImmDtRepr, NakCode, Opcode, Position, Psn, RethRepr,
-    RocePacket, SackEthRepr, Syndrome,
+    AtomicEthRepr, DethRepr, IethRepr, ImmDtRepr, Kind, NakCode, Opcode, Position, Psn, RethRepr,
+    RocePacket, SackEthRepr, Suffix, Syndrome, Transport,
 };
 pub(crate) use responses::Responses;
 
@@ -503,7 +503,7 @@ impl Qp {
             && self.req.sacked.capacity() > 0;
         // The frame's headers, filled in place: the extension headers go straight into the
         // repr rather than through a copy (176 bytes each way, on every packet).
-        let (base, mut r) = match (self.qp_type, w.ud.as_deref()) {
+        let (transport, mut r) = match (self.qp_type, w.ud.as_deref()) {
             (QpType::Ud, Some(ud)) => {
                 let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
                     self.attr.qkey
@@ -515,31 +515,28 @@ impl Qp {
                     qkey,
                     src_qp: self.qpn,
                 });
-                (0x60, r)
+                (Transport::Ud, r)
             }
-            (QpType::Uc, _) => (0x20, self.template.repr()),
-            _ if placing_write => (0xc0, self.template.repr()),
-            _ => (0x00, self.template.repr()),
+            (QpType::Uc, _) => (Transport::Uc, self.template.repr()),
+            // ferroce's SR_RDMA_WRITE_* opcodes.
+            _ if placing_write => (Transport::Manufacturer, self.template.repr()),
+            _ => (Transport::Rc, self.template.repr()),
         };
         let off = pkt * mtu;
         let mut plen = (w.len - off.min(w.len)).min(mtu);
-        let code: u8 = match w.op {
+        let (kind, pos, suffix) = match w.op {
             WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => {
                 match w.op {
                     WrOpcode::SendWithImm if last => r.ext.imm_dt = Some(ImmDtRepr { imm: w.imm }),
                     WrOpcode::SendWithInv if last => r.ext.ieth = Some(IethRepr { rkey: w.imm }),
                     _ => {}
                 }
-                match (pos, w.op) {
-                    (Position::First, _) => 0x00,
-                    (Position::Middle, _) => 0x01,
-                    (Position::Last, WrOpcode::SendWithImm) => 0x03,
-                    (Position::Last, WrOpcode::SendWithInv) => 0x16,
-                    (Position::Last, _) => 0x02,
-                    (Position::Only, WrOpcode::SendWithImm) => 0x05,
-                    (Position::Only, WrOpcode::SendWithInv) => 0x17,
-                    (Position::Only, _) => 0x04,
-                }
+                let suffix = match w.op {
+                    WrOpcode::SendWithImm if last => Suffix::Immediate,
+                    WrOpcode::SendWithInv if last => Suffix::Invalidate,
+                    _ => Suffix::Plain,
+                };
+                (Kind::Send, pos, suffix)
             }
             WrOpcode::Write | WrOpcode::WriteWithImm => {
                 let imm = w.op == WrOpcode::WriteWithImm;
@@ -559,14 +556,12 @@ impl Qp {
                 if imm && last {
                     r.ext.imm_dt = Some(ImmDtRepr { imm: w.imm });
                 }
-                match (pos, imm) {
-                    (Position::First, _) => 0x06,
-                    (Position::Middle, _) => 0x07,
-                    (Position::Last, false) => 0x08,
-                    (Position::Last, true) => 0x09,
-                    (Position::Only, false) => 0x0a,
-                    (Position::Only, true) => 0x0b,
-                }
+                let suffix = if imm && last {
+                    Suffix::Immediate
+                } else {
+                    Suffix::Plain
+                };
+                (Kind::Write, pos, suffix)
             }
             WrOpcode::Read => {
                 // A re-issued READ asks only for what is still missing (§9.7.5.1.5).
@@ -577,7 +572,7 @@ impl Qp {
                     dma_len: left.min(read_pkts.saturating_mul(mtu)),
                 });
                 plen = 0;
-                0x0c
+                (Kind::ReadRequest, Position::Only, Suffix::Plain)
             }
             WrOpcode::CmpSwp | WrOpcode::FetchAdd => {
                 let cas = w.op == WrOpcode::CmpSwp;
@@ -588,14 +583,16 @@ impl Qp {
                     compare: if cas { w.compare_add } else { 0 },
                 });
                 plen = 0;
-                if cas {
-                    0x13
+                let kind = if cas {
+                    Kind::CompareSwap
                 } else {
-                    0x14
-                }
+                    Kind::FetchAdd
+                };
+                (kind, Position::Only, Suffix::Plain)
             }
         };
-        r.bth.opcode = Opcode(base | code);
+        // Posting refused what a transport cannot carry (a UD WRITE, a UC READ).
+        r.bth.opcode = Opcode::compose(transport, kind, pos, suffix).ok_or(WcStatus::LocQpOpErr)?;
         super::set_psn(&mut r, psn);
         r.bth.solicited = last && w.flags.contains(SendFlags::SOLICITED);
         r.bth.ack_req = self.qp_type == QpType::Rc
@@ -630,22 +627,21 @@ impl Qp {
     /// A response (ACK, NAK, READ response, atomic ACK) for the requester.
     pub(crate) fn requester_rx(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &MrTable) {
         let psn = pkt.repr.bth.psn;
-        let code = pkt.repr.bth.opcode.0 & 0x1f;
         let aeth = pkt.repr.ext.aeth;
-        match (code, aeth) {
-            (0x11, Some(a)) if pkt.repr.bth.opcode == Opcode::SR_ACKNOWLEDGE => {
+        match (pkt.repr.bth.opcode.kind(), aeth) {
+            (Some(Kind::Acknowledge), Some(a)) if pkt.repr.bth.opcode == Opcode::SR_ACKNOWLEDGE => {
                 if let Some(sack) = pkt.repr.ext.sack_eth {
                     self.on_sack(now, psn, a.syndrome, sack);
                 }
             }
-            (0x11, Some(a)) => match Syndrome::from_byte(a.syndrome) {
+            (Some(Kind::Acknowledge), Some(a)) => match Syndrome::from_byte(a.syndrome) {
                 Syndrome::Ack { credits } => self.on_ack(now, psn, credits),
                 Syndrome::RnrNak { timer } => self.on_rnr_nak(now, psn, timer),
                 Syndrome::Nak(code) => self.on_nak(now, psn, code),
                 Syndrome::Reserved(_) => self.requester_malformed(psn),
             },
-            (0x0d..=0x10, _) => self.on_read_response(now, pkt, mem),
-            (0x12, Some(a)) => {
+            (Some(Kind::ReadResponse), _) => self.on_read_response(now, pkt, mem),
+            (Some(Kind::AtomicAcknowledge), Some(a)) => {
                 let orig = pkt.repr.ext.atomic_ack_eth.map_or(0, |x| x.orig_data);
                 self.on_atomic_ack(now, psn, a.syndrome, orig, mem);
             }
@@ -1026,16 +1022,15 @@ impl Qp {
     ) -> bool {
         let w = &self.req.sq[idx];
         let off = i * self.mtu;
-        let code = pkt.repr.bth.opcode.0 & 0x1f;
+        // The caller checked the opcode is a READ response.
+        let pos = pkt.repr.bth.opcode.position();
         let fits = if i + 1 == w.npkts {
-            matches!(code, 0x0f | 0x10) && pkt.payload.len() as u32 == w.len - off.min(w.len)
+            matches!(pos, Some(Position::Last | Position::Only))
+                && pkt.payload.len() as u32 == w.len - off.min(w.len)
         } else {
-            let opcode_ok = if any_position {
-                (0x0d..=0x10).contains(&code)
-            } else {
-                matches!(code, 0x0d | 0x0e)
-            };
-            opcode_ok && pkt.payload.len() as u32 == self.mtu
+            let position_ok =
+                any_position || matches!(pos, Some(Position::First | Position::Middle));
+            position_ok && pkt.payload.len() as u32 == self.mtu
         };
         // FIRST, LAST and ONLY carry an AETH, which must say ACK: a responder refuses a
         // READ with an ACKNOWLEDGE packet, never inside the response stream.

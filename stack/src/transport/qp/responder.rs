@@ -19,7 +19,7 @@ use crate::transport::state::{QpState, QpType};
 use crate::transport::tx::{self, TxOut};
 use crate::transport::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::{
-    AethRepr, AtomicAckEthRepr, ExtHeaders, Msn, NakCode, Opcode, Position, Psn, RocePacket,
+    AethRepr, AtomicAckEthRepr, ExtHeaders, Kind, Msn, NakCode, Opcode, Position, Psn, RocePacket,
     RoceRepr, SackEthRepr, Syndrome,
 };
 
@@ -116,7 +116,7 @@ impl Arrivals for View<'_> {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+enum MsgKind {
     Send,
     Write,
     Read,
@@ -138,10 +138,10 @@ enum InMsg {
 }
 
 impl InMsg {
-    fn kind(&self) -> Kind {
+    fn kind(&self) -> MsgKind {
         match self {
-            Self::Send { .. } => Kind::Send,
-            Self::Write { .. } => Kind::Write,
+            Self::Send { .. } => MsgKind::Send,
+            Self::Write { .. } => MsgKind::Write,
         }
     }
 }
@@ -437,15 +437,14 @@ impl Qp {
     fn execute(&mut self, pkt: &RocePacket<'_>, mem: &mut MrTable) -> Result<(), Fault> {
         let rc = self.qp_type == QpType::Rc;
         let bth = pkt.repr.bth;
-        let code = bth.opcode.0 & 0x1f;
-        let kind = match code {
-            0x00..=0x05 | 0x16 | 0x17 => Kind::Send,
-            0x06..=0x0b => Kind::Write,
-            0x0c => Kind::Read,
-            0x13 | 0x14 => Kind::Atomic,
+        let kind = match bth.opcode.kind() {
+            Some(Kind::Send) => MsgKind::Send,
+            Some(Kind::Write) => MsgKind::Write,
+            Some(Kind::ReadRequest) => MsgKind::Read,
+            Some(Kind::CompareSwap | Kind::FetchAdd) => MsgKind::Atomic,
             _ => return Err(Fault::Fatal(NakCode::InvalidRequest, None)),
         };
-        let pos = bth.opcode.info().map_or(Position::Only, |i| i.position);
+        let pos = bth.opcode.position().unwrap_or(Position::Only);
         let starts = matches!(pos, Position::First | Position::Only);
         let last = matches!(pos, Position::Last | Position::Only);
         match (self.resp.msg, starts) {
@@ -469,7 +468,7 @@ impl Qp {
         };
         if !len_ok {
             self.counters.resp_local_length_error += 1;
-            let in_send = kind == Kind::Send && !starts;
+            let in_send = kind == MsgKind::Send && !starts;
             return Err(Fault::Fatal(
                 NakCode::InvalidRequest,
                 in_send.then_some(WcStatus::LocLenErr),
@@ -477,18 +476,18 @@ impl Qp {
         }
         let rights = self.attr.qp_access_flags;
         let needed = match kind {
-            Kind::Send => Access::NONE,
-            Kind::Write => Access::REMOTE_WRITE,
-            Kind::Read => Access::REMOTE_READ,
-            Kind::Atomic => Access::REMOTE_ATOMIC,
+            MsgKind::Send => Access::NONE,
+            MsgKind::Write => Access::REMOTE_WRITE,
+            MsgKind::Read => Access::REMOTE_READ,
+            MsgKind::Atomic => Access::REMOTE_ATOMIC,
         };
         if starts && !rights.contains(needed) {
             return Err(Fault::Fatal(NakCode::InvalidRequest, None));
         }
         match kind {
-            Kind::Send => self.exec_send(pkt, mem, starts, last)?,
-            Kind::Write => self.exec_write(pkt, mem, starts, last)?,
-            Kind::Read | Kind::Atomic => return self.exec_read_atomic(pkt, mem, kind),
+            MsgKind::Send => self.exec_send(pkt, mem, starts, last)?,
+            MsgKind::Write => self.exec_write(pkt, mem, starts, last)?,
+            MsgKind::Read | MsgKind::Atomic => return self.exec_read_atomic(pkt, mem, kind),
         }
         self.resp.epsn = self.resp.epsn.add(1);
         if rc && bth.ack_req {
@@ -686,7 +685,7 @@ impl Qp {
         &mut self,
         pkt: &RocePacket<'_>,
         mem: &mut MrTable,
-        kind: Kind,
+        kind: MsgKind,
     ) -> Result<(), Fault> {
         let psn = pkt.repr.bth.psn;
         let outstanding = self.resp.replies.iter().filter(|r| !r.duplicate).count();
@@ -695,7 +694,7 @@ impl Qp {
             return Err(Fault::Fatal(NakCode::InvalidRequest, None));
         }
         let msn = self.resp.msn.next();
-        if kind == Kind::Read {
+        if kind == MsgKind::Read {
             let Some(reth) = pkt.repr.ext.reth else {
                 return Err(Fault::Fatal(NakCode::InvalidRequest, None));
             };
@@ -730,7 +729,7 @@ impl Qp {
             let Some(a) = pkt.repr.ext.atomic_eth else {
                 return Err(Fault::Fatal(NakCode::InvalidRequest, None));
             };
-            let result = if pkt.repr.bth.opcode.0 & 0x1f == 0x13 {
+            let result = if pkt.repr.bth.opcode.kind() == Some(Kind::CompareSwap) {
                 mem.compare_swap(a.rkey, self.pd, a.va, a.compare, a.swap_add)
             } else {
                 mem.fetch_add(a.rkey, self.pd, a.va, a.swap_add)
@@ -770,10 +769,9 @@ impl Qp {
     fn duplicate(&mut self, pkt: &RocePacket<'_>, mem: &MrTable) {
         self.counters.duplicate_request += 1;
         let psn = pkt.repr.bth.psn;
-        let code = pkt.repr.bth.opcode.0 & 0x1f;
         let crowded = self.resp.replies.len() >= self.reply_capacity() + DUPLICATE_SLACK;
-        match code {
-            0x0c => {
+        match pkt.repr.bth.opcode.kind() {
+            Some(Kind::ReadRequest) => {
                 let Some(reth) = pkt.repr.ext.reth else {
                     return;
                 };
@@ -803,7 +801,7 @@ impl Qp {
                     });
                 }
             }
-            0x13 | 0x14 => {
+            Some(Kind::CompareSwap | Kind::FetchAdd) => {
                 let cached = self.resp.atomics.iter().find(|(p, _)| *p == psn);
                 if let (Some(&(_, orig)), false) = (cached, crowded) {
                     self.counters.atomic_replays += 1;
