@@ -543,8 +543,10 @@ impl Qp {
             QpState::Rts if from == QpState::Rtr => {
                 self.req = requester::Requester::new(self.attr.sq_psn);
                 if self.placing().is_some() {
-                    self.req.sacked =
-                        ring::PsnRing::with_capacity(self.recovery.window().min(1 << 16));
+                    self.req.sacks = Some(Box::new(requester::Sacks::new(
+                        self.recovery.window().min(1 << 16),
+                        self.attr.sq_psn,
+                    )));
                     self.req.responses = Some(Box::new(requester::Responses::new(
                         self.recovery.window(),
                         self.attr.sq_psn,

@@ -67,12 +67,9 @@ pub(crate) struct Requester {
     /// would rewind again and again (a retransmission storm), so a gap is acted on once until
     /// `una` moves or the timer fires.
     pub(crate) recovering: Option<Psn>,
-    /// Selective repeat: PSNs in `[una, nxt)` the responder reported arrived (empty ring
-    /// for Go-Back-N), valid from `sack_floor` on.
-    pub(crate) sacked: PsnRing,
-    sack_floor: Psn,
-    /// The last PSN a selective acknowledgement reported arrived.
-    highest_sacked: Option<Psn>,
+    /// Placement delivery: what the responder reported arrived ahead of `una` (`None` for
+    /// in-order delivery; boxed, so a Go-Back-N QP does not carry it).
+    pub(crate) sacks: Option<Box<Sacks>>,
     /// PSNs to resend one by one, before new data (selective repeat and its baselines).
     pub(crate) rtx: VecDeque<Psn>,
     /// After a Go-Back-N rewind: how many packets past `una` may be on the wire (restart
@@ -82,6 +79,33 @@ pub(crate) struct Requester {
     /// Placement delivery: READ responses and atomic ACKs that arrived ahead of `una`
     /// (`None` for in-order delivery, where a response gap is an implied NAK).
     pub(crate) responses: Option<Box<Responses>>,
+}
+
+/// Placement delivery: the PSNs past `una` the responder reported arrived.
+#[derive(Debug)]
+pub(crate) struct Sacks {
+    /// PSNs in `[una, nxt)` reported arrived, valid from `floor` on.
+    ring: PsnRing,
+    floor: Psn,
+    /// The last PSN a selective acknowledgement reported arrived.
+    highest: Option<Psn>,
+}
+
+impl Sacks {
+    /// Room for `capacity` PSNs from `floor` on.
+    pub(crate) fn new(capacity: u32, floor: Psn) -> Self {
+        Self {
+            ring: PsnRing::with_capacity(capacity),
+            floor,
+            highest: None,
+        }
+    }
+
+    /// Forgets everything before `to`.
+    fn slide(&mut self, to: Psn) {
+        self.ring.clear_range(self.floor, to);
+        self.floor = to;
+    }
 }
 
 impl Requester {
@@ -104,9 +128,7 @@ impl Requester {
             rnr_retries_left: 7,
             rnr_until: None,
             recovering: None,
-            sacked: PsnRing::default(),
-            sack_floor: sq_psn,
-            highest_sacked: None,
+            sacks: None,
             rtx: VecDeque::new(),
             cwnd: None,
             responses: None,
@@ -118,9 +140,10 @@ impl Requester {
         if let Some(r) = self.responses.as_mut() {
             r.reset(self.nxt);
         }
-        self.sacked.clear_range(self.sack_floor, self.nxt);
-        self.sack_floor = self.nxt;
-        self.highest_sacked = None;
+        if let Some(s) = self.sacks.as_deref_mut() {
+            s.slide(self.nxt);
+            s.highest = None;
+        }
         self.assigned = 0;
         self.cur = 0;
         self.cur_pkt = 0;
@@ -183,7 +206,8 @@ impl Requester {
             return (!self.responses.as_ref().is_some_and(|r| r.arrived(psn)))
                 .then_some((idx, pkt));
         }
-        (psn == self.una || !self.sacked.get(psn)).then_some((idx, pkt))
+        (psn == self.una || !self.sacks.as_ref().is_some_and(|s| s.ring.get(psn)))
+            .then_some((idx, pkt))
     }
 
     /// Queues `psn` to be resent alone, if it needs it.
@@ -261,11 +285,11 @@ impl Qp {
                 req.rtx.clear();
                 let una = req.una;
                 req.rtx.push_back(una);
-                if let Some(h) = req.highest_sacked {
-                    let n = h.distance(una).max(0) as u32;
+                if let Some(s) = req.sacks.as_deref() {
+                    let n = s.highest.map_or(0, |h| h.distance(una).max(0) as u32);
                     for i in 1..n {
                         let p = una.add(i);
-                        if !req.sacked.get(p) {
+                        if !s.ring.get(p) {
                             req.rtx.push_back(p);
                         }
                     }
@@ -500,7 +524,7 @@ impl Qp {
         // any order (ferroce's SR_RDMA_WRITE_* opcodes).
         let placing_write = self.qp_type == QpType::Rc
             && matches!(w.op, WrOpcode::Write | WrOpcode::WriteWithImm)
-            && self.req.sacked.capacity() > 0;
+            && self.req.sacks.is_some();
         // The frame's headers, filled in place: the extension headers go straight into the
         // repr rather than through a copy (176 bytes each way, on every packet).
         let (transport, mut r) = match (self.qp_type, w.ud.as_deref()) {
@@ -758,12 +782,10 @@ impl Qp {
         if let Some(r) = req.responses.as_mut() {
             r.slide(req.una);
         }
-        if req.sacked.capacity() > 0 {
-            let (floor, una) = (req.sack_floor, req.una);
-            req.sacked.clear_range(floor, una);
-            req.sack_floor = una;
-            if req.highest_sacked.is_some_and(|h| h.before(una)) {
-                req.highest_sacked = None;
+        if let Some(s) = req.sacks.as_deref_mut() {
+            s.slide(req.una);
+            if s.highest.is_some_and(|h| h.before(req.una)) {
+                s.highest = None;
             }
         }
         req.retries_left = self.attr.retry_cnt;
@@ -800,19 +822,21 @@ impl Qp {
         } else if psn.before(self.req.una) && psn.distance(self.req.una) > -(1 << 22) {
             self.take_credits(syndrome);
         }
-        if self.req.sacked.capacity() == 0 {
+        let (una, nxt) = (self.req.una, self.req.nxt);
+        let Some(s) = self.req.sacks.as_deref_mut() else {
             return;
-        }
+        };
         let base = sack.base;
         for i in 0..SackEthRepr::SPAN {
             if !sack.has(i) {
                 continue;
             }
             let p = base.add(1 + i);
-            if self.outstanding(p) {
-                self.req.sacked.set(p);
-                if self.req.highest_sacked.is_none_or(|h| h.before(p)) {
-                    self.req.highest_sacked = Some(p);
+            // Outstanding: in `[una, nxt)`.
+            if p.distance(una) >= 0 && nxt.distance(p) > 0 {
+                s.ring.set(p);
+                if s.highest.is_none_or(|h| h.before(p)) {
+                    s.highest = Some(p);
                 }
             }
         }
