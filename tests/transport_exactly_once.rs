@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use ferroce::drivers::sim::{LinkModel, Loss};
 use ferroce::stack::transport::{
-    Mtu, Payload, QpType, Recovery, RecvWr, SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
+    Mtu, Payload, Policies, QpType, RecvWr, SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
     WrOpcode,
 };
 use support::*;
@@ -562,22 +562,21 @@ fn sprayed(name: &str, policy: PolicyFn, default_seeds: u64) {
     assert!(seeds < 20 || retrans > 100);
 }
 
-fn sr_policy() -> Box<dyn Recovery> {
+fn sr_policy() -> Policies {
     use ferroce::reliability::{spray::Spray, sr};
-    Box::new(sr::SelectiveRepeat::new(
-        Spray::psn(4),
-        sr::SrConfig::default(),
-    ))
+    let sr = sr::SelectiveRepeat::new(sr::SrConfig::default());
+    Policies::recovery(Box::new(sr)).with_path(Box::new(Spray::psn(4)))
 }
 
-fn rnic_sr_policy() -> Box<dyn Recovery> {
+fn rnic_sr_policy() -> Policies {
     use ferroce::reliability::{baselines::RnicSr, spray::Spray};
-    Box::new(RnicSr::new(Spray::psn(4), 512))
+    Policies::recovery(Box::new(RnicSr::new(512))).with_path(Box::new(Spray::psn(4)))
 }
 
-fn timeout_only_policy() -> Box<dyn Recovery> {
+fn timeout_only_policy() -> Policies {
     use ferroce::reliability::{baselines::TimeoutOnly, spray::Spray};
-    Box::new(TimeoutOnly::new(Spray::random(4, 7), 512))
+    let spray = Spray::random(4, 7);
+    Policies::recovery(Box::new(TimeoutOnly::new(512))).with_path(Box::new(spray))
 }
 
 #[test]

@@ -12,7 +12,7 @@ use ferroce::drivers::sim::LinkModel;
 use ferroce::reliability::spray::Spray;
 use ferroce::reliability::sr::{SelectiveRepeat, SrConfig};
 use ferroce::stack::transport::{
-    Counters, Mtu, Payload, QpType, Recovery, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WrOpcode,
+    Counters, Mtu, Payload, Policies, QpType, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WrOpcode,
 };
 use support::*;
 
@@ -21,8 +21,9 @@ const SRC_LEN: usize = 1 << 20;
 const DST: usize = 2 << 20;
 const RECVS: usize = 14 << 20;
 
-fn sr() -> Box<dyn Recovery> {
-    Box::new(SelectiveRepeat::new(Spray::psn(4), SrConfig::default()))
+fn sr() -> Policies {
+    let sr = SelectiveRepeat::new(SrConfig::default());
+    Policies::recovery(Box::new(sr)).with_path(Box::new(Spray::psn(4)))
 }
 
 /// A receive of `len` bytes at `at` on host b's QP `qpn`.

@@ -12,7 +12,7 @@ use ferroce::reliability::baselines::RnicSr;
 use ferroce::reliability::spray::Spray;
 use ferroce::reliability::themis::{ThemisConfig, ThemisStats, ThemisTor};
 use ferroce::stack::transport::{
-    Counters, Mtu, Payload, QpType, Recovery, SendWr, Sge, WcStatus, WrOpcode,
+    Counters, Mtu, Payload, Policies, QpType, SendWr, Sge, WcStatus, WrOpcode,
 };
 use support::*;
 
@@ -20,12 +20,12 @@ const MEM: usize = 8 << 20;
 const SRC_LEN: usize = 1 << 20;
 const DST: usize = 2 << 20;
 
-fn rnic_sr_ecmp() -> Box<dyn Recovery> {
-    Box::new(RnicSr::new(Spray::ecmp(), 512))
+fn rnic_sr_ecmp() -> Policies {
+    Policies::recovery(Box::new(RnicSr::new(512)))
 }
 
-fn rnic_sr_sprayed() -> Box<dyn Recovery> {
-    Box::new(RnicSr::new(Spray::random(2, 9), 512))
+fn rnic_sr_sprayed() -> Policies {
+    Policies::recovery(Box::new(RnicSr::new(512))).with_path(Box::new(Spray::random(2, 9)))
 }
 
 struct Outcome {

@@ -6,8 +6,8 @@
 
 use ferroce_stack::transport::loopback::connect;
 use ferroce_stack::transport::{
-    Access, Arrivals, Delivery, Feedback, LossReport, MrTable, Mtu, Payload, PdId, Qp, QpAttr,
-    QpConfig, QpType, Recovery, RecvWr, Retransmit, SendWindow, SendWr, Sge, WrOpcode,
+    Access, Arrivals, Delivery, Feedback, LossReport, MrTable, Mtu, PathSelector, Payload, PdId,
+    Qp, QpAttr, QpConfig, QpType, Recovery, RecvWr, Retransmit, SendWindow, SendWr, Sge, WrOpcode,
 };
 use ferroce_stack::wire::{Checks, Psn, Qpn, RoceRepr};
 
@@ -31,7 +31,14 @@ impl Recovery for Placing {
     fn on_timeout(&mut self, _w: SendWindow) -> Retransmit {
         Retransmit::Holes
     }
-    fn on_arrival(&mut self, psn: Psn, _port: u16, rx: &dyn Arrivals, report: &mut LossReport) {
+    fn on_arrival(
+        &mut self,
+        psn: Psn,
+        _port: u16,
+        _paths: &dyn PathSelector,
+        rx: &dyn Arrivals,
+        report: &mut LossReport,
+    ) {
         let epsn = rx.epsn();
         for i in 0..psn.distance(epsn).clamp(0, 8) as u32 {
             let m = epsn.add(i);
@@ -41,8 +48,15 @@ impl Recovery for Placing {
         }
         report.avoid = Some(psn.value() as u8);
     }
-    fn on_response_arrival(&mut self, psn: Psn, port: u16, rx: &dyn Arrivals, report: &mut LossReport) {
-        self.on_arrival(psn, port, rx, report);
+    fn on_response_arrival(
+        &mut self,
+        psn: Psn,
+        port: u16,
+        paths: &dyn PathSelector,
+        rx: &dyn Arrivals,
+        report: &mut LossReport,
+    ) {
+        self.on_arrival(psn, port, paths, rx, report);
     }
 }
 use libfuzzer_sys::fuzz_target;

@@ -8,48 +8,41 @@
 //!   the oldest unacknowledged PSN.
 //! - [`TimeoutOnly`]: placement without any NAK; only the retransmission timer recovers,
 //!   resending the oldest unacknowledged PSN each time it fires.
-//! - [`SprayedGoBackN`]: IBTA Go-Back-N over any path policy.
+//!
+//! IBTA Go-Back-N is the stack's own [`GoBackN`](crate::gbn::GoBackN). Each runs over
+//! whatever path selector the QP has (spraying: [`Spray`](crate::spray::Spray)).
 
+use ferroce_stack::transport::path::PathSelector;
 use ferroce_stack::transport::recovery::{
     Arrivals, Delivery, Feedback, LossReport, Recovery, Retransmit, SendWindow,
 };
 use ferroce_stack::wire::Psn;
 
-use crate::spray::Spray;
-
-macro_rules! sprayed_policy {
-    ($(#[$m:meta])* $name:ident, $label:literal) => {
-        $(#[$m])*
-        #[derive(Debug)]
-        pub struct $name {
-            spray: Spray,
-            window: u32,
-        }
-
-        impl $name {
-            /// Over `spray`'s paths with a TX window of `window` packets.
-            pub fn new(spray: Spray, window: u32) -> Self {
-                Self { spray, window }
-            }
-        }
-    };
+/// ConnectX-7's selective repeat ("RNIC-SR").
+#[derive(Clone, Copy, Debug)]
+pub struct RnicSr {
+    window: u32,
 }
 
-sprayed_policy!(
-    /// ConnectX-7's selective repeat ("RNIC-SR").
-    RnicSr,
-    "rnic-sr"
-);
-sprayed_policy!(
-    /// Recovery by the retransmission timer alone.
-    TimeoutOnly,
-    "timeout-only"
-);
-sprayed_policy!(
-    /// Go-Back-N on any path policy.
-    SprayedGoBackN,
-    "gbn"
-);
+impl RnicSr {
+    /// With a TX window of `window` packets.
+    pub fn new(window: u32) -> Self {
+        Self { window }
+    }
+}
+
+/// Recovery by the retransmission timer alone.
+#[derive(Clone, Copy, Debug)]
+pub struct TimeoutOnly {
+    window: u32,
+}
+
+impl TimeoutOnly {
+    /// With a TX window of `window` packets.
+    pub fn new(window: u32) -> Self {
+        Self { window }
+    }
+}
 
 impl Recovery for RnicSr {
     fn name(&self) -> &'static str {
@@ -60,9 +53,6 @@ impl Recovery for RnicSr {
     }
     fn delivery(&self) -> Delivery {
         Delivery::Placement(Feedback::NakExpected)
-    }
-    fn udp_src_port(&mut self, base: u16, psn: Psn, retransmission: bool) -> u16 {
-        self.spray.port(base, psn, retransmission)
     }
     fn on_sequence_error(&mut self, missing: Psn, window: SendWindow) -> Retransmit {
         let last = window.nxt.sub(1);
@@ -75,6 +65,7 @@ impl Recovery for RnicSr {
         &mut self,
         psn: Psn,
         _udp_src_port: u16,
+        _paths: &dyn PathSelector,
         rx: &dyn Arrivals,
         report: &mut LossReport,
     ) {
@@ -97,9 +88,6 @@ impl Recovery for TimeoutOnly {
     fn delivery(&self) -> Delivery {
         Delivery::Placement(Feedback::AckOnly)
     }
-    fn udp_src_port(&mut self, base: u16, psn: Psn, retransmission: bool) -> u16 {
-        self.spray.port(base, psn, retransmission)
-    }
     fn on_sequence_error(&mut self, missing: Psn, _window: SendWindow) -> Retransmit {
         // Only an implied NAK (a READ response overtaking) gets here.
         Retransmit::Only(missing, None)
@@ -107,23 +95,4 @@ impl Recovery for TimeoutOnly {
     fn on_timeout(&mut self, window: SendWindow) -> Retransmit {
         Retransmit::Only(window.una, None)
     }
-}
-
-impl Recovery for SprayedGoBackN {
-    fn name(&self) -> &'static str {
-        "gbn"
-    }
-    fn window(&self) -> u32 {
-        self.window
-    }
-    fn udp_src_port(&mut self, base: u16, psn: Psn, retransmission: bool) -> u16 {
-        self.spray.port(base, psn, retransmission)
-    }
-    fn on_sequence_error(&mut self, missing: Psn, _window: SendWindow) -> Retransmit {
-        Retransmit::From(missing)
-    }
-    fn on_timeout(&mut self, window: SendWindow) -> Retransmit {
-        Retransmit::From(window.una)
-    }
-    // The responder's out-of-order rule is the trait's default: IBTA's.
 }

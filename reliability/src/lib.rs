@@ -1,9 +1,11 @@
 //! Reliability policies plugged into the sans-IO transport of `ferroce-stack`.
 //!
-//! A policy implements [`Recovery`]: the QP keeps the mechanism (PSNs, memory, completions,
-//! the wire, arrival bitmaps) and asks the policy how far ahead to send, which path a packet
-//! takes, how the responder delivers early packets, what to resend after a gap or a timeout,
-//! and when a missing PSN counts as lost.
+//! A QP runs three policies, composed per QP
+//! ([`Policies`](ferroce_stack::transport::Policies)): a [`PathSelector`] says which path
+//! each packet takes, a [`Recovery`] how the responder delivers early packets, what to
+//! resend after a gap or a timeout and when a missing PSN counts as lost, and a
+//! [`CongestionControl`] how much may be in flight at what rate. The QP keeps the mechanism
+//! (PSNs, memory, completions, the wire, arrival bitmaps, timers).
 //!
 //! - [`gbn`]: the IBTA Go-Back-N behaviour every QP runs by default (it lives in the stack,
 //!   which needs a default, and is re-exported here beside the others).
@@ -11,23 +13,26 @@
 //!   per-path avoidance.
 //! - [`sr`]: ferroce's selective repeat with path-aware loss detection at the receiver (the
 //!   Themis idea at the endpoint).
-//! - [`baselines`]: ConnectX-7's selective repeat ("RNIC-SR"), timeout-only recovery, and
-//!   Go-Back-N over any path policy, so schemes run side by side.
+//! - [`baselines`]: ConnectX-7's selective repeat ("RNIC-SR") and timeout-only recovery, so
+//!   schemes run side by side.
 //! - [`themis`]: Themis itself, as the paper deployed it: a ToR switch hook on the simulated
 //!   fabric in front of RNIC-SR endpoints.
 //!
-//! SDR-RDMA's partial-completion messaging with SR and erasure coding, and multi-port failover
-//! (native, SHIFT, Varuna, R2CCL) arrive with later issues as more implementations of the same
-//! trait.
+//! SDR-RDMA's partial-completion messaging with SR and erasure coding, multi-port failover
+//! (native, SHIFT, Varuna, R2CCL) and congestion control (DCQCN) arrive with later issues as
+//! more implementations of the same traits.
 
 pub mod baselines;
 pub mod spray;
 pub mod sr;
 pub mod themis;
 
+pub use ferroce_stack::transport::congestion::{AckEvent, CongestionControl, Loss, NoControl};
+pub use ferroce_stack::transport::path::{Ecmp, Path, PathSelector};
 pub use ferroce_stack::transport::recovery::{
     Arrivals, Delivery, Feedback, LossReport, OutOfOrder, Recovery, Retransmit, SendWindow,
 };
+pub use ferroce_stack::transport::Policies;
 
 /// Go-Back-N as IBTA Vol 1 §9.7 specifies it: the requester resumes from the first missing
 /// PSN; the responder NAKs a gap once and drops until the expected PSN arrives.

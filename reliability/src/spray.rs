@@ -1,12 +1,17 @@
 //! Path selection: which UDP source port (and so which path through an ECMP fabric) each
-//! request packet takes.
+//! request packet takes. [`Spray`] is a [`PathSelector`].
 //!
 //! A path is a UDP source port: path `i` of `n` is the port congruent to `i` modulo `n` next
 //! to the QP's own port, so a switch hashing `port mod n` (the simulated fabric's
 //! `SourcePortModulo`) maps path `i` to its `i`-th equal-cost link, and any other hash still
 //! sees `n` distinct flows. The receiver reads a packet's path back as `port mod n`.
 
+use ferroce_stack::transport::path::{Path, PathSelector};
 use ferroce_stack::wire::Psn;
+
+/// Packets a path is avoided for after the receiver signals it, unless
+/// [`Spray::avoiding`] says otherwise.
+pub const AVOID_PACKETS: u32 = 1024;
 
 /// How packets are spread over paths.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +34,8 @@ pub struct Spray {
     base: u16,
     /// Per path: packets still to steer elsewhere.
     avoid: Vec<u32>,
+    /// Packets a path is avoided for when the receiver asks.
+    avoid_packets: u32,
     rng: u64,
 }
 
@@ -57,7 +64,16 @@ impl Spray {
             paths,
             base: base % paths,
             avoid: vec![0; usize::from(paths)],
+            avoid_packets: AVOID_PACKETS,
             rng: seed ^ 0x9e37_79b9_7f4a_7c15,
+        }
+    }
+
+    /// The same, avoiding a path for `packets` packets when the receiver asks.
+    pub fn avoiding(self, packets: u32) -> Self {
+        Self {
+            avoid_packets: packets,
+            ..self
         }
     }
 
@@ -72,7 +88,7 @@ impl Spray {
     }
 
     /// The path PSN-based spraying assigns to `psn`.
-    pub fn designated(&self, psn: Psn) -> u16 {
+    pub fn psn_path(&self, psn: Psn) -> u16 {
         ((psn.value() % u32::from(self.paths)) as u16 + self.base) % self.paths
     }
 
@@ -100,7 +116,7 @@ impl Spray {
         }
         let mut path = match self.mode {
             SprayMode::Random => (self.next_random() % u64::from(n)) as u16,
-            _ => self.designated(psn),
+            _ => self.psn_path(psn),
         };
         if retransmission {
             let step = 1 + (self.next_random() % u64::from(n - 1)) as u16;
@@ -119,7 +135,7 @@ impl Spray {
     }
 
     /// Steers the next `packets` packets meant for `path` to other paths.
-    pub fn avoid(&mut self, path: u16, packets: u32) {
+    pub fn avoid_for(&mut self, path: u16, packets: u32) {
         if let Some(a) = self.avoid.get_mut(usize::from(path)) {
             *a = packets;
         }
@@ -128,6 +144,39 @@ impl Spray {
     /// True while `path` is avoided.
     pub fn avoided(&self, path: u16) -> bool {
         self.avoid.get(usize::from(path)).is_some_and(|&a| a > 0)
+    }
+}
+
+impl PathSelector for Spray {
+    fn name(&self) -> &'static str {
+        match self.mode {
+            SprayMode::Ecmp => "ecmp",
+            SprayMode::Random => "spray-random",
+            SprayMode::Psn => "spray-psn",
+        }
+    }
+
+    fn select(&mut self, base: Path, psn: Psn, retransmission: bool) -> Path {
+        Path {
+            udp_src_port: self.port(base.udp_src_port, psn, retransmission),
+            ..base
+        }
+    }
+
+    fn paths(&self) -> u16 {
+        self.paths
+    }
+
+    fn path_of(&self, udp_src_port: u16) -> u16 {
+        self.path_of_port(udp_src_port)
+    }
+
+    fn designated(&self, psn: Psn) -> Option<u16> {
+        (self.mode == SprayMode::Psn && self.paths > 1).then(|| self.psn_path(psn))
+    }
+
+    fn avoid(&mut self, path: u16) {
+        self.avoid_for(path, self.avoid_packets);
     }
 }
 
@@ -158,7 +207,7 @@ mod tests {
         for i in 0..64 {
             let psn = Psn::new(i);
             let p = s.port(0xc123, psn, true);
-            assert_ne!(s.path_of_port(p), s.designated(psn));
+            assert_ne!(s.path_of_port(p), s.psn_path(psn));
         }
         // The top of the port space stays inside 16 bits and on the right path.
         assert_eq!(port_for(0xffff, 3, 5) % 5, 3);
@@ -167,7 +216,7 @@ mod tests {
     #[test]
     fn an_avoided_path_hands_its_packets_to_others_for_a_window() {
         let mut s = Spray::psn(4);
-        s.avoid(2, 3);
+        s.avoid_for(2, 3);
         let on_2 = (0..40)
             .filter(|&i| s.path_of_port(s.clone().port(0xc000, Psn::new(i), false)) == 2)
             .count();

@@ -12,12 +12,11 @@
 //! degree passes a threshold), its path is probably broken: the receiver declares the PSN
 //! lost without proof and asks the sender to avoid that path for a while.
 
+use ferroce_stack::transport::path::PathSelector;
 use ferroce_stack::transport::recovery::{
     Arrivals, Delivery, Feedback, LossReport, Recovery, Retransmit, SendWindow,
 };
 use ferroce_stack::wire::Psn;
-
-use crate::spray::{Spray, SprayMode};
 
 /// Thresholds of [`SelectiveRepeat`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,10 +24,9 @@ pub struct SrConfig {
     /// Packets in flight before the sender waits (the TX window).
     pub window: u32,
     /// Out-of-order degree (packets that arrived past the stuck expected PSN) beyond which
-    /// the expected PSN is declared lost without proof and its path avoided.
+    /// the expected PSN is declared lost without proof and its path avoided (for as long as
+    /// the sender's path selector avoids a path: [`Spray::avoiding`](crate::spray::Spray::avoiding)).
     pub ooo_threshold: u32,
-    /// Packets a path is avoided for after the receiver signals it.
-    pub avoid_packets: u32,
 }
 
 impl Default for SrConfig {
@@ -36,15 +34,15 @@ impl Default for SrConfig {
         Self {
             window: 512,
             ooo_threshold: 256,
-            avoid_packets: 1024,
         }
     }
 }
 
-/// ferroce's selective repeat, with path-aware loss detection at the receiver.
+/// ferroce's selective repeat, with path-aware loss detection at the receiver. It learns
+/// the paths from the QP's path selector (run it with PSN-based spraying for the path-aware
+/// part: [`Spray::psn`](crate::spray::Spray::psn)).
 #[derive(Debug)]
 pub struct SelectiveRepeat {
-    spray: Spray,
     config: SrConfig,
     /// Responder: the highest request PSN that arrived on each path.
     path_max: Vec<Option<Psn>>,
@@ -53,20 +51,13 @@ pub struct SelectiveRepeat {
 }
 
 impl SelectiveRepeat {
-    /// Selective repeat over `spray`'s paths.
-    pub fn new(spray: Spray, config: SrConfig) -> Self {
-        let n = usize::from(spray.paths());
+    /// Selective repeat with `config`'s thresholds.
+    pub fn new(config: SrConfig) -> Self {
         Self {
-            spray,
             config,
-            path_max: vec![None; n],
-            response_path_max: vec![None; n],
+            path_max: Vec::new(),
+            response_path_max: Vec::new(),
         }
-    }
-
-    /// The path policy.
-    pub fn spray(&self) -> &Spray {
-        &self.spray
     }
 }
 
@@ -83,10 +74,6 @@ impl Recovery for SelectiveRepeat {
         Delivery::Placement(Feedback::Selective)
     }
 
-    fn udp_src_port(&mut self, base: u16, psn: Psn, retransmission: bool) -> u16 {
-        self.spray.port(base, psn, retransmission)
-    }
-
     fn on_sequence_error(&mut self, missing: Psn, _window: SendWindow) -> Retransmit {
         Retransmit::Only(missing, None)
     }
@@ -99,11 +86,12 @@ impl Recovery for SelectiveRepeat {
         &mut self,
         psn: Psn,
         udp_src_port: u16,
+        paths: &dyn PathSelector,
         rx: &dyn Arrivals,
         report: &mut LossReport,
     ) {
         detect(
-            &self.spray,
+            paths,
             self.config,
             &mut self.path_max,
             (psn, udp_src_port),
@@ -116,11 +104,12 @@ impl Recovery for SelectiveRepeat {
         &mut self,
         psn: Psn,
         udp_src_port: u16,
+        paths: &dyn PathSelector,
         rx: &dyn Arrivals,
         report: &mut LossReport,
     ) {
         detect(
-            &self.spray,
+            paths,
             self.config,
             &mut self.response_path_max,
             (psn, udp_src_port),
@@ -128,27 +117,27 @@ impl Recovery for SelectiveRepeat {
             report,
         );
     }
-
-    fn on_avoid_path(&mut self, path: u8) {
-        self.spray.avoid(u16::from(path), self.config.avoid_packets);
-    }
 }
 
 /// Path-aware loss detection for one direction: `(psn, port)` arrived, `path_max` is that
 /// direction's highest PSN per path.
 fn detect(
-    spray: &Spray,
+    paths: &dyn PathSelector,
     config: SrConfig,
-    path_max: &mut [Option<Psn>],
+    path_max: &mut Vec<Option<Psn>>,
     (psn, port): (Psn, u16),
     rx: &dyn Arrivals,
     report: &mut LossReport,
 ) {
     let epsn = rx.epsn();
-    let n = spray.paths();
-    let psn_sprayed = spray.mode() == SprayMode::Psn && n > 1;
+    // Path-aware detection needs to know the path of a PSN that never arrived: PSN-based
+    // spraying says it.
+    let psn_sprayed = paths.designated(psn).is_some();
     if psn_sprayed {
-        let path = spray.path_of_port(port);
+        let path = paths.path_of(port);
+        if path_max.len() < usize::from(paths.paths()) {
+            path_max.resize(usize::from(paths.paths()), None);
+        }
         let slot = &mut path_max[usize::from(path)];
         let prev = *slot;
         if prev.is_none_or(|p| p.before(psn)) {
@@ -162,7 +151,7 @@ fn detect(
             let span = psn.distance(start).max(0) as u32;
             for i in 0..span {
                 let m = start.add(i);
-                if spray.designated(m) == path && !rx.arrived(m) && !rx.reported(m) {
+                if paths.designated(m) == Some(path) && !rx.arrived(m) && !rx.reported(m) {
                     report.lost.push(m);
                 }
             }
@@ -175,8 +164,6 @@ fn detect(
         && rx.ahead(psn) > config.ooo_threshold
     {
         report.lost.push(epsn);
-        if psn_sprayed {
-            report.avoid = Some(spray.designated(epsn) as u8);
-        }
+        report.avoid = paths.designated(epsn).map(|p| p as u8);
     }
 }

@@ -6,18 +6,35 @@
 
 use ferroce_stack::transport::loopback::connect;
 use ferroce_stack::transport::{
-    Access, Arrivals, Delivery, Feedback, LossReport, MrTable, Mtu, Payload, PdId, Qp, QpAttr,
-    QpConfig, QpType, Recovery, RecvWr, Retransmit, SendWindow, SendWr, Sge, WrOpcode,
+    Access, Arrivals, Delivery, Feedback, LossReport, MrTable, Mtu, Path, PathSelector, Payload,
+    PdId, Policies, Qp, QpAttr, QpConfig, QpType, Recovery, RecvWr, Retransmit, SendWindow, SendWr,
+    Sge, WrOpcode,
 };
 use ferroce_stack::wire::sample::{sample_repr, SampleAddr};
 use ferroce_stack::wire::{
     AethRepr, AtomicEthRepr, Msn, Opcode, Psn, Qpn, RethRepr, RoceRepr, SackEthRepr,
 };
 
-/// A placing policy that sprays over 4 ports and reports every missing PSN below an arrival
-/// lost at once: the most feedback a hostile stream can provoke.
+/// A placing policy that reports every missing PSN below an arrival lost at once: the most
+/// feedback a hostile stream can provoke.
 #[derive(Debug)]
 struct Eager(Feedback);
+
+/// Sprays over 4 UDP source ports.
+#[derive(Debug)]
+struct Xor4;
+
+impl PathSelector for Xor4 {
+    fn name(&self) -> &'static str {
+        "xor4"
+    }
+    fn select(&mut self, base: Path, psn: Psn, _retransmission: bool) -> Path {
+        Path {
+            udp_src_port: base.udp_src_port ^ (psn.value() & 3) as u16,
+            ..base
+        }
+    }
+}
 
 impl Recovery for Eager {
     fn name(&self) -> &'static str {
@@ -29,16 +46,20 @@ impl Recovery for Eager {
     fn delivery(&self) -> Delivery {
         Delivery::Placement(self.0)
     }
-    fn udp_src_port(&mut self, base: u16, psn: Psn, _retransmission: bool) -> u16 {
-        base ^ (psn.value() & 3) as u16
-    }
     fn on_sequence_error(&mut self, missing: Psn, w: SendWindow) -> Retransmit {
         Retransmit::Only(missing, Some(w.nxt.sub(1)))
     }
     fn on_timeout(&mut self, _w: SendWindow) -> Retransmit {
         Retransmit::Holes
     }
-    fn on_arrival(&mut self, psn: Psn, _port: u16, rx: &dyn Arrivals, report: &mut LossReport) {
+    fn on_arrival(
+        &mut self,
+        psn: Psn,
+        _port: u16,
+        _paths: &dyn PathSelector,
+        rx: &dyn Arrivals,
+        report: &mut LossReport,
+    ) {
         let epsn = rx.epsn();
         for i in 0..psn.distance(epsn).clamp(0, 8) as u32 {
             let m = epsn.add(i);
@@ -52,10 +73,11 @@ impl Recovery for Eager {
         &mut self,
         psn: Psn,
         port: u16,
+        paths: &dyn PathSelector,
         rx: &dyn Arrivals,
         report: &mut LossReport,
     ) {
-        self.on_arrival(psn, port, rx, report);
+        self.on_arrival(psn, port, paths, rx, report);
     }
 }
 use proptest::prelude::*;
@@ -177,8 +199,8 @@ fn run_with(t: QpType, frames: &[Evil], feedback: Option<Feedback>) {
     let mut qp = Qp::new(QpConfig::new(Qpn::new(7), t, PD));
     let mut peer = Qp::new(QpConfig::new(Qpn::new(8), t, PD));
     if let Some(f) = feedback {
-        qp.set_recovery(Box::new(Eager(f)));
-        peer.set_recovery(Box::new(Eager(f)));
+        qp.set_policies(Policies::recovery(Box::new(Eager(f))).with_path(Box::new(Xor4)));
+        peer.set_policies(Policies::recovery(Box::new(Eager(f))).with_path(Box::new(Xor4)));
     }
     let attr = QpAttr {
         qp_access_flags: all,

@@ -11,8 +11,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use ferroce::drivers::sim::{Fabric, FabricBuilder, HostId, LinkModel};
 use ferroce::drivers::Port;
 use ferroce::stack::transport::{
-    required_mask, Access, AddressVector, MrKeys, MrTable, Mtu, PdId, Qp, QpAttr, QpConfig,
-    QpState, QpType, Recovery, WorkCompletion,
+    required_mask, Access, AddressVector, MrKeys, MrTable, Mtu, PdId, Policies, Qp, QpAttr,
+    QpConfig, QpState, QpType, WorkCompletion,
 };
 use ferroce::stack::wire::{Checks, Psn, Qpn, RoceRepr};
 
@@ -338,7 +338,7 @@ pub fn connect_pair<P: Port>(
 }
 
 /// Makes the reliability policy of one end of a connection (both ends get their own).
-pub type PolicyFn = fn() -> Box<dyn Recovery>;
+pub type PolicyFn = fn() -> Policies;
 
 /// [`connect_pair`] with both ends running `policy` (Go-Back-N when `None`).
 pub fn connect_pair_with<P: Port>(
@@ -352,8 +352,8 @@ pub fn connect_pair_with<P: Port>(
     w.hosts[0].add_qp(qpn_a, t);
     w.hosts[1].add_qp(qpn_b, t);
     if let Some(make) = policy {
-        w.hosts[0].qp(qpn_a).set_recovery(make());
-        w.hosts[1].qp(qpn_b).set_recovery(make());
+        w.hosts[0].qp(qpn_a).set_policies(make());
+        w.hosts[1].qp(qpn_b).set_policies(make());
     }
     bring_up(w, (0, qpn_a), (1, qpn_b), psn_a, psn_b, o);
     bring_up(w, (1, qpn_b), (0, qpn_a), psn_b, psn_a, o);

@@ -818,13 +818,14 @@ impl QueuePair {
         Ok(result?)
     }
 
-    /// ferroce's extended attribute: the QP's reliability policy (path selection, loss
-    /// recovery, delivery; see `ferroce-reliability`), in RESET or INIT. Both ends of a
-    /// connection must run policies with the same [`Delivery`](ferroce_stack::transport::Delivery):
-    /// agree on it at connection setup, as the QP numbers are. Go-Back-N is the default.
+    /// ferroce's extended attribute: the QP's policies (path selection, loss recovery and
+    /// delivery, congestion control; see `ferroce-reliability`), in RESET or INIT. Both ends
+    /// of a connection must run recovery policies with the same
+    /// [`Delivery`](ferroce_stack::transport::Delivery): agree on it at connection setup, as
+    /// the QP numbers are. ECMP, Go-Back-N and no congestion control are the default.
     pub fn set_reliability(
         &self,
-        policy: Box<dyn ferroce_stack::transport::Recovery>,
+        policy: ferroce_stack::transport::Policies,
     ) -> Result<(), VerbsError> {
         let mut policy = Some(policy);
         let mut result = Ok(());
@@ -836,7 +837,7 @@ impl QueuePair {
             .with_qp(self.shared.qpn, &mut |qp| match qp.state() {
                 QpState::Reset | QpState::Init => {
                     if let Some(p) = policy.take() {
-                        qp.set_recovery(p);
+                        qp.set_policies(p);
                     }
                 }
                 s => result = Err(VerbsError::PolicyAfterRtr(s)),

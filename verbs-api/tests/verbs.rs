@@ -105,18 +105,16 @@ fn rc_traffic_on_the_sim_with_loss() {
 /// packet.
 #[test]
 fn selective_repeat_through_the_verbs_api() {
-    use ferroce_reliability::{spray::Spray, sr};
+    use ferroce_reliability::{spray::Spray, sr, Policies};
     let model = LinkModel {
         loss: Loss::Bernoulli(0.02),
         ..LinkModel::new(25_000_000_000, 2_000)
     };
     let (net, ca, cb) = SimNet::pair(5, model, 9000, None).unwrap();
     let (a, b) = (end(&ca, 1 << 20, QpType::Rc), end(&cb, 1 << 20, QpType::Rc));
-    let policy = || -> Box<dyn Recovery> {
-        Box::new(sr::SelectiveRepeat::new(
-            Spray::ecmp(),
-            sr::SrConfig::default(),
-        ))
+    let policy = || {
+        let sr = sr::SelectiveRepeat::new(sr::SrConfig::default());
+        Policies::recovery(Box::new(sr)).with_path(Box::new(Spray::ecmp()))
     };
     a.qp.set_reliability(policy()).unwrap();
     b.qp.set_reliability(policy()).unwrap();

@@ -15,6 +15,7 @@ use std::time::Instant;
 use ferroce_drivers::sim::{LinkModel, Loss};
 use ferroce_reliability::spray::Spray;
 use ferroce_reliability::sr::{SelectiveRepeat, SrConfig};
+use ferroce_reliability::Policies;
 use ferroce_verbs::connect::{
     connect_qp, negotiate, ConnectOpts, Endpoint, Negotiated, OFFER_SELECTIVE_REPEAT,
 };
@@ -294,7 +295,8 @@ fn use_scheme(qp: &QueuePair, agreed: Negotiated, a: &Args) -> Result<(), Failur
         } else {
             Spray::ecmp()
         };
-        qp.set_reliability(Box::new(SelectiveRepeat::new(spray, SrConfig::default())))?;
+        let sr = SelectiveRepeat::new(SrConfig::default());
+        qp.set_reliability(Policies::recovery(Box::new(sr)).with_path(Box::new(spray)))?;
     }
     Ok(())
 }

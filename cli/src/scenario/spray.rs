@@ -9,12 +9,13 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use ferroce_drivers::sim::{EcmpHash, FabricBuilder, LinkModel, LinkStats, Loss, SwitchId};
-use ferroce_reliability::baselines::{RnicSr, SprayedGoBackN, TimeoutOnly};
+use ferroce_reliability::baselines::{RnicSr, TimeoutOnly};
+use ferroce_reliability::gbn::GoBackN;
 use ferroce_reliability::spray::Spray;
 use ferroce_reliability::sr::{SelectiveRepeat, SrConfig};
 use ferroce_reliability::themis::{SharedStats, ThemisConfig, ThemisStats, ThemisTor};
 use ferroce_stack::transport::{
-    Access, Counters, Mtu, Payload, PdId, Recovery, SendWr, Sge, WcStatus, WrOpcode,
+    Access, Counters, Mtu, Payload, PdId, Policies, Recovery, SendWr, Sge, WcStatus, WrOpcode,
 };
 
 use super::world::{Link, Node, World};
@@ -65,22 +66,24 @@ impl Scheme {
     }
 
     /// The policy of one end of flow `flow`.
-    fn policy(self, seed: u64, flow: usize) -> Box<dyn Recovery> {
+    fn policy(self, seed: u64, flow: usize) -> Policies {
         let random = || Spray::random(SPINES as u16, seed ^ (flow as u64).wrapping_mul(0x51));
-        match self {
-            Self::EcmpGbn => Box::new(SprayedGoBackN::new(Spray::ecmp(), WINDOW)),
-            Self::SprayRnicSr => Box::new(RnicSr::new(random(), WINDOW)),
-            Self::SprayTimeout => Box::new(TimeoutOnly::new(random(), WINDOW)),
+        let (recovery, spray): (Box<dyn Recovery>, Spray) = match self {
+            Self::EcmpGbn => (Box::new(GoBackN::with_window(WINDOW)), Spray::ecmp()),
+            Self::SprayRnicSr => (Box::new(RnicSr::new(WINDOW)), random()),
+            Self::SprayTimeout => (Box::new(TimeoutOnly::new(WINDOW)), random()),
             // The ToRs spray; the endpoints keep one UDP port, as a ConnectX does.
-            Self::SprayThemis => Box::new(RnicSr::new(Spray::ecmp(), WINDOW)),
-            Self::SpraySr => Box::new(SelectiveRepeat::new(
-                Spray::psn(SPINES as u16),
-                SrConfig {
+            Self::SprayThemis => (Box::new(RnicSr::new(WINDOW)), Spray::ecmp()),
+            Self::SpraySr => {
+                let config = SrConfig {
                     window: WINDOW,
                     ..SrConfig::default()
-                },
-            )),
-        }
+                };
+                let sr = SelectiveRepeat::new(config);
+                (Box::new(sr), Spray::psn(SPINES as u16))
+            }
+        };
+        Policies::recovery(recovery).with_path(Box::new(spray))
     }
 }
 

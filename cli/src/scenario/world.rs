@@ -9,8 +9,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use ferroce_drivers::sim::{Fabric, HostId, SimPort};
 use ferroce_drivers::Port;
 use ferroce_stack::transport::{
-    required_mask, Access, AddressVector, Counters, MrKeys, MrTable, Mtu, PdId, Qp, QpAttr,
-    QpConfig, QpState, QpType, Recovery, WorkCompletion,
+    required_mask, Access, AddressVector, Counters, MrKeys, MrTable, Mtu, PdId, Policies, Qp,
+    QpAttr, QpConfig, QpState, QpType, WorkCompletion,
 };
 use ferroce_stack::wire::{Checks, Psn, Qpn, RoceRepr};
 
@@ -137,7 +137,7 @@ impl World {
     }
 
     /// An RC QP `qpn` on node `from`, at RTS towards QP `peer_qpn` on node `to`, running
-    /// `recovery` and sending from UDP port `udp_src_port`.
+    /// `policies` and sending from UDP port `udp_src_port`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn connect(
         &mut self,
@@ -145,7 +145,7 @@ impl World {
         (to, peer_qpn): (usize, u32),
         (sq_psn, rq_psn): (u32, u32),
         udp_src_port: u16,
-        recovery: Box<dyn Recovery>,
+        policies: Policies,
         l: Link,
     ) {
         let av = AddressVector {
@@ -157,7 +157,7 @@ impl World {
             ..AddressVector::default()
         };
         let mut qp = Qp::new(QpConfig::new(Qpn::new(qpn), QpType::Rc, PD));
-        qp.set_recovery(recovery);
+        qp.set_policies(policies);
         let a = QpAttr {
             qp_access_flags: Access::REMOTE_WRITE.with(Access::REMOTE_READ),
             ah_attr: av,

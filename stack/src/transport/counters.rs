@@ -89,5 +89,8 @@ crate::counter_set! {
         ooo_responses_placed,
         /// Requester (placement): responses the policy found lost and asked for again.
         response_losses_detected,
+        /// Requester: congestion notification packets handed to congestion control (mlx5's
+        /// reaction-point name).
+        rp_cnp_handled,
     }
 }

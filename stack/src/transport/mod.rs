@@ -1,6 +1,7 @@
 //! The sans-IO RDMA transport: QPs that are fed packets and time and asked for frames,
 //! timeouts and completions ([`qp`]), the work requests and completions they speak ([`wr`]),
-//! the loss-recovery policy they consult ([`recovery`]), the state machine's rules
+//! the policies they consult (path choice in [`path`], loss recovery in [`recovery`],
+//! congestion control in [`congestion`]), the state machine's rules
 //! ([`state`]), registered memory with its checked accessor ([`mr`]), counters and the spec's
 //! timer encodings.
 
@@ -22,9 +23,11 @@ macro_rules! flag_set {
     };
 }
 
+pub mod congestion;
 pub mod counters;
 pub mod loopback;
 pub mod mr;
+pub mod path;
 pub mod qp;
 pub mod recovery;
 pub(crate) mod sg;
@@ -34,9 +37,11 @@ pub mod timers;
 pub mod tx;
 pub mod wr;
 
+pub use congestion::{AckEvent, CongestionControl, Loss, NoControl};
 pub use counters::Counters;
 pub use mr::{Access, AccessError, MemSpan, MrKeys, MrTable, PdId, RegionShare, RegisterError};
-pub use qp::{AddressVector, Mtu, Qp, QpAttr, QpCaps, QpConfig};
+pub use path::{Ecmp, Path, PathSelector};
+pub use qp::{AddressVector, Mtu, Policies, Qp, QpAttr, QpCaps, QpConfig};
 pub use recovery::{
     Arrivals, Delivery, Feedback, GoBackN, LossReport, OutOfOrder, Recovery, Retransmit, SendWindow,
 };

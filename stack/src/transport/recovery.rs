@@ -1,18 +1,20 @@
-//! The loss-recovery policy a reliable QP consults: how far ahead it may send, which path
-//! (UDP source port) a packet takes, how its responder treats packets that arrive ahead of the
-//! expected PSN, what to resend after a NAK or a timeout, and, for selective repeat, when a
-//! missing PSN counts as lost.
+//! The loss-recovery policy a reliable QP consults: how far ahead it can track, how its
+//! responder treats packets that arrive ahead of the expected PSN, what to resend after a NAK
+//! or a timeout, and, for selective repeat, when a missing PSN counts as lost. Which path a
+//! packet takes is [`PathSelector`]'s to say, how much the network takes
+//! [`CongestionControl`](super::CongestionControl)'s.
 //!
 //! The QP keeps the mechanism (PSN bookkeeping, memory, completions, the wire, the arrival
 //! and acknowledgement bitmaps); a policy only decides. [`GoBackN`] is the IBTA behaviour and
-//! the default, and the only one a hardware peer understands; selective repeat, spraying and
-//! the RNIC baselines implement this trait in the `reliability` crate. It lives here rather
-//! than there because the QP needs its default and `reliability` depends on this crate.
+//! the default, and the only one a hardware peer understands; selective repeat and the RNIC
+//! baselines implement this trait in the `reliability` crate. It lives here rather than there
+//! because the QP needs its default and `reliability` depends on this crate.
 
 use core::fmt;
 
 use smallvec::SmallVec;
 
+use super::path::PathSelector;
 use crate::wire::Psn;
 
 /// The requester's PSN window when a policy is asked to decide.
@@ -109,7 +111,9 @@ pub trait Recovery: Send + fmt::Debug {
     /// A short name for logs and reports.
     fn name(&self) -> &'static str;
 
-    /// Most packets the requester keeps unacknowledged before it stops sending new ones.
+    /// Most packets the requester keeps unacknowledged before it stops sending new ones:
+    /// how far ahead the policy can track (a selective-repeat bitmap's size). Congestion
+    /// control may allow less.
     fn window(&self) -> u32 {
         DEFAULT_WINDOW
     }
@@ -117,13 +121,6 @@ pub trait Recovery: Send + fmt::Debug {
     /// How the responder delivers requests; both ends must agree.
     fn delivery(&self) -> Delivery {
         Delivery::InOrder
-    }
-
-    /// The UDP source port (the path, to an ECMP fabric) for a request packet. `base` is the
-    /// QP's own port; `retransmission` is true when the PSN was sent before.
-    fn udp_src_port(&mut self, base: u16, psn: Psn, retransmission: bool) -> u16 {
-        let _ = (psn, retransmission);
-        base
     }
 
     /// The responder reported `missing` as the first PSN it lacks (a PSN sequence error NAK,
@@ -147,16 +144,19 @@ pub trait Recovery: Send + fmt::Debug {
     }
 
     /// Responder, selective feedback: request `psn` arrived (recorded in `rx` already) from
-    /// UDP source port `udp_src_port`. Fills `report` with PSNs now known lost and a path to
-    /// avoid. The default reports nothing: recovery then waits for the requester's timer.
+    /// UDP source port `udp_src_port`; `paths` is the QP's path selector, which says which
+    /// path that was and which path a PSN was meant for. Fills `report` with PSNs now known
+    /// lost and a path to avoid. The default reports nothing: recovery then waits for the
+    /// requester's timer.
     fn on_arrival(
         &mut self,
         psn: Psn,
         udp_src_port: u16,
+        paths: &dyn PathSelector,
         rx: &dyn Arrivals,
         report: &mut LossReport,
     ) {
-        let _ = (psn, udp_src_port, rx, report);
+        let _ = (psn, udp_src_port, paths, rx, report);
     }
 
     /// Requester, placement delivery: READ response (or atomic ACK) `psn` arrived (recorded
@@ -172,15 +172,11 @@ pub trait Recovery: Send + fmt::Debug {
         &mut self,
         psn: Psn,
         udp_src_port: u16,
+        paths: &dyn PathSelector,
         rx: &dyn Arrivals,
         report: &mut LossReport,
     ) {
-        let _ = (psn, udp_src_port, rx, report);
-    }
-
-    /// Requester, selective feedback: the responder asks to avoid `path` for a while.
-    fn on_avoid_path(&mut self, path: u8) {
-        let _ = path;
+        let _ = (psn, udp_src_port, paths, rx, report);
     }
 }
 
@@ -191,12 +187,31 @@ pub const DEFAULT_WINDOW: u32 = 2048;
 
 /// IBTA Go-Back-N: resume from the first missing PSN; the responder NAKs the first gap once
 /// and drops everything until the expected PSN arrives.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct GoBackN;
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GoBackN {
+    window: u32,
+}
+
+impl Default for GoBackN {
+    fn default() -> Self {
+        Self::with_window(DEFAULT_WINDOW)
+    }
+}
+
+impl GoBackN {
+    /// Go-Back-N keeping at most `window` packets unacknowledged.
+    pub fn with_window(window: u32) -> Self {
+        Self { window }
+    }
+}
 
 impl Recovery for GoBackN {
     fn name(&self) -> &'static str {
         "gbn"
+    }
+
+    fn window(&self) -> u32 {
+        self.window
     }
 
     fn on_sequence_error(&mut self, missing: Psn, _window: SendWindow) -> Retransmit {

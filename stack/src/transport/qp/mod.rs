@@ -22,11 +22,14 @@ use std::collections::VecDeque;
 
 use smallvec::SmallVec;
 
+use super::congestion::{CongestionControl, NoControl};
 use super::counters::Counters;
 use super::mr::{Access, MrTable, PdId};
+use super::path::{Ecmp, Path, PathSelector};
 use super::recovery::{Delivery, GoBackN, Recovery};
 use super::state::{check_modify, AttrMask, ModifyError, QpState, QpType};
 use super::timers::local_ack_timeout_ns;
+use super::timers::Timer;
 use super::tx::TxOut;
 use super::wr::{
     Payload, PostError, RecvWr, SendFlags, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
@@ -309,8 +312,8 @@ pub struct QpConfig {
     pub pd: PdId,
     /// Queue capacities.
     pub caps: QpCaps,
-    /// Loss recovery policy; Go-Back-N when `None`.
-    pub recovery: Option<Box<dyn Recovery>>,
+    /// Its policies: path choice, loss recovery, congestion control.
+    pub policies: Policies,
     /// Take receives from this shared receive queue instead of the QP's own.
     pub srq: Option<super::srq::Srq>,
 }
@@ -323,9 +326,52 @@ impl QpConfig {
             qp_type,
             pd,
             caps: QpCaps::default(),
-            recovery: None,
+            policies: Policies::default(),
             srq: None,
         }
+    }
+}
+
+/// The policies a QP runs, composed per QP: which path each packet takes, what to resend
+/// and when, and how much may be in flight at what rate. The defaults ([`Ecmp`],
+/// [`GoBackN`], [`NoControl`]) are IBTA's behaviour, what a hardware peer expects.
+#[derive(Debug)]
+pub struct Policies {
+    /// Path choice.
+    pub path: Box<dyn PathSelector>,
+    /// Loss recovery, receiver-side loss detection and the delivery mode.
+    pub recovery: Box<dyn Recovery>,
+    /// Congestion control.
+    pub congestion: Box<dyn CongestionControl>,
+}
+
+impl Default for Policies {
+    fn default() -> Self {
+        Self {
+            path: Box::new(Ecmp),
+            recovery: Box::new(GoBackN::default()),
+            congestion: Box::new(NoControl::default()),
+        }
+    }
+}
+
+impl Policies {
+    /// `recovery` with the default path choice and congestion control.
+    pub fn recovery(recovery: Box<dyn Recovery>) -> Self {
+        Self {
+            recovery,
+            ..Self::default()
+        }
+    }
+
+    /// The same with path choice `path`.
+    pub fn with_path(self, path: Box<dyn PathSelector>) -> Self {
+        Self { path, ..self }
+    }
+
+    /// The same with congestion control `congestion`.
+    pub fn with_congestion(self, congestion: Box<dyn CongestionControl>) -> Self {
+        Self { congestion, ..self }
     }
 }
 
@@ -388,7 +434,9 @@ pub struct Qp {
     pub(crate) udp_src_port: u16,
     /// The local ACK timeout (never zero; `None`: wait forever), kept in 8 bytes.
     pub(crate) ack_timeout_ns: Option<core::num::NonZeroU64>,
+    pub(crate) path: Box<dyn PathSelector>,
     pub(crate) recovery: Box<dyn Recovery>,
+    pub(crate) congestion: Box<dyn CongestionControl>,
     pub(crate) req: requester::Requester,
     pub(crate) resp: responder::Responder,
     pub(crate) completions: VecDeque<WorkCompletion>,
@@ -401,7 +449,9 @@ impl core::fmt::Debug for Qp {
             .field("qpn", &self.qpn)
             .field("type", &self.qp_type)
             .field("state", &self.state)
+            .field("path", &self.path.name())
             .field("recovery", &self.recovery.name())
+            .field("congestion", &self.congestion.name())
             .finish_non_exhaustive()
     }
 }
@@ -421,7 +471,9 @@ impl Qp {
             template: attr.ah_attr.template(Qpn::new(0), 0),
             udp_src_port: 0,
             ack_timeout_ns: None,
-            recovery: config.recovery.unwrap_or_else(|| Box::new(GoBackN)),
+            path: config.policies.path,
+            recovery: config.policies.recovery,
+            congestion: config.policies.congestion,
             req: requester::Requester::new(Psn::new(0)),
             resp: responder::Responder::new(Psn::new(0), config.srq.clone()),
             completions: VecDeque::new(),
@@ -471,9 +523,18 @@ impl Qp {
         &self.counters
     }
 
-    /// The policy's name.
+    /// The recovery policy's name.
     pub fn recovery_name(&self) -> &'static str {
         self.recovery.name()
+    }
+
+    /// The names of its path, recovery and congestion-control policies.
+    pub fn policy_names(&self) -> [&'static str; 3] {
+        [
+            self.path.name(),
+            self.recovery.name(),
+            self.congestion.name(),
+        ]
     }
 
     /// The port's active MTU, which bounds UD datagrams (connected QPs take `path_mtu`).
@@ -488,6 +549,22 @@ impl Qp {
     /// [`Delivery`], which they negotiate at connection setup.
     pub fn set_recovery(&mut self, recovery: Box<dyn Recovery>) {
         self.recovery = recovery;
+    }
+
+    /// Replaces all three policies, before RTR (see [`set_recovery`](Self::set_recovery)).
+    pub fn set_policies(&mut self, p: Policies) {
+        self.path = p.path;
+        self.recovery = p.recovery;
+        self.congestion = p.congestion;
+    }
+
+    /// The path the QP was connected with: port 0 (one port per device until multi-port
+    /// devices arrive) and its UDP source port.
+    pub(crate) fn base_path(&self) -> Path {
+        Path {
+            port: 0,
+            udp_src_port: self.udp_src_port,
+        }
     }
 
     /// The feedback of a QP that places requests out of order (an RC QP whose policy asks
@@ -791,6 +868,16 @@ impl Qp {
         self.counters.rx_packets += 1;
         self.counters.rx_bytes += pkt.frame_len() as u64;
         let op = pkt.repr.bth.opcode;
+        if op == Opcode::CNP
+            && self.qp_type != QpType::Ud
+            && matches!(self.state, QpState::Rts | QpState::Sqd)
+        {
+            // A congestion notification for what this QP sends (Annex A17.9.3): the reaction
+            // point is the congestion-control policy.
+            self.counters.rp_cnp_handled += 1;
+            self.congestion.on_cnp(now);
+            return;
+        }
         if !self.admits(op) {
             self.counters.rx_dropped += 1;
             return;
@@ -830,6 +917,19 @@ impl Qp {
     /// when the local ACK timeout is infinite).
     pub(crate) fn ack_deadline(&self, now: u64) -> Option<u64> {
         self.ack_timeout_ns.map(|t| now + t.get())
+    }
+
+    /// (Re)starts the retry timer for a request sent, or progress made, at `now`.
+    pub(crate) fn arm_retry(&mut self, now: u64) {
+        let at = self.ack_deadline(now);
+        self.req.timers.set_or_stop(Timer::Retry, at);
+    }
+
+    /// Starts the retry timer at `now` unless it runs already.
+    pub(crate) fn arm_retry_if_idle(&mut self, now: u64) {
+        if !self.req.timers.is_armed(Timer::Retry) {
+            self.arm_retry(now);
+        }
     }
 
     /// A frame for this QP that the parser refused after its BTH ([`RoceRepr::attribute`]).
@@ -894,10 +994,7 @@ impl Qp {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) {
             return None;
         }
-        match (self.req.rnr_until, self.req.retry_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.req.timers.next()
     }
 
     /// Runs the timers due at `now`.
@@ -1053,4 +1150,14 @@ mod tests {
         assert_eq!(Mtu::for_ethernet_mtu(4200), Mtu::Mtu4096);
         assert_eq!(Mtu::from_bytes(2048), Some(Mtu::Mtu2048));
     }
+}
+#[cfg(test)]
+#[test]
+fn tmp_sizes() {
+    eprintln!(
+        "Qp {} Requester {} Responder {}",
+        core::mem::size_of::<Qp>(),
+        core::mem::size_of::<requester::Requester>(),
+        core::mem::size_of::<responder::Responder>()
+    );
 }

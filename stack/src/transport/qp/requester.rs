@@ -15,11 +15,12 @@ use super::{Qp, SendWqe, WqeData};
 #[path = "responses.rs"]
 mod responses;
 
+use crate::transport::congestion::{AckEvent, Loss};
 use crate::transport::mr::{Access, MrTable};
 use crate::transport::recovery::{Retransmit, SendWindow};
 use crate::transport::sg;
 use crate::transport::state::{QpState, QpType};
-use crate::transport::timers::{rnr_timer_ns, RNR_RETRY_INFINITE};
+use crate::transport::timers::{rnr_timer_ns, Timer, TimerTable, RNR_RETRY_INFINITE};
 use crate::transport::tx::{self, TxOut};
 use crate::transport::wr::{SendFlags, WcStatus, WrOpcode};
 use crate::wire::{
@@ -31,14 +32,6 @@ pub(crate) use responses::Responses;
 /// The requester asks for an ACK at least every this many packets of a long message (and on
 /// every message's last packet), so the window keeps moving without an ACK per packet.
 pub const ACK_REQ_EVERY: u32 = 64;
-
-/// Packets a requester may have past `una` right after a Go-Back-N rewind, widened by one for
-/// each packet acknowledged (slow start) until the policy's window is back. Resending the
-/// whole window at once into a receiver that has just dropped part of it — an AF_PACKET ring
-/// whose engine thread waited for a core — loses again, and enough rounds of that exhaust
-/// `retry_cnt` (seen with perftest's `ib_write_bw -q 4`: four QPs of 128 × 64 KiB). At least
-/// 64, so the restart window always holds a packet with AckReq set (every 64th PSN has it).
-pub(crate) const CWND_RESTART: u32 = 128;
 
 #[derive(Debug)]
 pub(crate) struct Requester {
@@ -52,16 +45,18 @@ pub(crate) struct Requester {
     pub(crate) nxt: Psn,
     /// Oldest PSN not acknowledged.
     pub(crate) una: Psn,
+    /// The `una` congestion control last heard of.
+    cc_una: Psn,
     /// One past the highest PSN ever transmitted: anything before it is a retransmission.
     pub(crate) sent_hw: Psn,
     pub(crate) rd_atomic_inflight: u32,
     pub(crate) consumers_inflight: u32,
     /// End-to-end credits from the last AETH; `None` when the responder reports none (31).
     pub(crate) credits: Option<u32>,
-    pub(crate) retry_deadline: Option<u64>,
+    /// The retry, RNR and pacing deadlines.
+    pub(crate) timers: TimerTable,
     pub(crate) retries_left: u8,
     pub(crate) rnr_retries_left: u8,
-    pub(crate) rnr_until: Option<u64>,
     /// The PSN the last sequence-error rewind resumed from. Responses and NAKs the responder
     /// sent before it saw the retransmission still point at that gap; acting on each of them
     /// would rewind again and again (a retransmission storm), so a gap is acted on once until
@@ -72,10 +67,6 @@ pub(crate) struct Requester {
     pub(crate) sacks: Option<Box<Sacks>>,
     /// PSNs to resend one by one, before new data (selective repeat and its baselines).
     pub(crate) rtx: VecDeque<Psn>,
-    /// After a Go-Back-N rewind: how many packets past `una` may be on the wire (restart
-    /// window, see [`CWND_RESTART`]), and the `una` it was last widened at. `None`: the
-    /// policy's window alone.
-    pub(crate) cwnd: Option<(u32, Psn)>,
     /// Placement delivery: READ responses and atomic ACKs that arrived ahead of `una`
     /// (`None` for in-order delivery, where a response gap is an implied NAK).
     pub(crate) responses: Option<Box<Responses>>,
@@ -117,20 +108,19 @@ impl Requester {
             cur_pkt: 0,
             nxt: sq_psn,
             una: sq_psn,
+            cc_una: sq_psn,
             sent_hw: sq_psn,
             rd_atomic_inflight: 0,
             consumers_inflight: 0,
             // IBTA §9.7.7.2: a requester starts with no credits, and may always have one
             // message outstanding to learn the count.
             credits: Some(0),
-            retry_deadline: None,
+            timers: TimerTable::default(),
             retries_left: 7,
             rnr_retries_left: 7,
-            rnr_until: None,
             recovering: None,
             sacks: None,
             rtx: VecDeque::new(),
-            cwnd: None,
             responses: None,
         }
     }
@@ -148,10 +138,10 @@ impl Requester {
         self.cur = 0;
         self.cur_pkt = 0;
         self.una = self.nxt;
+        self.cc_una = self.nxt;
         self.rd_atomic_inflight = 0;
         self.consumers_inflight = 0;
-        self.retry_deadline = None;
-        self.rnr_until = None;
+        self.timers = TimerTable::default();
         self.recovering = None;
     }
 
@@ -261,18 +251,23 @@ enum Acked {
 impl Qp {
     pub(crate) fn requester_may_send(&self) -> bool {
         matches!(self.state, QpState::Rts | QpState::Sqd)
-            && self.req.rnr_until.is_none()
+            && !self.req.timers.is_armed(Timer::Rnr)
             && (self.req.cur < self.req.sq.len()
                 || !self.req.rtx.is_empty()
                 || self.req.responses.as_ref().is_some_and(|r| r.has_rereads()))
     }
 
     /// Acts on a policy's decision of what to resend.
-    fn retransmit(&mut self, r: Retransmit) {
+    fn retransmit(&mut self, now: u64, r: Retransmit) {
+        let loss = match r {
+            Retransmit::From(_) => Loss::GoBack,
+            Retransmit::Only(..) | Retransmit::Holes => Loss::Selective,
+        };
+        self.report_acks(now);
+        self.congestion.on_loss(now, loss);
         match r {
             Retransmit::From(psn) => {
                 self.req.rewind_to(psn);
-                self.req.cwnd = Some((CWND_RESTART, self.req.una));
             }
             Retransmit::Only(a, b) => {
                 self.req.push_rtx(a);
@@ -350,12 +345,11 @@ impl Qp {
                     }
                 }
             }
-            return match self.emit_request(idx, (pkt, read_pkts), buf, mem, split_min) {
+            return match self.emit_request(idx, (pkt, read_pkts, false), buf, mem, split_min) {
                 Ok(n) => {
                     self.counters.retransmitted_packets += 1;
-                    if self.req.retry_deadline.is_none() {
-                        self.req.retry_deadline = self.ack_deadline(now);
-                    }
+                    self.sent(now, psn, n.len(), true);
+                    self.arm_retry_if_idle(now);
                     Some(n)
                 }
                 Err(status) => {
@@ -374,8 +368,16 @@ impl Qp {
         mem: &'m MrTable,
         split_min: usize,
     ) -> Option<TxOut<'m>> {
-        if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_until.is_some() {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd)
+            || self.req.timers.is_armed(Timer::Rnr)
+        {
             return None;
+        }
+        if let Some(t) = self.req.timers.get(Timer::Pace) {
+            if t > now {
+                return None;
+            }
+            self.req.timers.stop(Timer::Pace);
         }
         if !self.req.rtx.is_empty() || self.req.responses.as_ref().is_some_and(|r| r.has_rereads())
         {
@@ -386,19 +388,13 @@ impl Qp {
                 return None;
             }
         }
-        let mut window = self.recovery.window().min(1 << 22) as i32;
+        let window = self
+            .recovery
+            .window()
+            .min(self.congestion.window().unwrap_or(u32::MAX))
+            .min(1 << 22) as i32;
         let rc = self.qp_type == QpType::Rc;
         let req = &mut self.req;
-        if let Some((w, at)) = req.cwnd {
-            // Slow start after a rewind: one more packet for each one acknowledged.
-            let w = w.saturating_add(req.una.distance(at).max(0) as u32);
-            if w as i32 >= window {
-                req.cwnd = None;
-            } else {
-                req.cwnd = Some((w, req.una));
-                window = w as i32;
-            }
-        }
         if req.cur >= req.sq.len() {
             return None;
         }
@@ -454,7 +450,11 @@ impl Qp {
             return None;
         }
         let (idx, pkt) = (req.cur, req.cur_pkt);
-        let n = match self.emit_request(idx, (pkt, u32::MAX), buf, mem, split_min) {
+        // A window narrower than the AckReq spacing may hold no packet that asks for an
+        // acknowledgement, and would stall until the timer fired: the packet that fills it
+        // asks. (Wider windows always hold one.)
+        let fills = window < ACK_REQ_EVERY as i32 && psn.distance(req.una) + 1 >= window;
+        let n = match self.emit_request(idx, (pkt, u32::MAX, fills), buf, mem, split_min) {
             Ok(n) => n,
             Err(status) => {
                 self.send_queue_error(idx, status);
@@ -469,12 +469,15 @@ impl Qp {
         } else {
             psn.add(1)
         };
-        if psn.before(req.sent_hw) {
+        let retransmission = psn.before(req.sent_hw);
+        if retransmission {
             self.counters.retransmitted_packets += 1;
         }
         if req.sent_hw.before(end) {
             req.sent_hw = end;
         }
+        self.sent(now, psn, n.len(), retransmission);
+        let req = &mut self.req;
         req.cur_pkt = if is_read { npkts } else { pkt + 1 };
         if req.cur_pkt >= npkts {
             req.cur += 1;
@@ -488,18 +491,18 @@ impl Qp {
                 self.req.una = self.req.nxt;
             }
         }
-        if rc && self.req.retry_deadline.is_none() {
-            self.req.retry_deadline = self.ack_deadline(now);
+        if rc {
+            self.arm_retry_if_idle(now);
         }
         Some(n)
     }
 
     /// Writes packet `pkt` of `sq[idx]` into `buf`; a READ asks for at most `read_pkts`
-    /// response packets from there.
+    /// response packets from there; `ack_req` sets AckReq whatever the packet's place.
     fn emit_request<'m>(
         &mut self,
         idx: usize,
-        (pkt, read_pkts): (u32, u32),
+        (pkt, read_pkts, ack_req): (u32, u32, bool),
         buf: &mut [u8],
         mem: &'m MrTable,
         split_min: usize,
@@ -511,7 +514,10 @@ impl Qp {
         };
         let psn = first_psn.add(pkt);
         let retrans = psn.before(self.req.sent_hw);
-        let sport = self.recovery.udp_src_port(self.udp_src_port, psn, retrans);
+        let sport = self
+            .path
+            .select(self.base_path(), psn, retrans)
+            .udp_src_port;
         let w = &self.req.sq[idx];
         let pos = match (npkts, pkt) {
             (1, _) => Position::Only,
@@ -620,7 +626,7 @@ impl Qp {
         super::set_psn(&mut r, psn);
         r.bth.solicited = last && w.flags.contains(SendFlags::SOLICITED);
         r.bth.ack_req = self.qp_type == QpType::Rc
-            && (last || psn.value() % ACK_REQ_EVERY == ACK_REQ_EVERY - 1);
+            && (last || ack_req || psn.value() % ACK_REQ_EVERY == ACK_REQ_EVERY - 1);
         r.udp_src_port = sport;
         r.payload_len = plen as usize;
         let pd = self.pd;
@@ -650,6 +656,35 @@ impl Qp {
 
     /// A response (ACK, NAK, READ response, atomic ACK) for the requester.
     pub(crate) fn requester_rx(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &MrTable) {
+        self.dispatch_response(now, pkt, mem);
+        self.report_acks(now);
+    }
+
+    /// A request packet of `bytes` left at `now`: congestion control hears of it, and under a
+    /// pacing rate the next one waits its turn.
+    fn sent(&mut self, now: u64, psn: Psn, bytes: usize, retransmission: bool) {
+        self.congestion.on_sent(now, psn, bytes, retransmission);
+        if let Some(rate) = self.congestion.pacing_rate().filter(|&r| r > 0) {
+            let gap = (bytes as u128 * 1_000_000_000 / u128::from(rate)) as u64;
+            self.req.timers.set(Timer::Pace, now + gap);
+        }
+    }
+
+    /// Tells congestion control how far `una` moved since it last heard. Called after each
+    /// response, and before a loss is reported, so a controller sees events in their order.
+    fn report_acks(&mut self, now: u64) {
+        let acked = self.req.una.distance(self.req.cc_una);
+        if acked > 0 {
+            self.req.cc_una = self.req.una;
+            let ack = AckEvent {
+                acked: acked as u32,
+                rtt: None,
+            };
+            self.congestion.on_ack(now, ack);
+        }
+    }
+
+    fn dispatch_response(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &MrTable) {
         let psn = pkt.repr.bth.psn;
         let aeth = pkt.repr.ext.aeth;
         match (pkt.repr.bth.opcode.kind(), aeth) {
@@ -791,7 +826,9 @@ impl Qp {
         req.retries_left = self.attr.retry_cnt;
         req.rnr_retries_left = self.attr.rnr_retry;
         req.recovering = None;
-        req.retry_deadline = if req.una != req.nxt { deadline } else { None };
+        let pending = req.una != req.nxt;
+        req.timers
+            .set_or_stop(Timer::Retry, deadline.filter(|_| pending));
         if req.cursor_psn().before(req.una) {
             let una = req.una;
             req.rewind_to(una);
@@ -806,8 +843,8 @@ impl Qp {
         }
         self.req.recovering = Some(una);
         let r = self.recovery.on_sequence_error(una, self.req.window());
-        self.retransmit(r);
-        self.req.retry_deadline = self.ack_deadline(now);
+        self.retransmit(now, r);
+        self.arm_retry(now);
     }
 
     /// A selective acknowledgement: cumulative up to `psn`, plus which later PSNs arrived, a
@@ -853,14 +890,14 @@ impl Qp {
                 .is_some_and(|(i, pkt)| self.req.sq[i].op == WrOpcode::Read && pkt > 0);
             if !inside_read {
                 self.req.push_rtx(sack.lost);
+                self.report_acks(now);
+                self.congestion.on_loss(now, Loss::Selective);
             }
-            if self.req.retry_deadline.is_none() {
-                self.req.retry_deadline = self.ack_deadline(now);
-            }
+            self.arm_retry_if_idle(now);
         }
         if sack.flags & SackEthRepr::AVOID != 0 {
             self.counters.path_avoidances += 1;
-            self.recovery.on_avoid_path(sack.path);
+            self.path.avoid(u16::from(sack.path));
         }
     }
 
@@ -914,8 +951,8 @@ impl Qp {
             }
             self.req.rnr_retries_left -= 1;
         }
-        self.req.rnr_until = Some(now + rnr_timer_ns(timer));
-        self.req.retry_deadline = None;
+        self.req.timers.set(Timer::Rnr, now + rnr_timer_ns(timer));
+        self.req.timers.stop(Timer::Retry);
         self.req.rewind_to(psn);
     }
 
@@ -956,8 +993,8 @@ impl Qp {
                     self.req.retries_left -= 1;
                 }
                 let r = self.recovery.on_sequence_error(psn, self.req.window());
-                self.retransmit(r);
-                self.req.retry_deadline = self.ack_deadline(now);
+                self.retransmit(now, r);
+                self.arm_retry(now);
             }
             NakCode::InvalidRequest => {
                 self.counters.req_remote_invalid_request += 1;
@@ -1109,17 +1146,16 @@ impl Qp {
     }
 
     pub(crate) fn requester_timeout(&mut self, now: u64) {
-        if self.req.rnr_until.is_some_and(|t| t <= now) {
-            self.req.rnr_until = None;
+        for t in [Timer::Rnr, Timer::Pace] {
+            if self.req.timers.expired(t, now) {
+                self.req.timers.stop(t);
+            }
         }
-        let Some(deadline) = self.req.retry_deadline else {
-            return;
-        };
-        if deadline > now {
+        if !self.req.timers.expired(Timer::Retry, now) {
             return;
         }
         if self.req.una == self.req.nxt {
-            self.req.retry_deadline = None;
+            self.req.timers.stop(Timer::Retry);
             return;
         }
         self.counters.local_ack_timeout_err += 1;
@@ -1132,9 +1168,10 @@ impl Qp {
         }
         self.req.retries_left -= 1;
         self.req.recovering = None;
+        self.congestion.on_timeout(now);
         let r = self.recovery.on_timeout(self.req.window());
-        self.retransmit(r);
-        self.req.retry_deadline = self.ack_deadline(now);
+        self.retransmit(now, r);
+        self.arm_retry(now);
     }
 }
 

@@ -923,9 +923,10 @@ impl Qp {
                 if self.resp.ooo.is_some() {
                     // The requester places responses in any order: they take the paths
                     // requests take, and a response sent again takes another.
-                    r.udp_src_port =
-                        self.recovery
-                            .udp_src_port(self.udp_src_port, psn, reply.duplicate);
+                    r.udp_src_port = self
+                        .path
+                        .select(self.base_path(), psn, reply.duplicate)
+                        .udp_src_port;
                 }
                 if opcode != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
                     r.ext.aeth = Some(aeth);

@@ -274,7 +274,7 @@ impl Qp {
         if let Some(r) = self.req.responses.as_deref() {
             let view = View { req: &self.req, r };
             self.recovery
-                .on_response_arrival(psn, udp_src_port, &view, &mut report);
+                .on_response_arrival(psn, udp_src_port, &*self.path, &view, &mut report);
         }
         if let Some(r) = self.req.responses.as_deref_mut() {
             for &lost in &report.lost {
@@ -285,8 +285,8 @@ impl Qp {
                 }
             }
         }
-        if !report.lost.is_empty() && self.req.retry_deadline.is_none() {
-            self.req.retry_deadline = self.ack_deadline(now);
+        if !report.lost.is_empty() {
+            self.arm_retry_if_idle(now);
         }
         let una = self.req.una;
         let _: Acked = self.ack_through(now, una);
