@@ -1151,13 +1151,3 @@ mod tests {
         assert_eq!(Mtu::from_bytes(2048), Some(Mtu::Mtu2048));
     }
 }
-#[cfg(test)]
-#[test]
-fn tmp_sizes() {
-    eprintln!(
-        "Qp {} Requester {} Responder {}",
-        core::mem::size_of::<Qp>(),
-        core::mem::size_of::<requester::Requester>(),
-        core::mem::size_of::<responder::Responder>()
-    );
-}
