@@ -13,6 +13,7 @@
 //! holds the state both share: attributes, the state machine, queues, completions and the
 //! error flush.
 
+mod policies;
 mod requester;
 mod responder;
 mod ring;
@@ -22,11 +23,10 @@ use std::collections::VecDeque;
 
 use smallvec::SmallVec;
 
-use super::congestion::{CongestionControl, NoControl};
 use super::counters::Counters;
 use super::mr::{Access, MrTable, PdId};
-use super::path::{Ecmp, Path, PathSelector};
-use super::recovery::{Delivery, GoBackN, Recovery};
+use super::path::Path;
+use super::recovery::{Delivery, Recovery};
 use super::state::{check_modify, AttrMask, ModifyError, QpState, QpType};
 use super::timers::local_ack_timeout_ns;
 use super::timers::Timer;
@@ -40,6 +40,8 @@ use crate::wire::{
     Opcode, Psn, Qpn, RocePacket, RoceRepr, VlanTag, DEFAULT_PKEY, ETHERTYPE_IPV4,
 };
 
+pub use policies::Policies;
+use policies::{recovery_or_default, CongestionSlot, PathSlot};
 pub use requester::ACK_REQ_EVERY;
 
 /// Path MTU (`enum ibv_mtu` values 1..=5).
@@ -332,49 +334,6 @@ impl QpConfig {
     }
 }
 
-/// The policies a QP runs, composed per QP: which path each packet takes, what to resend
-/// and when, and how much may be in flight at what rate. The defaults ([`Ecmp`],
-/// [`GoBackN`], [`NoControl`]) are IBTA's behaviour, what a hardware peer expects.
-#[derive(Debug)]
-pub struct Policies {
-    /// Path choice.
-    pub path: Box<dyn PathSelector>,
-    /// Loss recovery, receiver-side loss detection and the delivery mode.
-    pub recovery: Box<dyn Recovery>,
-    /// Congestion control.
-    pub congestion: Box<dyn CongestionControl>,
-}
-
-impl Default for Policies {
-    fn default() -> Self {
-        Self {
-            path: Box::new(Ecmp),
-            recovery: Box::new(GoBackN::default()),
-            congestion: Box::new(NoControl::default()),
-        }
-    }
-}
-
-impl Policies {
-    /// `recovery` with the default path choice and congestion control.
-    pub fn recovery(recovery: Box<dyn Recovery>) -> Self {
-        Self {
-            recovery,
-            ..Self::default()
-        }
-    }
-
-    /// The same with path choice `path`.
-    pub fn with_path(self, path: Box<dyn PathSelector>) -> Self {
-        Self { path, ..self }
-    }
-
-    /// The same with congestion control `congestion`.
-    pub fn with_congestion(self, congestion: Box<dyn CongestionControl>) -> Self {
-        Self { congestion, ..self }
-    }
-}
-
 /// The data of a send WQE: a gather list, or bytes copied at post time.
 #[derive(Clone, Debug)]
 pub(crate) enum WqeData {
@@ -434,9 +393,9 @@ pub struct Qp {
     pub(crate) udp_src_port: u16,
     /// The local ACK timeout (never zero; `None`: wait forever), kept in 8 bytes.
     pub(crate) ack_timeout_ns: Option<core::num::NonZeroU64>,
-    pub(crate) path: Box<dyn PathSelector>,
+    pub(crate) path: PathSlot,
     pub(crate) recovery: Box<dyn Recovery>,
-    pub(crate) congestion: Box<dyn CongestionControl>,
+    pub(crate) congestion: CongestionSlot,
     pub(crate) req: requester::Requester,
     pub(crate) resp: responder::Responder,
     pub(crate) completions: VecDeque<WorkCompletion>,
@@ -471,9 +430,9 @@ impl Qp {
             template: attr.ah_attr.template(Qpn::new(0), 0),
             udp_src_port: 0,
             ack_timeout_ns: None,
-            path: config.policies.path,
-            recovery: config.policies.recovery,
-            congestion: config.policies.congestion,
+            path: PathSlot::new(config.policies.path),
+            recovery: recovery_or_default(config.policies.recovery),
+            congestion: CongestionSlot::new(config.policies.congestion),
             req: requester::Requester::new(Psn::new(0)),
             resp: responder::Responder::new(Psn::new(0), config.srq.clone()),
             completions: VecDeque::new(),
@@ -553,9 +512,9 @@ impl Qp {
 
     /// Replaces all three policies, before RTR (see [`set_recovery`](Self::set_recovery)).
     pub fn set_policies(&mut self, p: Policies) {
-        self.path = p.path;
-        self.recovery = p.recovery;
-        self.congestion = p.congestion;
+        self.path = PathSlot::new(p.path);
+        self.recovery = recovery_or_default(p.recovery);
+        self.congestion = CongestionSlot::new(p.congestion);
     }
 
     /// The path the QP was connected with: port 0 (one port per device until multi-port

@@ -268,7 +268,7 @@ impl Qp {
                     ooo: o,
                 };
                 self.recovery
-                    .on_arrival(psn, udp_src_port, &*self.path, &view, &mut report);
+                    .on_arrival(psn, udp_src_port, self.path.get(), &view, &mut report);
                 let epsn = self.resp.epsn;
                 for lost in report.lost {
                     let d = lost.distance(epsn);

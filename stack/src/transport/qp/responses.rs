@@ -273,8 +273,13 @@ impl Qp {
         let mut report = LossReport::default();
         if let Some(r) = self.req.responses.as_deref() {
             let view = View { req: &self.req, r };
-            self.recovery
-                .on_response_arrival(psn, udp_src_port, &*self.path, &view, &mut report);
+            self.recovery.on_response_arrival(
+                psn,
+                udp_src_port,
+                self.path.get(),
+                &view,
+                &mut report,
+            );
         }
         if let Some(r) = self.req.responses.as_deref_mut() {
             for &lost in &report.lost {
