@@ -122,6 +122,12 @@ impl CongestionSlot {
         }
     }
 
+    /// False for the default, which neither counts packets sent nor paces them.
+    #[inline]
+    pub(crate) fn hears_sends(&self) -> bool {
+        matches!(self, Self::Custom(_))
+    }
+
     #[inline]
     pub(crate) fn on_sent(&mut self, now: u64, psn: Psn, bytes: usize, retransmission: bool) {
         // `NoControl` ignores it.

@@ -345,10 +345,9 @@ impl Qp {
                     }
                 }
             }
-            return match self.emit_request(idx, (pkt, read_pkts, false), buf, mem, split_min) {
+            return match self.emit_request(now, idx, (pkt, read_pkts, false), buf, mem, split_min) {
                 Ok(n) => {
                     self.counters.retransmitted_packets += 1;
-                    self.sent(now, psn, n.len(), true);
                     self.arm_retry_if_idle(now);
                     Some(n)
                 }
@@ -454,7 +453,7 @@ impl Qp {
         // acknowledgement, and would stall until the timer fired: the packet that fills it
         // asks. (Wider windows always hold one.)
         let fills = window < ACK_REQ_EVERY as i32 && psn.distance(req.una) + 1 >= window;
-        let n = match self.emit_request(idx, (pkt, u32::MAX, fills), buf, mem, split_min) {
+        let n = match self.emit_request(now, idx, (pkt, u32::MAX, fills), buf, mem, split_min) {
             Ok(n) => n,
             Err(status) => {
                 self.send_queue_error(idx, status);
@@ -476,7 +475,6 @@ impl Qp {
         if req.sent_hw.before(end) {
             req.sent_hw = end;
         }
-        self.sent(now, psn, n.len(), retransmission);
         let req = &mut self.req;
         req.cur_pkt = if is_read { npkts } else { pkt + 1 };
         if req.cur_pkt >= npkts {
@@ -497,10 +495,12 @@ impl Qp {
         Some(n)
     }
 
-    /// Writes packet `pkt` of `sq[idx]` into `buf`; a READ asks for at most `read_pkts`
-    /// response packets from there; `ack_req` sets AckReq whatever the packet's place.
+    /// Writes packet `pkt` of `sq[idx]` into `buf` at `now`; a READ asks for at most
+    /// `read_pkts` response packets from there; `ack_req` sets AckReq whatever the packet's
+    /// place. Congestion control hears of the packet here, where its length is known.
     fn emit_request<'m>(
         &mut self,
+        now: u64,
         idx: usize,
         (pkt, read_pkts, ack_req): (u32, u32, bool),
         buf: &mut [u8],
@@ -634,7 +634,9 @@ impl Qp {
             if plen as usize >= split_min {
                 let spans = sg::spans(mem, pd, s, u64::from(off), plen as usize)
                     .map_err(|_| WcStatus::LocProtErr)?;
-                return tx::emit_split(&r, buf, spans).ok_or(WcStatus::LocLenErr);
+                let out = tx::emit_split(&r, buf, spans).ok_or(WcStatus::LocLenErr)?;
+                self.sent(now, psn, out.len(), retrans);
+                return Ok(out);
             }
         }
         let mut failed = false;
@@ -651,6 +653,7 @@ impl Qp {
         if failed {
             return Err(WcStatus::LocProtErr);
         }
+        self.sent(now, psn, n, retrans);
         Ok(TxOut::Whole(n))
     }
 
@@ -663,6 +666,9 @@ impl Qp {
     /// A request packet of `bytes` left at `now`: congestion control hears of it, and under a
     /// pacing rate the next one waits its turn.
     fn sent(&mut self, now: u64, psn: Psn, bytes: usize, retransmission: bool) {
+        if !self.congestion.hears_sends() {
+            return;
+        }
         self.congestion.on_sent(now, psn, bytes, retransmission);
         if let Some(rate) = self.congestion.pacing_rate().filter(|&r| r > 0) {
             let gap = (bytes as u128 * 1_000_000_000 / u128::from(rate)) as u64;
