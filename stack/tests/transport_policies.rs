@@ -151,6 +151,55 @@ fn congestion_control_hears_every_request_every_ack_and_a_cnp() {
 }
 
 #[test]
+fn an_acknowledgement_carries_the_round_trip_of_the_newest_packet_it_covers() {
+    let mut r = rig(None, None, None);
+    write(&mut r, 4096);
+    // Requests leave at 1 µs, the coalesced ACK comes back at 6 µs.
+    let reqs = drain_frames(&mut r.lo.a, &r.lo.mem_a, 1_000);
+    assert_eq!(reqs.len(), 4);
+    let rec = r.lo.a.send_record(Psn::new(103)).unwrap();
+    assert_eq!((rec.at, rec.resent), (1_000, false));
+    assert_eq!(usize::from(rec.bytes), reqs[3].len());
+    for f in &reqs {
+        r.lo.b.handle_frame(1_000, f, &mut r.lo.mem_b).unwrap();
+    }
+    let acks = drain_frames(&mut r.lo.b, &r.lo.mem_b, 2_000);
+    assert_eq!(acks.len(), 1);
+    r.lo.a
+        .handle_frame(6_000, &acks[0], &mut r.lo.mem_a)
+        .unwrap();
+    let h = r.heard.lock().unwrap();
+    assert_eq!(
+        h.acked,
+        [AckEvent {
+            acked: 4,
+            rtt: Some(5_000)
+        }]
+    );
+}
+
+#[test]
+fn a_resent_packet_gives_no_sample_and_a_default_qp_keeps_no_records() {
+    let mut r = rig(None, None, None);
+    write(&mut r, 1024);
+    drain_frames(&mut r.lo.a, &r.lo.mem_a, 0);
+    r.lo.now = r.lo.a.poll_timeout().unwrap();
+    r.lo.a.handle_timeout(r.lo.now);
+    r.lo.run();
+    assert!(r.lo.a.send_record(Psn::new(100)).unwrap().resent);
+    let h = r.heard.lock().unwrap();
+    assert_eq!(
+        h.acked,
+        [AckEvent {
+            acked: 1,
+            rtt: None
+        }],
+        "Karn: the ACK of a resent packet is no round trip"
+    );
+    assert_eq!(r.lo.b.send_record(Psn::new(100)), None);
+}
+
+#[test]
 fn a_go_back_n_rewind_and_a_timeout_reach_congestion_control() {
     let mut r = rig(None, None, None);
     write(&mut r, 4096);

@@ -41,7 +41,7 @@ pub use congestion::{AckEvent, CongestionControl, Loss, NoControl};
 pub use counters::Counters;
 pub use mr::{Access, AccessError, MemSpan, MrKeys, MrTable, PdId, RegionShare, RegisterError};
 pub use path::{Ecmp, Path, PathSelector};
-pub use qp::{AddressVector, Mtu, Policies, Qp, QpAttr, QpCaps, QpConfig};
+pub use qp::{AddressVector, Mtu, Policies, Qp, QpAttr, QpCaps, QpConfig, SendRecord};
 pub use recovery::{
     Arrivals, Delivery, Feedback, GoBackN, LossReport, OutOfOrder, Recovery, Retransmit, SendWindow,
 };

@@ -17,6 +17,7 @@ mod policies;
 mod requester;
 mod responder;
 mod ring;
+mod sends;
 
 use core::net::IpAddr;
 use std::collections::VecDeque;
@@ -26,7 +27,7 @@ use smallvec::SmallVec;
 use super::counters::Counters;
 use super::mr::{Access, MrTable, PdId};
 use super::path::Path;
-use super::recovery::{Delivery, Recovery};
+use super::recovery::{Delivery, Recovery, DEFAULT_WINDOW};
 use super::state::{check_modify, AttrMask, ModifyError, QpState, QpType};
 use super::timers::local_ack_timeout_ns;
 use super::timers::Timer;
@@ -43,6 +44,7 @@ use crate::wire::{
 pub use policies::Policies;
 use policies::{recovery_or_default, CongestionSlot, PathSlot};
 pub use requester::ACK_REQ_EVERY;
+pub use sends::SendRecord;
 
 /// Path MTU (`enum ibv_mtu` values 1..=5).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -431,8 +433,15 @@ impl Qp {
             udp_src_port: 0,
             ack_timeout_ns: None,
             path: PathSlot::new(config.policies.path),
+            congestion: CongestionSlot::new(
+                config.policies.congestion,
+                config
+                    .policies
+                    .recovery
+                    .as_ref()
+                    .map_or(DEFAULT_WINDOW, |r| r.window()),
+            ),
             recovery: recovery_or_default(config.policies.recovery),
-            congestion: CongestionSlot::new(config.policies.congestion),
             req: requester::Requester::new(Psn::new(0)),
             resp: responder::Responder::new(Psn::new(0), config.srq.clone()),
             completions: VecDeque::new(),
@@ -487,6 +496,13 @@ impl Qp {
         self.recovery.name()
     }
 
+    /// When and by which path request packet `psn` left, while it is recent enough to be in
+    /// the send records; `None` for a QP with the default congestion control, which keeps
+    /// none.
+    pub fn send_record(&self, psn: Psn) -> Option<SendRecord> {
+        self.congestion.records().and_then(|r| r.get(psn))
+    }
+
     /// The names of its path, recovery and congestion-control policies.
     pub fn policy_names(&self) -> [&'static str; 3] {
         [
@@ -514,7 +530,7 @@ impl Qp {
     pub fn set_policies(&mut self, p: Policies) {
         self.path = PathSlot::new(p.path);
         self.recovery = recovery_or_default(p.recovery);
-        self.congestion = CongestionSlot::new(p.congestion);
+        self.congestion = CongestionSlot::new(p.congestion, self.recovery.window());
     }
 
     /// The path the QP was connected with: port 0 (one port per device until multi-port

@@ -11,6 +11,8 @@ use crate::transport::path::{Ecmp, Path, PathSelector};
 use crate::transport::recovery::{GoBackN, Recovery};
 use crate::wire::Psn;
 
+use super::sends::SendRecords;
+
 /// The policies of one QP, composed per QP on the model of quinn-proto's congestion
 /// `Controller`s: which path each packet takes, what to resend and when, and how much may be
 /// in flight at what rate. `None` is the default: one path ([`Ecmp`]), Go-Back-N
@@ -96,43 +98,69 @@ impl PathSlot {
     }
 }
 
-/// A QP's congestion controller.
+/// A QP's congestion controller. One that hears sends gets the QP's send records beside it,
+/// for its RTT samples.
 #[derive(Debug)]
 pub(crate) enum CongestionSlot {
     None(NoControl),
-    Custom(Box<dyn CongestionControl>),
+    Custom(Box<Controlled>),
+}
+
+/// A controller and the records of what it heard sent.
+#[derive(Debug)]
+pub(crate) struct Controlled {
+    cc: Box<dyn CongestionControl>,
+    pub(crate) sends: SendRecords,
 }
 
 impl CongestionSlot {
-    pub(crate) fn new(c: Option<Box<dyn CongestionControl>>) -> Self {
-        c.map_or(Self::None(NoControl::default()), Self::Custom)
+    /// `c`, or the default; `window` bounds how many packets are ever in flight (the
+    /// recovery's window), which sizes the send records.
+    pub(crate) fn new(c: Option<Box<dyn CongestionControl>>, window: u32) -> Self {
+        c.map_or(Self::None(NoControl::default()), |cc| {
+            Self::Custom(Box::new(Controlled {
+                cc,
+                sends: SendRecords::new(window),
+            }))
+        })
     }
 
     fn get_mut(&mut self) -> &mut dyn CongestionControl {
         match self {
             Self::None(n) => n,
-            Self::Custom(c) => &mut **c,
+            Self::Custom(c) => &mut *c.cc,
+        }
+    }
+
+    /// The send records, for a controller that hears sends.
+    #[inline]
+    pub(crate) fn sends(&mut self) -> Option<&mut SendRecords> {
+        match self {
+            Self::None(_) => None,
+            Self::Custom(c) => Some(&mut c.sends),
+        }
+    }
+
+    /// The same, to read.
+    pub(crate) fn records(&self) -> Option<&SendRecords> {
+        match self {
+            Self::None(_) => None,
+            Self::Custom(c) => Some(&c.sends),
         }
     }
 
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Self::None(n) => n.name(),
-            Self::Custom(c) => c.name(),
+            Self::Custom(c) => c.cc.name(),
         }
-    }
-
-    /// False for the default, which neither counts packets sent nor paces them.
-    #[inline]
-    pub(crate) fn hears_sends(&self) -> bool {
-        matches!(self, Self::Custom(_))
     }
 
     #[inline]
     pub(crate) fn on_sent(&mut self, now: u64, psn: Psn, bytes: usize, retransmission: bool) {
         // `NoControl` ignores it.
         if let Self::Custom(c) = self {
-            c.on_sent(now, psn, bytes, retransmission);
+            c.cc.on_sent(now, psn, bytes, retransmission);
         }
     }
 
@@ -140,7 +168,7 @@ impl CongestionSlot {
     pub(crate) fn on_ack(&mut self, now: u64, ack: AckEvent) {
         match self {
             Self::None(n) => n.on_ack(now, ack),
-            Self::Custom(c) => c.on_ack(now, ack),
+            Self::Custom(c) => c.cc.on_ack(now, ack),
         }
     }
 
@@ -160,7 +188,7 @@ impl CongestionSlot {
     pub(crate) fn window(&self) -> Option<u32> {
         match self {
             Self::None(n) => n.window(),
-            Self::Custom(c) => c.window(),
+            Self::Custom(c) => c.cc.window(),
         }
     }
 
@@ -168,7 +196,7 @@ impl CongestionSlot {
     pub(crate) fn pacing_rate(&self) -> Option<u64> {
         match self {
             Self::None(_) => None,
-            Self::Custom(c) => c.pacing_rate(),
+            Self::Custom(c) => c.cc.pacing_rate(),
         }
     }
 }

@@ -17,6 +17,7 @@ mod responses;
 
 use crate::transport::congestion::{AckEvent, Loss};
 use crate::transport::mr::{Access, MrTable};
+use crate::transport::path::Path;
 use crate::transport::recovery::{Retransmit, SendWindow};
 use crate::transport::sg;
 use crate::transport::state::{QpState, QpType};
@@ -514,10 +515,8 @@ impl Qp {
         };
         let psn = first_psn.add(pkt);
         let retrans = psn.before(self.req.sent_hw);
-        let sport = self
-            .path
-            .select(self.base_path(), psn, retrans)
-            .udp_src_port;
+        let path = self.path.select(self.base_path(), psn, retrans);
+        let sport = path.udp_src_port;
         let w = &self.req.sq[idx];
         let pos = match (npkts, pkt) {
             (1, _) => Position::Only,
@@ -635,7 +634,7 @@ impl Qp {
                 let spans = sg::spans(mem, pd, s, u64::from(off), plen as usize)
                     .map_err(|_| WcStatus::LocProtErr)?;
                 let out = tx::emit_split(&r, buf, spans).ok_or(WcStatus::LocLenErr)?;
-                self.sent(now, psn, out.len(), retrans);
+                self.sent(now, psn, out.len(), path, retrans);
                 return Ok(out);
             }
         }
@@ -653,7 +652,7 @@ impl Qp {
         if failed {
             return Err(WcStatus::LocProtErr);
         }
-        self.sent(now, psn, n, retrans);
+        self.sent(now, psn, n, path, retrans);
         Ok(TxOut::Whole(n))
     }
 
@@ -665,10 +664,11 @@ impl Qp {
 
     /// A request packet of `bytes` left at `now`: congestion control hears of it, and under a
     /// pacing rate the next one waits its turn.
-    fn sent(&mut self, now: u64, psn: Psn, bytes: usize, retransmission: bool) {
-        if !self.congestion.hears_sends() {
+    fn sent(&mut self, now: u64, psn: Psn, bytes: usize, path: Path, retransmission: bool) {
+        let Some(records) = self.congestion.sends() else {
             return;
-        }
+        };
+        records.note(psn, now, bytes, path, retransmission);
         self.congestion.on_sent(now, psn, bytes, retransmission);
         if let Some(rate) = self.congestion.pacing_rate().filter(|&r| r > 0) {
             let gap = (bytes as u128 * 1_000_000_000 / u128::from(rate)) as u64;
@@ -682,9 +682,12 @@ impl Qp {
         let acked = self.req.una.distance(self.req.cc_una);
         if acked > 0 {
             self.req.cc_una = self.req.una;
+            // The newest packet acknowledged gives the sample.
+            let newest = self.req.una.sub(1);
+            let rtt = self.congestion.sends().and_then(|s| s.rtt(newest, now));
             let ack = AckEvent {
                 acked: acked as u32,
-                rtt: None,
+                rtt,
             };
             self.congestion.on_ack(now, ack);
         }
