@@ -17,7 +17,8 @@ use ferroce::drivers::sim::LinkModel;
 use ferroce::verbs::connect::{
     connect_qp, exchange_client, exchange_server, ConnectOpts, Endpoint, OobListener,
 };
-use ferroce::verbs::sim::{open_device, SimNet};
+use ferroce::verbs::sim::SimNet;
+use ferroce::verbs::spec::open_device;
 use ferroce::verbs::{
     Access, CompletionQueue, Context, MemoryRegion, Payload, ProtectionDomain, QpCaps, QpType,
     QueuePair, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode,

@@ -57,7 +57,7 @@ pub unsafe extern "C" fn ferroce_ibv_open_device(
         set_errno(libc::ENODEV);
         return std::ptr::null_mut();
     };
-    let verbs = match ferroce_verbs::sim::open_device(&d.spec) {
+    let verbs = match ferroce_verbs::spec::open_device(&d.spec) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("ferroce: cannot open {}: {e}", d.spec);

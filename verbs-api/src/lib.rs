@@ -11,6 +11,7 @@
 pub mod connect;
 pub mod engine;
 pub mod sim;
+pub mod spec;
 pub mod timer;
 
 mod device;
@@ -19,9 +20,9 @@ mod verbs;
 
 pub use engine::{Engine, PortCounters};
 pub use ferroce_stack::transport::{
-    Access, AddressVector, AttrMask, Counters, Delivery, Mtu, Payload, PostError, QpAttr, QpCaps,
-    QpState, QpType, Recovery, RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
-    WorkCompletion, WrOpcode,
+    Access, AddressVector, AttrMask, Counters, Delivery, Mtu, Payload, Policies, PostError, QpAttr,
+    QpCaps, QpState, QpType, Recovery, RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode,
+    WcStatus, WorkCompletion, WrOpcode,
 };
 pub use verbs::{
     AddressHandle, CompletionChannel, CompletionQueue, Context, DeviceAttr, Gid, MemoryRegion,

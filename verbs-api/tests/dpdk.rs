@@ -5,7 +5,7 @@
 #![cfg(feature = "dpdk")]
 
 use ferroce_verbs::connect::{connect_qp, ConnectOpts, Endpoint};
-use ferroce_verbs::sim::open_device;
+use ferroce_verbs::spec::open_device;
 use ferroce_verbs::*;
 
 #[test]

@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 
 use ferroce_verbs::connect::{connect_qp, ConnectOpts, Endpoint};
-use ferroce_verbs::sim::{open_device, open_device_with_pcap};
+use ferroce_verbs::spec::{open_device, open_device_with_pcap};
 use ferroce_verbs::*;
 
 const QUEUES: u32 = 4;

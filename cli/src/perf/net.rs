@@ -17,7 +17,7 @@ use ferroce_verbs::connect::{
     connect_qp, exchange_client, exchange_server, negotiate, swap, ConnectOpts, OobListener,
     OobStream,
 };
-use ferroce_verbs::sim::open_device_with_pcap;
+use ferroce_verbs::spec::open_device_with_pcap;
 use ferroce_verbs::Mtu;
 
 use super::{
