@@ -16,6 +16,8 @@ pub mod timer;
 
 mod device;
 mod slot;
+mod stats;
+mod threads;
 mod verbs;
 
 pub use engine::{Engine, PortCounters};

@@ -4,7 +4,7 @@
 //! through lock-free inboxes and completions come back through lock-free queues.
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -239,90 +239,12 @@ impl Context {
     /// on the caller's thread. Not for simulated devices, whose virtual clock the caller
     /// drives.
     pub fn start_engine_thread(&self) -> Result<(), VerbsError> {
-        if self.dev.sim.is_some() {
-            return Err(VerbsError::Open(
-                "a simulated device runs on its caller's thread; use progress()".into(),
-            ));
-        }
-        let mut slot = self.dev.thread.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.is_some() {
-            return Ok(());
-        }
-        let stop = Arc::new(AtomicBool::new(false));
-        let cores = self.dev.cores.get().cloned().unwrap_or_default();
-        let (ready_tx, ready) = std::sync::mpsc::channel();
-        let mut handles = Vec::new();
-        let mut failed = None;
-        for index in 0..self.dev.engines.len() {
-            let dev = self.dev.clone();
-            let flag = stop.clone();
-            let name = match self.dev.engines.len() {
-                1 => format!("ferroce-engine-{}", self.dev.name),
-                _ => format!("ferroce-engine-{}-q{index}", self.dev.name),
-            };
-            let cpu = cores.get(index).copied();
-            let ready = ready_tx.clone();
-            let spawned = std::thread::Builder::new().name(name).spawn(move || {
-                if let Some(cpu) = cpu {
-                    if let Err(e) = ferroce_drivers::affinity::pin_current_thread(cpu) {
-                        let _ = ready.send(Err(format!(
-                            "cannot pin the engine thread of queue {index} to CPU {cpu}: {e}"
-                        )));
-                        return;
-                    }
-                }
-                let _ = ready.send(Ok(()));
-                let slot = &dev.engines[index];
-                slot.lock().thread_started();
-                slot.run(&flag, dev.engines.len() > 1);
-                slot.lock().thread_stopped();
-            });
-            match spawned {
-                Ok(h) => handles.push(h),
-                Err(e) => {
-                    failed = Some(format!("cannot spawn the engine thread: {e}"));
-                    break;
-                }
-            }
-        }
-        drop(ready_tx);
-        for _ in 0..handles.len() {
-            match ready.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => failed = failed.or(Some(e)),
-                Err(_) => failed = failed.or(Some("an engine thread died at start".into())),
-            }
-        }
-        if let Some(e) = failed {
-            stop.store(true, Ordering::Release);
-            for h in handles {
-                let _ = h.join();
-            }
-            return Err(VerbsError::Open(e));
-        }
-        self.dev.threaded.store(true, Ordering::Release);
-        *slot = Some((stop, handles));
-        Ok(())
+        crate::threads::start(&self.dev)
     }
 
     /// Stops the engine thread, if one runs; progress returns to the caller's thread.
     pub fn stop_engine_thread(&self) {
-        let taken = self
-            .dev
-            .thread
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some((stop, handles)) = taken {
-            stop.store(true, Ordering::Release);
-            for slot in self.dev.engines.iter() {
-                slot.idle.wake_always();
-            }
-            for h in handles {
-                let _ = h.join();
-            }
-            self.dev.threaded.store(false, Ordering::Release);
-        }
+        crate::threads::stop(&self.dev);
     }
 
     /// Port counters.
@@ -344,50 +266,7 @@ impl Context {
     /// and device in `FERROCE_STATS_DIR` (default `/tmp/ferroce-stats`), replaced atomically.
     /// A simple key=value text, so any tool can read it.
     pub fn export_stats(&self) -> std::io::Result<std::path::PathBuf> {
-        let dir = std::env::var_os("FERROCE_STATS_DIR").map_or_else(
-            || std::path::PathBuf::from("/tmp/ferroce-stats"),
-            Into::into,
-        );
-        std::fs::create_dir_all(&dir)?;
-        let name: String = self
-            .dev
-            .name
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .collect();
-        let path = dir.join(format!("{}-{name}.stats", std::process::id()));
-        let mut text = format!("pid={}\ndevice={}\n", std::process::id(), self.dev.name);
-        for (k, v) in self.port_counters().iter() {
-            text.push_str(&format!("port.{k}={v}\n"));
-        }
-        for (qpn, c) in self.qp_counters_all() {
-            for (k, v) in c.iter() {
-                text.push_str(&format!("qp.{qpn:#x}.{k}={v}\n"));
-            }
-        }
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, &path)?;
-        // Forget exports of processes that are gone (all but the newest few), so the
-        // directory does not grow without bound.
-        if let Ok(entries) = std::fs::read_dir(&dir) {
-            let mut stale: Vec<_> = entries
-                .flatten()
-                .filter_map(|e| {
-                    let name = e.file_name().into_string().ok()?;
-                    let pid = name.split('-').next()?.parse::<u32>().ok()?;
-                    let gone = !std::path::Path::new(&format!("/proc/{pid}")).exists();
-                    let modified = e.metadata().and_then(|m| m.modified()).ok()?;
-                    gone.then_some((modified, e.path()))
-                })
-                .collect();
-            stale.sort();
-            let excess = stale.len().saturating_sub(8);
-            for (_, p) in stale.into_iter().take(excess) {
-                let _ = std::fs::remove_file(p);
-            }
-        }
-        Ok(path)
+        crate::stats::export(&self.dev)
     }
 
     /// An address handle for UD sends to `gid` at `dmac` (RoCE resolves the MAC by ARP or
