@@ -27,7 +27,7 @@ use smallvec::SmallVec;
 use super::counters::Counters;
 use super::mr::{Access, MrTable, PdId};
 use super::path::Path;
-use super::recovery::{Delivery, Recovery, DEFAULT_WINDOW};
+use super::recovery::{Delivery, Recovery};
 use super::state::{check_modify, AttrMask, ModifyError, QpState, QpType};
 use super::timers::local_ack_timeout_ns;
 use super::timers::Timer;
@@ -42,7 +42,7 @@ use crate::wire::{
 };
 
 pub use policies::Policies;
-use policies::{recovery_or_default, CongestionSlot, PathSlot};
+use policies::{CongestionSlot, PathSlot};
 pub use requester::ACK_REQ_EVERY;
 pub use sends::SendRecord;
 
@@ -421,6 +421,7 @@ impl Qp {
     /// A QP in RESET.
     pub fn new(config: QpConfig) -> Self {
         let attr = QpAttr::default();
+        let (path, recovery, congestion) = policies::install(config.policies);
         Self {
             qpn: config.qpn,
             qp_type: config.qp_type,
@@ -432,16 +433,9 @@ impl Qp {
             template: attr.ah_attr.template(Qpn::new(0), 0),
             udp_src_port: 0,
             ack_timeout_ns: None,
-            path: PathSlot::new(config.policies.path),
-            congestion: CongestionSlot::new(
-                config.policies.congestion,
-                config
-                    .policies
-                    .recovery
-                    .as_ref()
-                    .map_or(DEFAULT_WINDOW, |r| r.window()),
-            ),
-            recovery: recovery_or_default(config.policies.recovery),
+            path,
+            recovery,
+            congestion,
             req: requester::Requester::new(Psn::new(0)),
             resp: responder::Responder::new(Psn::new(0), config.srq.clone()),
             completions: VecDeque::new(),
@@ -528,9 +522,7 @@ impl Qp {
 
     /// Replaces all three policies, before RTR (see [`set_recovery`](Self::set_recovery)).
     pub fn set_policies(&mut self, p: Policies) {
-        self.path = PathSlot::new(p.path);
-        self.recovery = recovery_or_default(p.recovery);
-        self.congestion = CongestionSlot::new(p.congestion, self.recovery.window());
+        (self.path, self.recovery, self.congestion) = policies::install(p);
     }
 
     /// The path the QP was connected with: port 0 (one port per device until multi-port

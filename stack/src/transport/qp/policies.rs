@@ -53,10 +53,13 @@ impl Policies {
     }
 }
 
-/// The recovery policy a QP runs for `r` (Go-Back-N for `None`). Consulted per burst, not
-/// per packet, so an ordinary box.
-pub(crate) fn recovery_or_default(r: Option<Box<dyn Recovery>>) -> Box<dyn Recovery> {
-    r.unwrap_or_else(|| Box::new(GoBackN::default()))
+/// What a QP holds for `p`: the path selector's slot, the recovery policy (Go-Back-N for
+/// `None`; consulted per burst, not per packet, so an ordinary box) and the controller's
+/// slot, whose send records are as deep as the recovery's window.
+pub(crate) fn install(p: Policies) -> (PathSlot, Box<dyn Recovery>, CongestionSlot) {
+    let recovery = p.recovery.unwrap_or_else(|| Box::new(GoBackN::default()));
+    let congestion = CongestionSlot::new(p.congestion, recovery.window());
+    (PathSlot::new(p.path), recovery, congestion)
 }
 
 /// A QP's path selector.
@@ -67,7 +70,7 @@ pub(crate) enum PathSlot {
 }
 
 impl PathSlot {
-    pub(crate) fn new(p: Option<Box<dyn PathSelector>>) -> Self {
+    fn new(p: Option<Box<dyn PathSelector>>) -> Self {
         p.map_or(Self::Ecmp, Self::Custom)
     }
 
@@ -116,7 +119,7 @@ pub(crate) struct Controlled {
 impl CongestionSlot {
     /// `c`, or the default; `window` bounds how many packets are ever in flight (the
     /// recovery's window), which sizes the send records.
-    pub(crate) fn new(c: Option<Box<dyn CongestionControl>>, window: u32) -> Self {
+    fn new(c: Option<Box<dyn CongestionControl>>, window: u32) -> Self {
         c.map_or(Self::None(NoControl::default()), |cc| {
             Self::Custom(Box::new(Controlled {
                 cc,

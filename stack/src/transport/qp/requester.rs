@@ -469,14 +469,12 @@ impl Qp {
         } else {
             psn.add(1)
         };
-        let retransmission = psn.before(req.sent_hw);
-        if retransmission {
+        if psn.before(req.sent_hw) {
             self.counters.retransmitted_packets += 1;
         }
         if req.sent_hw.before(end) {
             req.sent_hw = end;
         }
-        let req = &mut self.req;
         req.cur_pkt = if is_read { npkts } else { pkt + 1 };
         if req.cur_pkt >= npkts {
             req.cur += 1;
