@@ -56,21 +56,30 @@ pub struct MapError(pub String);
 /// recycle buffers), so the stack can emit straight into a DPDK mbuf or a ring slot.
 ///
 /// The engine is generic over `P: Port` and compiled per driver; middleware such as
-/// [`PcapTee`](crate::pcap::PcapTee) wraps any port.
+/// [`PcapTee`](crate::pcap::PcapTee) wraps any port. The per-frame methods are generic and
+/// so need a concrete port; the rest (link, clock, memory mapping, wakeups) can be reached
+/// through `&dyn Port` by code that holds an engine of any driver.
 pub trait Port {
     /// Receives up to `max` frames, lending each to `f`; returns how many it received.
-    fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, f: F) -> usize;
+    fn rx_burst<F: FnMut(&[u8])>(&mut self, max: usize, f: F) -> usize
+    where
+        Self: Sized;
 
     /// Queues one frame of exactly `len` bytes, written in place by `fill`. Queued frames
     /// leave at the next [`flush`](Self::flush) (a driver may also send early when its batch
     /// is full).
-    fn tx<F: FnOnce(&mut [u8])>(&mut self, len: usize, fill: F) -> Result<(), TxError>;
+    fn tx<F: FnOnce(&mut [u8])>(&mut self, len: usize, fill: F) -> Result<(), TxError>
+    where
+        Self: Sized;
 
     /// Queues one frame given in pieces: the first `frame.head_len` bytes of `head`, the
     /// payload where it lies in registered memory, then the frame's tail (zero-copy
     /// transmit). The default copies the pieces into a frame; a port that can gather (see
     /// [`PortCapabilities::tx_split_min`]) sends the payload in place.
-    fn tx_split<S: Span>(&mut self, head: &[u8], frame: &SplitFrame<S>) -> Result<(), TxError> {
+    fn tx_split<S: Span>(&mut self, head: &[u8], frame: &SplitFrame<S>) -> Result<(), TxError>
+    where
+        Self: Sized,
+    {
         self.tx(frame.len(), |buf| frame.copy_to(head, buf))
     }
 

@@ -34,13 +34,107 @@ pub struct Endpoint {
     pub len: u64,
     /// Its rkey.
     pub rkey: u32,
-    /// Recovery schemes this end offers beyond Go-Back-N ([`OFFER_SELECTIVE_REPEAT`]); the
-    /// connection runs one only when both ends offer it ([`negotiate`]).
-    pub offers: u8,
+    /// What this end offers beyond IBTA (a recovery scheme, later SDR or a congestion
+    /// control and their parameters); the connection uses what both offer ([`negotiate`]).
+    pub offers: Capabilities,
 }
 
-/// The [`Endpoint::offers`] bit for ferroce's selective repeat (SR opcodes, SACKs).
-pub const OFFER_SELECTIVE_REPEAT: u8 = 1;
+/// Capability kinds of the exchange. A kind this build does not know is carried and
+/// ignored, so an end may offer more than its peer understands.
+pub mod capability {
+    /// ferroce's selective repeat (SR opcodes, SACKs); value 0.
+    pub const SELECTIVE_REPEAT: u8 = 1;
+}
+
+/// One offer: a kind ([`capability`]) and a parameter (a version or a limit; two ends that
+/// both offer a kind agree on the smaller parameter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Capability {
+    /// What is offered.
+    pub kind: u8,
+    /// Its parameter.
+    pub value: u32,
+}
+
+/// Most capabilities one end may offer: the exchange stays one small fixed-size message.
+pub const MAX_CAPABILITIES: usize = 8;
+
+/// The capabilities an end offers: a short list, one entry per kind, kept `Copy` so an
+/// [`Endpoint`] stays a plain value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Capabilities {
+    list: [Capability; MAX_CAPABILITIES],
+    len: u8,
+}
+
+impl Capabilities {
+    /// Nothing beyond IBTA: what a ConnectX peer would offer.
+    pub const NONE: Self = Self {
+        list: [Capability { kind: 0, value: 0 }; MAX_CAPABILITIES],
+        len: 0,
+    };
+
+    /// These capabilities and `kind` with `value` (replacing an earlier offer of `kind`).
+    /// Panics past [`MAX_CAPABILITIES`] kinds, a programming error.
+    pub fn with(mut self, kind: u8, value: u32) -> Self {
+        match self.list[..self.len as usize]
+            .iter_mut()
+            .find(|c| c.kind == kind)
+        {
+            Some(c) => c.value = value,
+            None => {
+                assert!(
+                    (self.len as usize) < MAX_CAPABILITIES,
+                    "too many capabilities"
+                );
+                self.list[self.len as usize] = Capability { kind, value };
+                self.len += 1;
+            }
+        }
+        self
+    }
+
+    /// The parameter offered for `kind`, if it is offered.
+    pub fn get(&self, kind: u8) -> Option<u32> {
+        self.iter().find(|c| c.kind == kind).map(|c| c.value)
+    }
+
+    /// True when `kind` is offered.
+    pub fn has(&self, kind: u8) -> bool {
+        self.get(kind).is_some()
+    }
+
+    /// The offers, in the order they were made.
+    pub fn iter(&self) -> impl Iterator<Item = &Capability> {
+        self.list[..self.len as usize].iter()
+    }
+
+    /// How many kinds are offered.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// True when nothing is offered.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The kinds both offer, each with the smaller parameter.
+    pub fn common(&self, peer: &Self) -> Self {
+        self.iter()
+            .fold(Self::NONE, |acc, c| match peer.get(c.kind) {
+                Some(v) => acc.with(c.kind, c.value.min(v)),
+                None => acc,
+            })
+    }
+}
+
+impl FromIterator<Capability> for Capabilities {
+    fn from_iter<I: IntoIterator<Item = Capability>>(iter: I) -> Self {
+        iter.into_iter()
+            .fold(Self::NONE, |acc, c| acc.with(c.kind, c.value))
+    }
+}
 
 /// The recovery scheme two ends agreed on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,20 +155,37 @@ impl Negotiated {
     }
 }
 
-/// What a connection runs: the best scheme both ends offer.
-pub fn negotiate(mine: &Endpoint, peer: &Endpoint) -> Negotiated {
-    if mine.offers & peer.offers & OFFER_SELECTIVE_REPEAT != 0 {
+/// What two ends agreed on: every capability both offered, and what that means for each
+/// policy a connection composes (only recovery so far).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Agreement {
+    /// The kinds both offered, with the smaller parameter.
+    pub common: Capabilities,
+    /// The recovery scheme: the best both offer.
+    pub recovery: Negotiated,
+}
+
+/// What a connection runs, from both ends' offers.
+pub fn negotiate(mine: &Endpoint, peer: &Endpoint) -> Agreement {
+    let common = mine.offers.common(&peer.offers);
+    let recovery = if common.has(capability::SELECTIVE_REPEAT) {
         Negotiated::SelectiveRepeat
     } else {
         Negotiated::GoBackN
-    }
+    };
+    Agreement { common, recovery }
 }
 
 /// First bytes of an exchange message, so a peer speaking something else (or an older
-/// exchange without offers) is caught.
-const MAGIC: &[u8; 8] = b"FERROCE2";
-/// Bytes of one encoded endpoint.
-pub const ENDPOINT_LEN: usize = 8 + 4 + 4 + 16 + 6 + 8 + 8 + 4 + 1;
+/// exchange: `FERROCE2` carried one offers byte) is caught.
+const MAGIC: &[u8; 8] = b"FERROCE3";
+/// Bytes of the fixed part of an encoded endpoint, before the capability count.
+const FIXED_LEN: usize = 8 + 4 + 4 + 16 + 6 + 8 + 8 + 4;
+/// Bytes of one encoded capability: kind, then the parameter big-endian.
+const CAPABILITY_LEN: usize = 1 + 4;
+/// Bytes of one encoded endpoint: the fixed part, the capability count, and room for
+/// [`MAX_CAPABILITIES`] (unused entries are zero).
+pub const ENDPOINT_LEN: usize = FIXED_LEN + 1 + MAX_CAPABILITIES * CAPABILITY_LEN;
 
 impl Endpoint {
     /// This end of a connection: `qp` on `ctx` with first PSN `psn`, offering the peer `mr`,
@@ -88,7 +199,7 @@ impl Endpoint {
             addr: mr.addr(),
             len: mr.len() as u64,
             rkey: mr.rkey(),
-            offers: 0,
+            offers: Capabilities::NONE,
         }
     }
 
@@ -103,14 +214,34 @@ impl Endpoint {
         b[38..46].copy_from_slice(&self.addr.to_be_bytes());
         b[46..54].copy_from_slice(&self.len.to_be_bytes());
         b[54..58].copy_from_slice(&self.rkey.to_be_bytes());
-        b[58] = self.offers;
+        b[FIXED_LEN] = self.offers.len;
+        for (i, c) in self.offers.iter().enumerate() {
+            let at = FIXED_LEN + 1 + i * CAPABILITY_LEN;
+            b[at] = c.kind;
+            b[at + 1..at + CAPABILITY_LEN].copy_from_slice(&c.value.to_be_bytes());
+        }
         b
     }
 
-    /// Reads the wire form; `None` when the magic is wrong.
+    /// Reads the wire form; `None` when the magic is wrong or the capability list is
+    /// impossible (too long, a kind twice).
     pub fn decode(b: &[u8; ENDPOINT_LEN]) -> Option<Self> {
         if &b[..8] != MAGIC {
             return None;
+        }
+        let count = b[FIXED_LEN] as usize;
+        if count > MAX_CAPABILITIES {
+            return None;
+        }
+        let mut offers = Capabilities::NONE;
+        for i in 0..count {
+            let at = FIXED_LEN + 1 + i * CAPABILITY_LEN;
+            let kind = b[at];
+            if offers.has(kind) {
+                return None;
+            }
+            let value = u32::from_be_bytes(b[at + 1..at + CAPABILITY_LEN].try_into().ok()?);
+            offers = offers.with(kind, value);
         }
         let u32_at = |i: usize| u32::from_be_bytes(b[i..i + 4].try_into().unwrap_or([0; 4]));
         let u64_at = |i: usize| u64::from_be_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
@@ -126,7 +257,7 @@ impl Endpoint {
             addr: u64_at(38),
             len: u64_at(46),
             rkey: u32_at(54),
-            offers: b[58],
+            offers,
         })
     }
 }
@@ -296,8 +427,14 @@ pub fn swap(stream: &mut OobStream, mine: &Endpoint) -> Result<Endpoint, Exchang
         s.set_nodelay(true)?;
     }
     stream.write_all(&mine.encode())?;
+    // The magic first: a peer speaking something else may send less than an endpoint and
+    // wait, and should be told apart from a connection that broke.
     let mut buf = [0u8; ENDPOINT_LEN];
-    stream.read_exact(&mut buf)?;
+    stream.read_exact(&mut buf[..MAGIC.len()])?;
+    if &buf[..MAGIC.len()] != MAGIC {
+        return Err(ExchangeError::Protocol(buf[..MAGIC.len()].to_vec()));
+    }
+    stream.read_exact(&mut buf[MAGIC.len()..])?;
     Endpoint::decode(&buf).ok_or_else(|| ExchangeError::Protocol(buf[..8].to_vec()))
 }
 
@@ -410,7 +547,7 @@ pub fn connect_qp(
 mod tests {
     use super::*;
 
-    fn end(offers: u8) -> Endpoint {
+    fn end(offers: Capabilities) -> Endpoint {
         Endpoint {
             qpn: 0x12,
             psn: 0xab_cdef,
@@ -423,24 +560,56 @@ mod tests {
         }
     }
 
+    fn sr() -> Capabilities {
+        Capabilities::NONE.with(capability::SELECTIVE_REPEAT, 0)
+    }
+
     #[test]
     fn endpoints_round_trip_with_their_offers_and_old_magic_is_refused() {
-        let e = end(OFFER_SELECTIVE_REPEAT);
+        let e = end(sr().with(0x80, 7));
         let b = e.encode();
         assert_eq!(Endpoint::decode(&b), Some(e));
-        assert_eq!(b[58], 1);
+        // Count, then (kind, parameter big-endian) per offer.
+        assert_eq!(
+            &b[FIXED_LEN..FIXED_LEN + 11],
+            &[2, 1, 0, 0, 0, 0, 0x80, 0, 0, 0, 7]
+        );
         let mut old = b;
-        old[..8].copy_from_slice(b"FERROCE1");
+        old[..8].copy_from_slice(b"FERROCE2");
         assert_eq!(Endpoint::decode(&old), None);
+        let mut long = b;
+        long[FIXED_LEN] = MAX_CAPABILITIES as u8 + 1;
+        assert_eq!(Endpoint::decode(&long), None);
+        let mut twice = b;
+        twice[FIXED_LEN + 6] = 1;
+        assert_eq!(Endpoint::decode(&twice), None);
     }
 
     #[test]
     fn selective_repeat_only_when_both_offer_it() {
-        let (sr, none) = (end(OFFER_SELECTIVE_REPEAT), end(0));
-        assert_eq!(negotiate(&sr, &sr), Negotiated::SelectiveRepeat);
-        assert_eq!(negotiate(&sr, &none), Negotiated::GoBackN);
-        assert_eq!(negotiate(&none, &sr), Negotiated::GoBackN);
-        // Bits this build does not know are ignored.
-        assert_eq!(negotiate(&end(0x80), &end(0x81)), Negotiated::GoBackN);
+        let (sr, none) = (end(sr()), end(Capabilities::NONE));
+        assert_eq!(negotiate(&sr, &sr).recovery, Negotiated::SelectiveRepeat);
+        assert_eq!(negotiate(&sr, &none).recovery, Negotiated::GoBackN);
+        assert_eq!(negotiate(&none, &sr).recovery, Negotiated::GoBackN);
+        // Kinds this build does not know are carried and ignored.
+        let unknown = end(Capabilities::NONE.with(0x80, 1));
+        let agreed = negotiate(
+            &unknown,
+            &end(Capabilities::NONE.with(0x80, 3).with(0x81, 1)),
+        );
+        assert_eq!(agreed.recovery, Negotiated::GoBackN);
+        assert_eq!(
+            agreed.common.iter().copied().collect::<Vec<_>>(),
+            [Capability {
+                kind: 0x80,
+                value: 1
+            }]
+        );
+    }
+
+    #[test]
+    fn a_kind_offered_twice_keeps_the_last_parameter() {
+        let c = Capabilities::NONE.with(5, 1).with(5, 9);
+        assert_eq!((c.len(), c.get(5)), (1, Some(9)));
     }
 }

@@ -12,7 +12,7 @@ use ferroce_drivers::Port;
 use ferroce_stack::transport::{Counters, MrKeys, MrTable};
 use ferroce_stack::wire::MacAddr;
 
-use crate::engine::{Engine, PortCounters, Steer};
+use crate::engine::{Engine, PortCounters, QpEngines, QpShared, Steer};
 use crate::slot::{DeviceEngine, EngineSlot};
 
 /// An engine over `port`, boxed for a device; `real` for a port on the machine's clock
@@ -49,8 +49,8 @@ impl SimClock {
                 for slot in d.engines.iter() {
                     let mut e = slot.lock();
                     work += e.poll();
-                    pending |= e.has_pending_work();
-                    if let Some(t) = e.next_deadline() {
+                    pending |= e.core().has_pending_work();
+                    if let Some(t) = e.core().next_deadline() {
                         deadline = Some(deadline.map_or(t, |x: u64| x.min(t)));
                     }
                 }
@@ -76,12 +76,13 @@ impl SimClock {
 pub(crate) type EngineThreads = (Arc<AtomicBool>, Vec<JoinHandle<()>>);
 
 /// One device: its engines (one per queue of the port), and what applications read without
-/// locking them. A QP lives on engine `qpn % engines`; every engine holds a copy of every
-/// memory registration, made when the region is registered, so each looks keys up in its
-/// own table without a lock.
+/// locking them. A QP lives on one engine, which `homes` names, and can be moved to another;
+/// every engine holds a copy of every memory registration, made when the region is
+/// registered, so each looks keys up in its own table without a lock.
 pub(crate) struct Device {
     pub(crate) name: String,
     pub(crate) engines: Box<[EngineSlot]>,
+    homes: Arc<QpEngines>,
     pub(crate) mac: MacAddr,
     pub(crate) ip: IpAddr,
     pub(crate) eth_mtu: usize,
@@ -121,17 +122,19 @@ impl Device {
         sim: Option<Arc<SimClock>>,
     ) -> Arc<Self> {
         assert!(!engines.is_empty(), "a device needs an engine");
+        let homes = Arc::new(QpEngines::new(engines.len()));
         if engines.len() > 1 {
-            let group = Steer::group(engines.len());
+            let group = Steer::group(engines.len(), &homes);
             for (e, steer) in engines.iter_mut().zip(group) {
-                e.set_steer(steer);
+                e.core_mut().set_steer(steer);
             }
         }
-        let (mac, eth_mtu) = (engines[0].mac(), engines[0].eth_mtu());
+        let (mac, eth_mtu) = (engines[0].port().mac(), engines[0].port().mtu());
         let engines = engines.into_iter().map(EngineSlot::new).collect();
         Arc::new(Self {
             name,
             engines,
+            homes,
             mac,
             ip,
             eth_mtu,
@@ -155,10 +158,50 @@ impl Device {
     /// The engine (and doorbells) of QP `qpn`.
     #[inline]
     pub(crate) fn slot(&self, qpn: u32) -> &EngineSlot {
-        // Every post goes through here: no division for the usual single engine.
-        match self.engines.len() {
-            1 => &self.engines[0],
-            n => &self.engines[Steer::owner(qpn, n)],
+        &self.engines[self.homes.owner(qpn)]
+    }
+
+    /// The index of the engine QP `qpn` lives on.
+    pub(crate) fn engine_of(&self, qpn: u32) -> usize {
+        self.homes.owner(qpn)
+    }
+
+    /// Moves QP `qpn` to engine `to` with everything it holds (queues, inbox, timers, CQs):
+    /// what failover onto another port's engine does. Posts and frames follow it: a post
+    /// that finds the QP gone from the engine it locked goes through the QP's inbox, which
+    /// travels with it, and a frame an engine no longer serves is handed on.
+    pub(crate) fn move_qp(&self, qpn: u32, to: usize) -> Result<(), crate::verbs::VerbsError> {
+        let engines = self.engines.len();
+        if to >= engines {
+            return Err(crate::verbs::VerbsError::NoSuchEngine {
+                engine: to,
+                engines,
+            });
+        }
+        let from = self.homes.owner(qpn);
+        let taken = self.engines[from].lock().core_mut().take_qp(qpn);
+        let taken = taken.ok_or(crate::verbs::VerbsError::NoSuchQp(qpn))?;
+        // Entered before the QP arrives: a post in between finds it on neither engine and
+        // queues in its inbox, which the arrival rings for.
+        self.homes.set(qpn, to);
+        self.engines[to].lock().core_mut().insert_qp(taken);
+        self.engines[to].idle.wake();
+        Ok(())
+    }
+
+    /// Destroys QP `qpn`: out of its engine and the engine table.
+    pub(crate) fn destroy_qp(&self, qpn: u32) {
+        self.slot(qpn).lock().core_mut().remove_qp(qpn);
+        self.homes.forget(qpn);
+    }
+
+    /// After a post rang `rung` for QP `sh`: if the QP moved to another engine meanwhile,
+    /// rings that one too (the old engine drops a doorbell for a QP it no longer holds).
+    #[inline]
+    pub(crate) fn ring_again_if_moved(&self, sh: &QpShared, rung: &EngineSlot) {
+        let now = self.slot(sh.qpn);
+        if !std::ptr::eq(now, rung) {
+            sh.ring(&now.doorbells);
         }
     }
 
@@ -170,18 +213,18 @@ impl Device {
         f: impl FnOnce(&mut MrTable) -> Result<(MrKeys, T), E>,
     ) -> Result<(MrKeys, T), crate::verbs::VerbsError> {
         let mut first = self.engine();
-        let (keys, out) = f(first.mem()).map_err(Into::into)?;
-        if let Some((addr, len)) = first.mem().extent(keys.lkey) {
-            if let Err(e) = first.map_memory(addr, len) {
-                first.mem().deregister(keys);
+        let (keys, out) = f(first.core_mut().mem()).map_err(Into::into)?;
+        if let Some((addr, len)) = first.core_mut().mem().extent(keys.lkey) {
+            if let Err(e) = first.port_mut().map_memory(addr, len) {
+                first.core_mut().mem().deregister(keys);
                 return Err(e.into());
             }
         }
         if self.engines.len() > 1 {
-            if let Some(share) = first.mem().share(keys) {
+            if let Some(share) = first.core_mut().mem().share(keys) {
                 drop(first);
                 for slot in &self.engines[1..] {
-                    slot.lock().mem().adopt(&share);
+                    slot.lock().core_mut().mem().adopt(&share);
                 }
             }
         }
@@ -192,12 +235,12 @@ impl Device {
     pub(crate) fn deregister(&self, keys: MrKeys) {
         {
             let mut first = self.engine();
-            if let Some((addr, len)) = first.mem().extent(keys.lkey) {
-                first.unmap_memory(addr, len);
+            if let Some((addr, len)) = first.core_mut().mem().extent(keys.lkey) {
+                first.port_mut().unmap_memory(addr, len);
             }
         }
         for slot in self.engines.iter() {
-            slot.lock().mem().deregister(keys);
+            slot.lock().core_mut().mem().deregister(keys);
         }
     }
 
@@ -205,7 +248,7 @@ impl Device {
     pub(crate) fn counters(&self) -> PortCounters {
         let mut c = PortCounters::default();
         for slot in self.engines.iter() {
-            c.accumulate(&slot.lock().counters());
+            c.accumulate(&slot.lock().core().counters());
         }
         c
     }
@@ -214,7 +257,7 @@ impl Device {
     pub(crate) fn qp_counters_total(&self) -> Counters {
         let mut c = Counters::default();
         for slot in self.engines.iter() {
-            c.accumulate(&slot.lock().qp_counters_total());
+            c.accumulate(&slot.lock().core().qp_counters_total());
         }
         c
     }
@@ -224,7 +267,7 @@ impl Device {
         let mut v: Vec<_> = self
             .engines
             .iter()
-            .flat_map(|slot| slot.lock().qp_counters_all())
+            .flat_map(|slot| slot.lock().core().qp_counters_all())
             .collect();
         v.sort_by_key(|&(n, _)| n);
         v

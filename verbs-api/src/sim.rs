@@ -110,3 +110,25 @@ pub fn pipe_pair(eth_mtu: usize) -> (Context, Context) {
         },
     )
 }
+
+/// [`pipe_pair`] with `queues` engines per device, as a multi-queue port has: engine i of
+/// one device is piped to engine i of the other, so a frame lands on the engine of the
+/// sender's queue and is handed to the engine of its QP when that is another, as receive-side
+/// scaling on a NIC does. For testing QP placement and moves without DPDK.
+pub fn pipe_pair_queues(eth_mtu: usize, queues: usize) -> (Context, Context) {
+    let ip = |n| IpAddr::V4(Ipv4Addr::new(10, 0, 1, n));
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..queues.max(1) {
+        let (pa, pb) = ferroce_drivers::pipe::pair(eth_mtu);
+        a.push(crate::device::boxed_engine(pa, 0xa, true));
+        b.push(crate::device::boxed_engine(pb, 0xb, true));
+    }
+    (
+        Context {
+            dev: Device::with_engines("pipe:a".into(), a, ip(1), 0xa, None),
+        },
+        Context {
+            dev: Device::with_engines("pipe:b".into(), b, ip(2), 0xb, None),
+        },
+    )
+}

@@ -24,128 +24,36 @@ use std::time::Duration;
 
 use crossbeam::queue::SegQueue;
 use ferroce_drivers::wait::{wait_readable, Wakeup};
-use ferroce_drivers::{LinkState, MapError, Port};
-use ferroce_stack::transport::{Counters, MrTable, PostError, Qp, RecvWr, SendWr};
-use ferroce_stack::wire::MacAddr;
+use ferroce_drivers::Port;
 
-use crate::engine::{CqShared, Engine, PortCounters, QpShared, Steer};
+use crate::engine::{Engine, EngineCore};
 
-/// What the verbs layer needs of an engine, with its port type erased.
+/// An engine with its port type erased: the loop, which is compiled per driver, and its two
+/// halves, the port-independent [`EngineCore`] (QPs, memory, timers, counters) and the port
+/// as `dyn Port` (link, clock, memory mapping, wakeups).
 pub(crate) trait DeviceEngine: Send {
     fn poll(&mut self) -> usize;
-    fn mem(&mut self) -> &mut MrTable;
-    fn add_qp(&mut self, qp: Qp, shared: Arc<QpShared>, send: Arc<CqShared>, recv: Arc<CqShared>);
-    fn remove_qp(&mut self, qpn: u32) -> bool;
-    fn with_qp(&mut self, qpn: u32, f: &mut dyn FnMut(&mut Qp)) -> bool;
-    fn counters(&self) -> PortCounters;
-    fn qp_counters(&self, qpn: u32) -> Option<Counters>;
-    fn qp_counters_total(&self) -> Counters;
-    fn qp_counters_all(&self) -> Vec<(u32, Counters)>;
-    fn next_deadline(&self) -> Option<u64>;
-    fn has_pending_work(&self) -> bool;
-    fn link_state(&self) -> LinkState;
-    fn post_sends(&mut self, qpn: u32, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)>;
-    fn post_recvs(&mut self, qpn: u32, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)>;
-    fn set_steer(&mut self, steer: Steer);
-    fn map_memory(&mut self, addr: usize, len: usize) -> Result<(), MapError>;
-    fn unmap_memory(&mut self, addr: usize, len: usize);
-    fn thread_started(&mut self);
-    fn thread_stopped(&mut self);
-    fn doorbells(&self) -> Arc<SegQueue<u32>>;
-    fn mac(&self) -> MacAddr;
-    fn eth_mtu(&self) -> usize;
-    fn rx_fd(&self) -> Option<std::os::fd::RawFd>;
-    fn rx_arm(&mut self);
-    fn now(&self) -> u64;
-    fn take_earliest_new_deadline(&mut self) -> Option<u64>;
-    fn resume(&mut self);
-    fn count_sleep(&mut self, missed: bool);
+    fn core(&self) -> &EngineCore;
+    fn core_mut(&mut self) -> &mut EngineCore;
+    fn port(&self) -> &dyn Port;
+    fn port_mut(&mut self) -> &mut dyn Port;
 }
 
 impl<P: Port + Send> DeviceEngine for Engine<P> {
     fn poll(&mut self) -> usize {
         Self::poll(self)
     }
-    fn mem(&mut self) -> &mut MrTable {
-        &mut self.mem
+    fn core(&self) -> &EngineCore {
+        self
     }
-    fn add_qp(&mut self, qp: Qp, shared: Arc<QpShared>, send: Arc<CqShared>, recv: Arc<CqShared>) {
-        Self::add_qp(self, qp, shared, send, recv);
+    fn core_mut(&mut self) -> &mut EngineCore {
+        self
     }
-    fn remove_qp(&mut self, qpn: u32) -> bool {
-        Self::remove_qp(self, qpn)
+    fn port(&self) -> &dyn Port {
+        Self::port(self)
     }
-    fn with_qp(&mut self, qpn: u32, f: &mut dyn FnMut(&mut Qp)) -> bool {
-        Self::with_qp(self, qpn, f).is_some()
-    }
-    fn counters(&self) -> PortCounters {
-        Self::counters(self)
-    }
-    fn qp_counters(&self, qpn: u32) -> Option<Counters> {
-        Self::qp_counters(self, qpn)
-    }
-    fn qp_counters_total(&self) -> Counters {
-        Self::qp_counters_total(self)
-    }
-    fn qp_counters_all(&self) -> Vec<(u32, Counters)> {
-        Self::qp_counters_all(self)
-    }
-    fn next_deadline(&self) -> Option<u64> {
-        Self::next_deadline(self)
-    }
-    fn has_pending_work(&self) -> bool {
-        Self::has_pending_work(self)
-    }
-    fn link_state(&self) -> LinkState {
-        self.port().link_state()
-    }
-    fn post_sends(&mut self, qpn: u32, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
-        Self::post_sends(self, qpn, wrs)
-    }
-    fn post_recvs(&mut self, qpn: u32, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
-        Self::post_recvs(self, qpn, wrs)
-    }
-    fn set_steer(&mut self, steer: Steer) {
-        Self::set_steer(self, steer);
-    }
-    fn map_memory(&mut self, addr: usize, len: usize) -> Result<(), MapError> {
-        self.port_mut().map_memory(addr, len)
-    }
-    fn unmap_memory(&mut self, addr: usize, len: usize) {
-        self.port_mut().unmap_memory(addr, len);
-    }
-    fn thread_started(&mut self) {
-        self.port_mut().thread_started();
-    }
-    fn thread_stopped(&mut self) {
-        self.port_mut().thread_stopped();
-    }
-    fn doorbells(&self) -> Arc<SegQueue<u32>> {
-        self.doorbells.clone()
-    }
-    fn mac(&self) -> MacAddr {
-        self.port().mac()
-    }
-    fn eth_mtu(&self) -> usize {
-        self.port().mtu()
-    }
-    fn rx_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.port().rx_fd()
-    }
-    fn rx_arm(&mut self) {
-        self.port_mut().rx_arm();
-    }
-    fn now(&self) -> u64 {
-        Self::now(self)
-    }
-    fn take_earliest_new_deadline(&mut self) -> Option<u64> {
-        Self::take_earliest_new_deadline(self)
-    }
-    fn resume(&mut self) {
-        Self::resume(self);
-    }
-    fn count_sleep(&mut self, missed: bool) {
-        Self::count_sleep(self, missed);
+    fn port_mut(&mut self) -> &mut dyn Port {
+        Self::port_mut(self)
     }
 }
 
@@ -159,7 +67,7 @@ pub(crate) struct EngineSlot {
 impl EngineSlot {
     pub(crate) fn new(engine: Box<dyn DeviceEngine>) -> Self {
         Self {
-            doorbells: engine.doorbells(),
+            doorbells: engine.core().doorbells.clone(),
             engine: Mutex::new(engine),
             idle: Idle::new(),
         }
@@ -294,7 +202,7 @@ impl EngineSlot {
     /// read afresh (turns from a program thread may be far apart), and the engine thread
     /// woken if it sleeps past a deadline the turn armed.
     pub(crate) fn app_turn(&self, e: &mut dyn DeviceEngine) {
-        e.resume();
+        e.core_mut().resume();
         e.poll();
         self.after_turn(e);
     }
@@ -307,7 +215,7 @@ impl EngineSlot {
     /// After a turn by a thread other than the engine thread: wakes the engine thread if it
     /// sleeps past a deadline the turn armed.
     fn after_turn(&self, e: &mut dyn DeviceEngine) {
-        if let Some(d) = e.take_earliest_new_deadline() {
+        if let Some(d) = e.core_mut().take_earliest_new_deadline() {
             if self.idle.asleep.load(Ordering::Acquire)
                 && d < self.idle.until.load(Ordering::Acquire)
             {
@@ -322,7 +230,7 @@ impl EngineSlot {
     /// descriptor (DPDK), or an engine that shares its port's queues with others, is polled
     /// without sleeping (yielding when idle).
     pub(crate) fn run(&self, stop: &AtomicBool, shares_port: bool) {
-        let fd = self.lock().rx_fd();
+        let fd = self.lock().port().rx_fd();
         let sleeper = match (fd, &self.idle.wakeup) {
             (Some(fd), Some(w)) if !shares_port => Some([fd, w.fd()]),
             _ => None,
@@ -372,11 +280,11 @@ impl EngineSlot {
             self.idle.asleep.store(false, Ordering::Release);
             self.idle.notify_drain();
             if let Some(mut e) = self.try_lock() {
-                e.resume();
+                e.core_mut().resume();
                 // A sleep that only the bound ended, after which there is work: a wakeup
                 // went missing (counted, so tests can insist there are none).
                 let missed = bounded && !woken && e.poll() > 0;
-                e.count_sleep(missed);
+                e.core_mut().count_sleep(missed);
             }
             idle = 0;
         }
@@ -390,18 +298,18 @@ impl EngineSlot {
         let Some(mut e) = self.try_lock() else {
             return Bedtime::Busy;
         };
-        e.rx_arm();
+        e.port_mut().rx_arm();
         fence(Ordering::SeqCst);
-        let _ = e.take_earliest_new_deadline();
-        if e.poll() > 0 || e.has_pending_work() {
+        let _ = e.core_mut().take_earliest_new_deadline();
+        if e.poll() > 0 || e.core().has_pending_work() {
             return Bedtime::Work;
         }
-        let deadline = e.next_deadline();
+        let deadline = e.core().next_deadline();
         self.idle
             .until
             .store(deadline.unwrap_or(u64::MAX), Ordering::Release);
         Bedtime::Sleep(match deadline {
-            Some(d) => Duration::from_nanos(d.saturating_sub(e.now())),
+            Some(d) => Duration::from_nanos(d.saturating_sub(e.port().now_ns())),
             None => MAX_SLEEP,
         })
     }

@@ -43,9 +43,9 @@ pub(crate) fn start(dev: &Arc<Device>) -> Result<(), VerbsError> {
             }
             let _ = ready.send(Ok(()));
             let slot = &dev.engines[index];
-            slot.lock().thread_started();
+            slot.lock().port_mut().thread_started();
             slot.run(&flag, dev.engines.len() > 1);
-            slot.lock().thread_stopped();
+            slot.lock().port_mut().thread_stopped();
         });
         match spawned {
             Ok(h) => handles.push(h),

@@ -43,6 +43,14 @@ pub enum VerbsError {
     /// The device specification could not be opened.
     #[error("{0}")]
     Open(String),
+    /// No engine with that index.
+    #[error("engine {engine} does not exist (the device has {engines})")]
+    NoSuchEngine {
+        /// The index asked for.
+        engine: usize,
+        /// How many the device has.
+        engines: usize,
+    },
     /// A reliability policy can only be set before the QP reaches RTR.
     #[error("set the reliability policy before RTR; the QP is in {0}")]
     PolicyAfterRtr(QpState),
@@ -162,7 +170,7 @@ impl Context {
 
     /// `ibv_query_port` (port 1).
     pub fn query_port(&self) -> PortAttr {
-        let up = self.dev.engine().link_state() == LinkState::Up;
+        let up = self.dev.engine().port().link_state() == LinkState::Up;
         let mtu = Mtu::for_ethernet_mtu(self.dev.eth_mtu);
         PortAttr {
             state: if up {
@@ -422,7 +430,7 @@ impl ProtectionDomain {
         let mut shared = QpShared::new(qpn, qp_type, caps);
         shared.has_srq = has_srq;
         let shared = Arc::new(shared);
-        self.ctx.dev.slot(qpn).lock().add_qp(
+        self.ctx.dev.slot(qpn).lock().core_mut().add_qp(
             qp,
             shared.clone(),
             send_cq.shared.clone(),
@@ -504,6 +512,7 @@ impl MemoryRegion {
         self.ctx
             .dev
             .engine()
+            .core_mut()
             .mem()
             .read(
                 self.lkey,
@@ -520,6 +529,7 @@ impl MemoryRegion {
         self.ctx
             .dev
             .engine()
+            .core_mut()
             .mem()
             .write(
                 self.lkey,
@@ -682,10 +692,14 @@ impl QueuePair {
         let mut result = Ok(());
         let mut state = None;
         let slot = self.ctx.dev.slot(self.shared.qpn);
-        let found = slot.lock().with_qp(self.shared.qpn, &mut |qp| {
-            result = qp.modify(attr, mask);
-            state = Some(qp.state());
-        });
+        let found = slot
+            .lock()
+            .core_mut()
+            .with_qp(self.shared.qpn, |qp| {
+                result = qp.modify(attr, mask);
+                state = Some(qp.state());
+            })
+            .is_some();
         // A QP moved to RTS (or to ERR, flushing) has frames or completions for the engine.
         slot.idle.wake();
         if !found {
@@ -713,29 +727,43 @@ impl QueuePair {
             .dev
             .slot(self.shared.qpn)
             .lock()
-            .with_qp(self.shared.qpn, &mut |qp| match qp.state() {
+            .core_mut()
+            .with_qp(self.shared.qpn, |qp| match qp.state() {
                 QpState::Reset | QpState::Init => {
                     if let Some(p) = policy.take() {
                         qp.set_policies(p);
                     }
                 }
                 s => result = Err(VerbsError::PolicyAfterRtr(s)),
-            });
+            })
+            .is_some();
         if !found {
             return Err(VerbsError::NoSuchQp(self.shared.qpn));
         }
         result
     }
 
+    /// The engine of its device this QP lives on (0 on a device with one engine).
+    pub fn engine(&self) -> usize {
+        self.ctx.dev.engine_of(self.shared.qpn)
+    }
+
+    /// Moves this QP to another engine of its device, with its queues, outstanding work,
+    /// timers and CQs, in any state: the step failover takes when it moves a QP onto the
+    /// engine of another port. Posting, polling and the peer's frames carry on unchanged.
+    pub fn move_to_engine(&self, engine: usize) -> Result<(), VerbsError> {
+        self.ctx.dev.move_qp(self.shared.qpn, engine)
+    }
+
     /// `ibv_query_qp`.
     pub fn query(&self) -> Result<QpAttr, VerbsError> {
-        let mut out = None;
         self.ctx
             .dev
             .slot(self.shared.qpn)
             .lock()
-            .with_qp(self.shared.qpn, &mut |qp| out = Some(qp.query()));
-        out.ok_or(VerbsError::NoSuchQp(self.shared.qpn))
+            .core_mut()
+            .with_qp(self.shared.qpn, |qp| qp.query())
+            .ok_or(VerbsError::NoSuchQp(self.shared.qpn))
     }
 
     /// This QP's transport counters.
@@ -744,6 +772,7 @@ impl QueuePair {
             .dev
             .slot(self.shared.qpn)
             .lock()
+            .core()
             .qp_counters(self.shared.qpn)
     }
 
@@ -757,10 +786,14 @@ impl QueuePair {
         let slot = self.ctx.dev.slot(sh.qpn);
         if sh.inbox.is_empty() {
             if let Some(mut e) = slot.try_lock() {
-                if sh.inbox.is_empty() {
-                    let r = e
-                        .post_sends(sh.qpn, wrs)
-                        .map_err(|(index, error)| PostFailure { index, error });
+                // Not there: the QP is moving to another engine; the inbox travels with it.
+                if let Some(r) = sh
+                    .inbox
+                    .is_empty()
+                    .then(|| e.core_mut().post_sends(sh.qpn, wrs))
+                    .flatten()
+                {
+                    let r = r.map_err(|(index, error)| PostFailure { index, error });
                     // The requests leave now, on this thread, rather than when an engine
                     // thread next turns (or, asleep, is woken and scheduled).
                     if slot.sleep_capable() {
@@ -780,7 +813,9 @@ impl QueuePair {
             if !QpShared::reserve(&sh.sq_used, sh.caps.max_send_wr) {
                 return Err(fail(PostError::QueueFull(sh.caps.max_send_wr)));
             }
-            sh.submit(Op::Send(OwnedSend::from_wr(wr)), &slot.doorbells);
+            if sh.submit(Op::Send(OwnedSend::from_wr(wr)), &slot.doorbells) {
+                self.ctx.dev.ring_again_if_moved(sh, slot);
+            }
         }
         slot.idle.wake();
         Ok(())
@@ -793,10 +828,13 @@ impl QueuePair {
         let slot = self.ctx.dev.slot(sh.qpn);
         if sh.inbox.is_empty() {
             if let Some(mut e) = slot.try_lock() {
-                if sh.inbox.is_empty() {
-                    return e
-                        .post_recvs(sh.qpn, wrs)
-                        .map_err(|(index, error)| PostFailure { index, error });
+                if let Some(r) = sh
+                    .inbox
+                    .is_empty()
+                    .then(|| e.core_mut().post_recvs(sh.qpn, wrs))
+                    .flatten()
+                {
+                    return r.map_err(|(index, error)| PostFailure { index, error });
                 }
             }
         }
@@ -817,10 +855,10 @@ impl QueuePair {
             if !QpShared::reserve(&sh.rq_used, sh.caps.max_recv_wr) {
                 return Err(fail(PostError::QueueFull(sh.caps.max_recv_wr)));
             }
-            sh.submit(
-                Op::Recv(wr.wr_id, SmallVec::from_slice(wr.sg_list)),
-                &slot.doorbells,
-            );
+            let op = Op::Recv(wr.wr_id, SmallVec::from_slice(wr.sg_list));
+            if sh.submit(op, &slot.doorbells) {
+                self.ctx.dev.ring_again_if_moved(sh, slot);
+            }
         }
         slot.idle.wake();
         Ok(())
@@ -831,11 +869,7 @@ impl Drop for QueuePair {
     fn drop(&mut self) {
         // The last handle destroys the QP (`ibv_destroy_qp`).
         if Arc::strong_count(&self.shared) == 2 {
-            self.ctx
-                .dev
-                .slot(self.shared.qpn)
-                .lock()
-                .remove_qp(self.shared.qpn);
+            self.ctx.dev.destroy_qp(self.shared.qpn);
         }
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use ferroce_drivers::sim::{LinkModel, Loss};
 use ferroce_verbs::connect::{connect_qp, ConnectOpts, Endpoint};
-use ferroce_verbs::sim::{pipe_pair, SimNet};
+use ferroce_verbs::sim::{pipe_pair, pipe_pair_queues, SimNet};
 use ferroce_verbs::*;
 
 mod common;
@@ -384,7 +384,7 @@ fn two_qps_share_one_receive_queue_under_loss() {
             addr: 0,
             len: 0,
             rkey: 0,
-            offers: 0,
+            offers: ferroce_verbs::connect::Capabilities::NONE,
         };
         let eb = Endpoint {
             qpn: qb.qpn().value(),
@@ -394,7 +394,7 @@ fn two_qps_share_one_receive_queue_under_loss() {
             addr: 0,
             len: 0,
             rkey: 0,
-            offers: 0,
+            offers: ferroce_verbs::connect::Capabilities::NONE,
         };
         connect_qp(&ca, &qa, 7, &eb, &o).unwrap();
         connect_qp(&cb, &qb, 9, &ea, &o).unwrap();
@@ -453,4 +453,77 @@ fn two_qps_share_one_receive_queue_under_loss() {
         );
     }
     assert!(ca.qp_counters_total().retransmitted_packets > 0);
+}
+
+/// A QP moved between the engines of its device in the middle of a transfer, at both ends,
+/// loses nothing: every SEND lands once and in order, and the frames that reach the engine
+/// a QP left are handed on to the one it lives on.
+#[test]
+fn a_qp_moved_between_engines_mid_transfer_loses_nothing() {
+    let (ca, cb) = pipe_pair_queues(4200, 2);
+    let (a, b) = (end(&ca, 1 << 20, QpType::Rc), end(&cb, 1 << 20, QpType::Rc));
+    assert_eq!(a.qp.engine(), a.qp.qpn().value() as usize % 2);
+    assert_eq!(b.qp.engine(), b.qp.qpn().value() as usize % 2);
+    wire(&a, &b);
+    let data: Vec<u8> = (0..200 * 1024u32).map(|i| (i * 7 + 3) as u8).collect();
+    assert!(a.mr.write(0, &data));
+    let n = 200u64;
+    for i in 0..n {
+        b.qp.post_recv(&[RecvWr {
+            wr_id: i,
+            sg_list: &[b.mr.sge(1024 * i as usize, 1024)],
+        }])
+        .unwrap();
+    }
+    let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for i in 0..n {
+        let s = [a.mr.sge(1024 * i as usize, 1024)];
+        let wr = SendWr::new(i, WrOpcode::SendWithImm, Payload::Sges(&s)).imm(i as u32);
+        while let Err(e) = a.qp.post_send(&[wr]) {
+            assert!(matches!(e.error, PostError::QueueFull(_)), "{e}");
+            a.cq.poll(&mut got_a, 64);
+            b.cq.poll(&mut got_b, 64);
+            assert!(Instant::now() < deadline, "stuck at WR {i}");
+        }
+        // Both ends move while requests and ACKs are on their way.
+        if i == 60 {
+            a.qp.move_to_engine(1 - a.qp.engine()).unwrap();
+        }
+        if i == 120 {
+            b.qp.move_to_engine(1 - b.qp.engine()).unwrap();
+            a.qp.move_to_engine(1 - a.qp.engine()).unwrap();
+        }
+    }
+    while (got_a.len() < n as usize || got_b.len() < n as usize) && Instant::now() < deadline {
+        a.cq.poll(&mut got_a, 64);
+        b.cq.poll(&mut got_b, 64);
+    }
+    assert_eq!(got_a.len(), n as usize);
+    assert!(got_a.iter().all(|c| c.status == WcStatus::Success));
+    assert_eq!(got_b.len(), n as usize);
+    assert!(got_b
+        .iter()
+        .enumerate()
+        .all(|(i, c)| c.wr_id == i as u64 && c.imm_data == i as u32));
+    let mut landed = vec![0u8; data.len()];
+    assert!(b.mr.read(0, &mut landed));
+    assert!(landed == data, "payload differs");
+    // Moved twice, a is back on its first engine; b moved once.
+    assert_eq!(a.qp.engine(), a.qp.qpn().value() as usize % 2);
+    assert_eq!(b.qp.engine(), 1 - b.qp.qpn().value() as usize % 2);
+    // A frame arrives on the queue its sender's engine is piped to; whenever that is not
+    // the engine of the QP it names, it is handed over.
+    assert!(ca.port_counters().rx_forwarded + cb.port_counters().rx_forwarded > 0);
+    assert_eq!(
+        ca.port_counters().rx_unknown_qp + cb.port_counters().rx_unknown_qp,
+        0
+    );
+    assert!(matches!(
+        a.qp.move_to_engine(2),
+        Err(VerbsError::NoSuchEngine {
+            engine: 2,
+            engines: 2
+        })
+    ));
 }

@@ -17,7 +17,7 @@ use ferroce_reliability::spray::Spray;
 use ferroce_reliability::sr::{SelectiveRepeat, SrConfig};
 use ferroce_reliability::Policies;
 use ferroce_verbs::connect::{
-    connect_qp, negotiate, ConnectOpts, Endpoint, Negotiated, OFFER_SELECTIVE_REPEAT,
+    capability, connect_qp, negotiate, Capabilities, ConnectOpts, Endpoint, Negotiated,
 };
 use ferroce_verbs::sim::SimNet;
 use ferroce_verbs::{
@@ -263,7 +263,7 @@ fn side(ctx: &Context, qps: u32, buf_len: usize, depth: u32) -> Result<Side, Fai
                 addr: 0,
                 len: 0,
                 rkey: 0,
-                offers: 0,
+                offers: Capabilities::NONE,
             },
         });
     }
@@ -280,8 +280,8 @@ fn endpoint(s: &Side, i: usize, psn: u32, a: &Args) -> Result<Endpoint, Failure>
     let c = &s.conns[i];
     Ok(Endpoint {
         offers: match a.reliability {
-            Reliability::Gbn => 0,
-            Reliability::Sr => OFFER_SELECTIVE_REPEAT,
+            Reliability::Gbn => Capabilities::NONE,
+            Reliability::Sr => Capabilities::NONE.with(capability::SELECTIVE_REPEAT, 0),
         },
         ..Endpoint::of(&s.ctx, &c.qp, &c.mr, psn)
     })
@@ -373,7 +373,7 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
             endpoint(&client, i, 0x10 + i as u32, a)?,
             endpoint(&server, i, 0x80 + i as u32, a)?,
         );
-        let agreed = negotiate(&ec, &es);
+        let agreed = negotiate(&ec, &es).recovery;
         use_scheme(&client.conns[i].qp, agreed, a)?;
         use_scheme(&server.conns[i].qp, agreed, a)?;
         client.agreed = agreed;

@@ -151,7 +151,7 @@ pub(super) fn run(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
             swap(&mut stream, &mine)?
         };
         // Selective repeat only if the peer offered it too; Go-Back-N otherwise.
-        me.agreed = negotiate(&mine, &peer);
+        me.agreed = negotiate(&mine, &peer).recovery;
         use_scheme(&me.conns[i].qp, me.agreed, a)?;
         connect_qp(&ctx, &me.conns[i].qp, mine.psn, &peer, &o)?;
         me.conns[i].peer = peer;

@@ -1,0 +1,426 @@
+//! The poll-mode engine of one device: a port, its QPs, the device's registered memory and a
+//! timer wheel. One call to [`Engine::poll`] is one turn of the loop: take posted work from
+//! the lock-free inboxes, receive a burst and hand each packet to its QP, run due timers,
+//! let every QP with something to say transmit, flush the burst, and move completions to their
+//! CQs. The engine never blocks; who calls `poll` (the application thread, run-to-completion,
+//! or the engine thread) is the verbs layer's choice.
+
+use std::sync::atomic::Ordering;
+
+use ferroce_drivers::Port;
+use ferroce_stack::transport::{RecvWr, TxOut, WorkCompletion};
+use ferroce_stack::wire::{Checks, RoceRepr};
+
+use qps::{deliver, empty_wc};
+
+/// Frames taken from the port per receive burst.
+pub const RX_BURST: usize = 32;
+
+ferroce_stack::counter_set! {
+    /// Port-level counters (the per-QP ones are the transport's).
+    pub struct PortCounters {
+        /// Frames received.
+        rx_frames,
+        /// Bytes received.
+        rx_bytes,
+        /// Frames sent.
+        tx_frames,
+        /// Bytes sent.
+        tx_bytes,
+        /// Frames that were not valid RoCEv2 (any parse or ICRC error).
+        rx_malformed,
+        /// Of those, frames whose ICRC was wrong (Linux: `rx_icrc_encapsulated`).
+        rx_icrc_errors => "rx_icrc_encapsulated",
+        /// Valid frames for a QP number this device does not have.
+        rx_unknown_qp,
+        /// Frames the port refused to send (link down, ring full).
+        tx_errors,
+        /// Of the frames sent, those whose payload left from registered memory in place.
+        tx_zero_copy,
+        /// Frames received on this engine's queue for a QP of another engine of the device,
+        /// handed over to it (a multi-queue device: the port's receive-side scaling picks the
+        /// queue from addresses and UDP ports, not from the destination QP).
+        rx_forwarded,
+        /// Of those, frames dropped because the other engine's inbox was full.
+        rx_forward_drops,
+        /// Times the engine thread slept, idle, on the port's descriptor.
+        engine_sleeps,
+        /// Sleeps that ran to their longest allowed length although work waited: something
+        /// that needed the engine did not wake it. Zero unless a wakeup is missing.
+        engine_missed_wakeups,
+    }
+}
+
+mod qps;
+mod shared;
+mod steer;
+
+pub use qps::EngineCore;
+pub(crate) use shared::{state_code, ChannelShared, CqShared, Op, OwnedSend, QpShared};
+pub(crate) use steer::{QpEngines, Steer};
+
+/// The engine of one device over port `P`: the port, and the QPs, memory and timers it
+/// serves ([`EngineCore`], which the engine dereferences to).
+pub struct Engine<P> {
+    port: P,
+    core: EngineCore,
+}
+
+impl<P> std::ops::Deref for Engine<P> {
+    type Target = EngineCore;
+    fn deref(&self) -> &EngineCore {
+        &self.core
+    }
+}
+
+impl<P> std::ops::DerefMut for Engine<P> {
+    fn deref_mut(&mut self) -> &mut EngineCore {
+        &mut self.core
+    }
+}
+
+impl<P: Port> Engine<P> {
+    /// An engine over `port`, with memory keys derived from `key_seed`.
+    pub fn new(port: P, key_seed: u64) -> Self {
+        let core = EngineCore::new(
+            port.now_ns(),
+            key_seed,
+            port.capabilities().rx_checks,
+            port.capabilities().tx_split_min.unwrap_or(usize::MAX),
+        );
+        Self { port, core }
+    }
+
+    /// The port.
+    pub fn port(&self) -> &P {
+        &self.port
+    }
+
+    /// The port, mutably (to finish a pcap tee, say).
+    pub fn port_mut(&mut self) -> &mut P {
+        &mut self.port
+    }
+
+    /// The port's clock.
+    pub fn now(&self) -> u64 {
+        self.port.now_ns()
+    }
+
+    /// One turn of the loop. Returns how many things happened (frames received and sent,
+    /// WRs taken, timers run), so a caller can back off when it is zero.
+    pub fn poll(&mut self) -> usize {
+        if self.core.idle_turns.is_multiple_of(self.core.clock_stride) {
+            self.core.now = self.port.now_ns();
+        }
+        let now = self.core.now;
+        let mut work = 0;
+
+        // 1. Posted work.
+        while let Some(qpn) = self.core.doorbells.pop() {
+            let Some(slot) = self.core.qps.get_mut(&qpn) else {
+                continue;
+            };
+            slot.shared.answered();
+            while let Some(op) = slot.shared.inbox.pop() {
+                work += 1;
+                // The poster reserved the WR's slot; it stays in use while the QP holds the
+                // WR, and is released here only if the QP refuses it.
+                let sh = &slot.shared;
+                let r = match &op {
+                    Op::Send(s) => {
+                        let r = slot.qp.post_send(&s.as_wr());
+                        match r {
+                            Ok(()) => slot.sq_known += 1,
+                            Err(_) => _ = sh.sq_used.fetch_sub(1, Ordering::AcqRel),
+                        }
+                        r
+                    }
+                    Op::Recv(id, sges) => {
+                        let r = slot.qp.post_recv(&RecvWr {
+                            wr_id: *id,
+                            sg_list: sges,
+                        });
+                        match r {
+                            Ok(()) => slot.rq_known += 1,
+                            Err(_) => _ = sh.rq_used.fetch_sub(1, Ordering::AcqRel),
+                        }
+                        r
+                    }
+                };
+                if let Err(e) = r {
+                    // Checked at post time; only a race with a state change gets here.
+                    tracing::debug!(qpn, %e, "engine refused a posted WR");
+                    let wr_id = match op {
+                        Op::Send(s) => s.wr_id,
+                        Op::Recv(id, _) => id,
+                    };
+                    let mut wc = WorkCompletion {
+                        wr_id,
+                        ..empty_wc(qpn)
+                    };
+                    wc.status = ferroce_stack::transport::WcStatus::LocQpOpErr;
+                    slot.send_cq.push(wc);
+                }
+            }
+            if !slot.active {
+                slot.active = true;
+                self.core.active.push(qpn);
+            }
+        }
+
+        // 2. Receive: frames other engines forwarded, then a burst from the port.
+        let port = &mut self.port;
+        let EngineCore {
+            mem,
+            qps,
+            active,
+            counters,
+            checks,
+            steer,
+            ..
+        } = &mut self.core;
+        let checks = *checks;
+        if let Some(st) = steer.as_ref() {
+            let mut n = 0;
+            while n < RX_BURST {
+                let Some(buf) = st.inbox().pop() else { break };
+                n += 1;
+                // Checked where it arrived; parsed again only to borrow its fields. `None`:
+                // delivered; `Some(qpn)`: QP `qpn` is not here.
+                let missing = match RoceRepr::parse(&buf, Checks::NONE) {
+                    Ok(pkt) => {
+                        let qpn = pkt.repr.bth.dest_qpn.value();
+                        (!deliver(qps, active, qpn, |qp| qp.handle_packet(now, &pkt, mem)))
+                            .then_some(qpn)
+                    }
+                    // A malformed frame attributed to one of this engine's QPs.
+                    Err(e) => RoceRepr::attribute(&buf, Checks::NONE, e).and_then(|m| {
+                        let qpn = m.bth.dest_qpn.value();
+                        (!deliver(qps, active, qpn, |qp| qp.handle_malformed(now, &m)))
+                            .then_some(qpn)
+                    }),
+                };
+                // A QP that moved on since the frame was handed over: on to where it lives.
+                if let Some(qpn) = missing {
+                    if !st.forward_to_owner(qpn, &buf, counters) {
+                        counters.rx_unknown_qp += 1;
+                    }
+                }
+                let _ = st.spare.push(buf);
+            }
+            work += n;
+        }
+        work += port.rx_burst(RX_BURST, |frame| {
+            counters.rx_frames += 1;
+            counters.rx_bytes += frame.len() as u64;
+            match RoceRepr::parse(frame, checks) {
+                Ok(pkt) => {
+                    let qpn = pkt.repr.bth.dest_qpn.value();
+                    if deliver(qps, active, qpn, |qp| qp.handle_packet(now, &pkt, mem)) {
+                        return;
+                    }
+                    let forwarded = steer
+                        .as_ref()
+                        .is_some_and(|st| st.forward_to_owner(qpn, frame, counters));
+                    if !forwarded {
+                        counters.rx_unknown_qp += 1;
+                    }
+                }
+                Err(e) => {
+                    counters.rx_malformed += 1;
+                    if matches!(e, ferroce_stack::wire::Error::Icrc { .. }) {
+                        counters.rx_icrc_errors += 1;
+                    }
+                    // Refused after a sound BTH with a good ICRC: the QP it names decides.
+                    let Some(m) = RoceRepr::attribute(frame, checks, e) else {
+                        return;
+                    };
+                    let qpn = m.bth.dest_qpn.value();
+                    if deliver(qps, active, qpn, |qp| qp.handle_malformed(now, &m)) {
+                        return;
+                    }
+                    if let Some(st) = steer.as_ref() {
+                        st.forward_to_owner(qpn, frame, counters);
+                    }
+                }
+            }
+        });
+
+        // 3. Timers.
+        let wheel = &mut self.core.wheel;
+        let mut due = Vec::new();
+        wheel.expire(now, |qpn| due.push(qpn));
+        for qpn in due {
+            if let Some(slot) = self.core.qps.get_mut(&qpn) {
+                slot.armed = None;
+                if slot.qp.poll_timeout().is_some_and(|t| t <= now) {
+                    slot.qp.handle_timeout(now);
+                    work += 1;
+                }
+                if !slot.active {
+                    slot.active = true;
+                    self.core.active.push(qpn);
+                }
+            }
+        }
+
+        // 4. Transmit, completions, re-arm.
+        let active = std::mem::take(&mut self.core.active);
+        for &qpn in &active {
+            let Some(slot) = self.core.qps.get_mut(&qpn) else {
+                continue;
+            };
+            slot.active = false;
+            while let Some(out) = slot.qp.poll_transmit_split(
+                now,
+                &mut self.core.frame,
+                &self.core.mem,
+                self.core.split_min,
+            ) {
+                let n = out.len();
+                let sent = match &out {
+                    TxOut::Whole(n) => {
+                        let frame = &self.core.frame[..*n];
+                        self.port.tx(*n, |b| b.copy_from_slice(frame))
+                    }
+                    TxOut::Split(s) => {
+                        let r = self.port.tx_split(&self.core.frame, s);
+                        self.core.counters.tx_zero_copy += u64::from(r.is_ok());
+                        r
+                    }
+                };
+                match sent {
+                    Ok(()) => {
+                        self.core.counters.tx_frames += 1;
+                        self.core.counters.tx_bytes += n as u64;
+                    }
+                    Err(_) => self.core.counters.tx_errors += 1,
+                }
+                work += 1;
+            }
+            EngineCore::settle(slot, &mut self.core.wheel, &mut self.core.done);
+        }
+        self.core.active = active;
+        self.core.active.clear();
+        self.port.flush();
+        self.core.idle_turns = if work == 0 {
+            self.core.idle_turns.wrapping_add(1)
+        } else {
+            0
+        };
+        work
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroce_drivers::pipe::{pair, PipePort};
+    use ferroce_stack::transport::loopback::connect;
+    use ferroce_stack::transport::{
+        MrTable, Payload, PdId, Qp, QpAttr, QpCaps, QpConfig, QpState, QpType, SendWr, WrOpcode,
+    };
+    use ferroce_stack::wire::sample::reseal;
+    use ferroce_stack::wire::{NakCode, Opcode, Psn, Qpn, Syndrome, ETHERNET_LEN, IPV4_LEN};
+    use std::sync::Arc;
+
+    /// An engine over one end of a pipe with RC QP 0x123 in RTS, the pipe's other end, and
+    /// a frame that QP's peer would send it (a SEND_ONLY at the expected PSN).
+    fn rig() -> (Engine<PipePort>, PipePort, Vec<u8>) {
+        let (ours, theirs) = pair(9000);
+        let mut engine = Engine::new(ours, 1);
+        let mut qp = Qp::new(QpConfig::new(Qpn::new(0x123), QpType::Rc, PdId(1)));
+        let mut peer = Qp::new(QpConfig::new(Qpn::new(0x456), QpType::Rc, PdId(1)));
+        let attr = QpAttr {
+            sq_psn: Psn::new(10),
+            rq_psn: Psn::new(20),
+            ..QpAttr::default()
+        };
+        connect(&mut qp, &mut peer, &attr).unwrap();
+        peer.post_send(&SendWr::new(1, WrOpcode::Send, Payload::Inline(&[7; 32])))
+            .unwrap();
+        let mut buf = vec![0u8; 9000];
+        let n = peer.poll_transmit(0, &mut buf, &MrTable::new(9)).unwrap();
+        buf.truncate(n);
+        let shared = Arc::new(QpShared::new(0x123, QpType::Rc, QpCaps::default()));
+        let cq = Arc::new(CqShared::new(1, 16, None));
+        engine.add_qp(qp, shared, cq.clone(), cq);
+        (engine, theirs, buf)
+    }
+
+    fn send(port: &mut PipePort, frame: &[u8]) {
+        port.tx(frame.len(), |b| b.copy_from_slice(frame)).unwrap();
+        port.flush();
+    }
+
+    fn received(port: &mut PipePort) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        port.rx_burst(64, |f| out.push(f.to_vec()));
+        out
+    }
+
+    /// A request the parser refuses after a sound BTH, with a good ICRC, reaches the QP it
+    /// names through the engine: NAK invalid request, QP in ERR. With a bad ICRC it is
+    /// nobody's: dropped and counted, no answer.
+    #[test]
+    fn a_malformed_request_reaches_its_qp_and_is_naked() {
+        let (mut engine, mut peer, good) = rig();
+        let bth = ETHERNET_LEN + IPV4_LEN + 8;
+        let mut bad_icrc = good.clone();
+        bad_icrc[bth] = 0x1f;
+        send(&mut peer, &bad_icrc);
+        engine.poll();
+        assert!(received(&mut peer).is_empty());
+        // The parser stops at the opcode before the ICRC; attribution checks the ICRC.
+        assert_eq!(engine.counters().rx_malformed, 1);
+        assert_eq!(engine.qp_counters(0x123).unwrap().malformed_requests, 0);
+
+        let mut reserved = good.clone();
+        reserved[bth] = 0x1f;
+        reseal(&mut reserved);
+        send(&mut peer, &reserved);
+        engine.poll();
+        let out = received(&mut peer);
+        assert_eq!(out.len(), 1);
+        let p = RoceRepr::parse(&out[0], Checks::ALL).unwrap();
+        assert_eq!(p.repr.bth.opcode, Opcode::RC_ACKNOWLEDGE);
+        assert_eq!(p.repr.bth.psn, Psn::new(20));
+        assert_eq!(
+            Syndrome::from_byte(p.repr.ext.aeth.unwrap().syndrome),
+            Syndrome::Nak(NakCode::InvalidRequest)
+        );
+        assert_eq!(engine.counters().rx_malformed, 2);
+        assert_eq!(engine.qp_counters(0x123).unwrap().malformed_requests, 1);
+        let state = engine.with_qp(0x123, |qp| qp.state()).unwrap();
+        assert_eq!(state, QpState::Err);
+    }
+
+    /// An RC packet to QPN 0xFFFFFF (the multicast QPN) is nobody's: dropped, no answer.
+    #[test]
+    fn an_rc_packet_to_the_multicast_qpn_is_dropped() {
+        let (mut engine, mut peer, good) = rig();
+        let mut f = good.clone();
+        let at = ETHERNET_LEN + IPV4_LEN + 8 + 5;
+        f[at..at + 3].copy_from_slice(&[0xff; 3]);
+        reseal(&mut f);
+        assert_eq!(
+            RoceRepr::parse(&f, Checks::ALL).unwrap().repr.bth.dest_qpn,
+            Qpn::new(0xff_ffff)
+        );
+        send(&mut peer, &f);
+        engine.poll();
+        assert!(received(&mut peer).is_empty());
+        assert_eq!(engine.counters().rx_unknown_qp, 1);
+        // The QP it was not for is untouched, and takes its own SEND next (an RNR NAK:
+        // no receive is posted).
+        send(&mut peer, &good);
+        engine.poll();
+        let out = received(&mut peer);
+        assert_eq!(out.len(), 1);
+        let p = RoceRepr::parse(&out[0], Checks::ALL).unwrap();
+        assert!(matches!(
+            Syndrome::from_byte(p.repr.ext.aeth.unwrap().syndrome),
+            Syndrome::RnrNak { .. }
+        ));
+    }
+}

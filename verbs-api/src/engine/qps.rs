@@ -1,0 +1,350 @@
+//! The port-independent half of an engine: its QPs with their shared halves and CQs, the
+//! device's registered memory, the timer wheel and the counters. Everything here is the
+//! same for every driver, so it is compiled once and reached through
+//! [`DeviceEngine::core`](crate::slot::DeviceEngine::core) without knowing the port.
+
+use hashbrown::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crossbeam::queue::SegQueue;
+use ferroce_stack::transport::{Counters, MrTable, PostError, Qp, RecvWr, SendWr, WorkCompletion};
+use ferroce_stack::wire::Checks;
+
+use super::shared::{state_code, CqShared, QpShared};
+use super::steer::Steer;
+use super::PortCounters;
+use crate::timer::TimerWheel;
+
+/// A QP on its way from one engine to another: the QP with its shared half and CQs.
+pub(crate) struct TakenQp(Slot);
+
+pub(super) struct Slot {
+    pub(super) qp: Qp,
+    pub(super) shared: Arc<QpShared>,
+    pub(super) send_cq: Arc<CqShared>,
+    pub(super) recv_cq: Arc<CqShared>,
+    /// The deadline the wheel holds for this QP.
+    pub(super) armed: Option<u64>,
+    pub(super) active: bool,
+    /// The QP's send and receive queue lengths as of the last settle plus the WRs added
+    /// since: what `settle` compares with the QP's to release slots.
+    pub(super) sq_known: u32,
+    pub(super) rq_known: u32,
+}
+
+/// An engine's QPs, memory, timers and counters: everything but the port.
+pub struct EngineCore {
+    pub(crate) mem: MrTable,
+    pub(super) qps: HashMap<u32, Slot>,
+    pub(super) wheel: TimerWheel,
+    pub(super) active: Vec<u32>,
+    pub(crate) doorbells: Arc<SegQueue<u32>>,
+    pub(super) frame: Box<[u8]>,
+    pub(super) counters: PortCounters,
+    pub(super) checks: Checks,
+    /// Read the port's clock on every `clock_stride`-th idle turn only (and on every turn
+    /// after one that did work): on a real port the clock is a system call's worth of time,
+    /// and a busy-polling loop spent more on it than on frames. QP timers are milliseconds,
+    /// so a clock a few idle turns stale changes nothing. 1 on a simulated port, whose
+    /// virtual time moves between turns.
+    pub(super) clock_stride: u32,
+    pub(super) idle_turns: u32,
+    pub(super) now: u64,
+    /// Payloads of at least this many bytes are sent in place (the port's
+    /// `tx_split_min`; `usize::MAX` when it copies).
+    pub(super) split_min: usize,
+    /// Completions between a QP and its CQs (reused; see `settle`).
+    pub(super) done: Vec<WorkCompletion>,
+    /// Set on the engines of a multi-queue device.
+    pub(super) steer: Option<Steer>,
+}
+
+impl EngineCore {
+    pub(super) fn new(now: u64, key_seed: u64, checks: Checks, split_min: usize) -> Self {
+        Self {
+            mem: MrTable::new(key_seed),
+            qps: HashMap::new(),
+            wheel: TimerWheel::new(now),
+            active: Vec::new(),
+            doorbells: Arc::new(SegQueue::new()),
+            frame: vec![0; 16 * 1024].into_boxed_slice(),
+            counters: PortCounters::default(),
+            checks,
+            clock_stride: 1,
+            idle_turns: 0,
+            now,
+            split_min,
+            done: Vec::new(),
+            steer: None,
+        }
+    }
+
+    /// Makes this engine one of several sharing a port's queues (see [`Steer`]).
+    pub(crate) fn set_steer(&mut self, steer: Steer) {
+        self.steer = Some(steer);
+    }
+
+    /// Reads the port's clock only every `stride`-th idle turn (see the field's comment).
+    pub fn set_clock_stride(&mut self, stride: u32) {
+        self.clock_stride = stride.max(1);
+    }
+
+    /// Counts a sleep of the engine thread, and whether it overslept work (see
+    /// [`PortCounters::engine_missed_wakeups`]).
+    pub(crate) fn count_sleep(&mut self, missed: bool) {
+        self.counters.engine_sleeps += 1;
+        self.counters.engine_missed_wakeups += u64::from(missed);
+    }
+
+    /// Makes the next turn read the port's clock: the turns before it may be far in the past
+    /// (an engine thread that slept, an application thread that turns the engine now and
+    /// then), and a deadline armed from a stale clock would fire early.
+    pub fn resume(&mut self) {
+        self.idle_turns = 0;
+    }
+
+    /// Port counters.
+    pub fn counters(&self) -> PortCounters {
+        self.counters
+    }
+
+    /// The transport counters of QP `qpn`.
+    pub fn qp_counters(&self, qpn: u32) -> Option<Counters> {
+        self.qps.get(&qpn).map(|s| *s.qp.counters())
+    }
+
+    /// Every QP's number and counters.
+    pub fn qp_counters_all(&self) -> Vec<(u32, Counters)> {
+        let mut v: Vec<_> = self
+            .qps
+            .iter()
+            .map(|(&n, s)| (n, *s.qp.counters()))
+            .collect();
+        v.sort_by_key(|&(n, _)| n);
+        v
+    }
+
+    /// Every QP's counters, summed.
+    pub fn qp_counters_total(&self) -> Counters {
+        let mut c = Counters::default();
+        for s in self.qps.values() {
+            c.accumulate(s.qp.counters());
+        }
+        c
+    }
+
+    /// The device's registered memory, as this engine holds it.
+    pub(crate) fn mem(&mut self) -> &mut MrTable {
+        &mut self.mem
+    }
+
+    pub(crate) fn add_qp(
+        &mut self,
+        qp: Qp,
+        shared: Arc<QpShared>,
+        send_cq: Arc<CqShared>,
+        recv_cq: Arc<CqShared>,
+    ) {
+        let qpn = qp.qpn().value();
+        self.qps.insert(
+            qpn,
+            Slot {
+                qp,
+                shared,
+                send_cq,
+                recv_cq,
+                armed: None,
+                active: false,
+                sq_known: 0,
+                rq_known: 0,
+            },
+        );
+    }
+
+    pub(crate) fn remove_qp(&mut self, qpn: u32) -> bool {
+        self.qps.remove(&qpn).is_some()
+    }
+
+    /// Takes QP `qpn` out of this engine, with its shared half and CQs, to be inserted into
+    /// another ([`insert_qp`](Self::insert_qp)). Its wheel entry stays behind and finds
+    /// nothing when it fires.
+    pub(crate) fn take_qp(&mut self, qpn: u32) -> Option<TakenQp> {
+        self.qps.remove(&qpn).map(TakenQp)
+    }
+
+    /// Serves a QP taken from another engine of the device. Its next turn here settles it
+    /// (arming its timer on this wheel), and its doorbell rings here in case a poster rang
+    /// the old engine while the QP was on its way: the inbox travels with the QP.
+    pub(crate) fn insert_qp(&mut self, TakenQp(mut slot): TakenQp) {
+        let qpn = slot.qp.qpn().value();
+        slot.armed = None;
+        slot.active = true;
+        slot.shared.ring(&self.doorbells);
+        self.qps.insert(qpn, slot);
+        self.active.push(qpn);
+    }
+
+    /// Runs `f` on QP `qpn` (control path: modify, query), then publishes what changed.
+    pub(crate) fn with_qp<T>(&mut self, qpn: u32, f: impl FnOnce(&mut Qp) -> T) -> Option<T> {
+        let slot = self.qps.get_mut(&qpn)?;
+        let out = f(&mut slot.qp);
+        Self::settle(slot, &mut self.wheel, &mut self.done);
+        if !slot.active {
+            slot.active = true;
+            self.active.push(qpn);
+        }
+        Some(out)
+    }
+
+    /// Posts send WRs straight into QP `qpn`, for a poster that holds the engine (no inbox,
+    /// no copies on the way); stops at the first WR the QP refuses and says which. `None`
+    /// when the QP is not on this engine (it moved, or is gone): the poster goes through the
+    /// QP's inbox instead.
+    pub(crate) fn post_sends(
+        &mut self,
+        qpn: u32,
+        wrs: &[SendWr<'_>],
+    ) -> Option<Result<(), (usize, PostError)>> {
+        self.post_each(qpn, wrs, true, Qp::post_send)
+    }
+
+    /// [`post_sends`](Self::post_sends) for receive WRs.
+    pub(crate) fn post_recvs(
+        &mut self,
+        qpn: u32,
+        wrs: &[RecvWr<'_>],
+    ) -> Option<Result<(), (usize, PostError)>> {
+        self.post_each(qpn, wrs, false, Qp::post_recv)
+    }
+
+    fn post_each<W>(
+        &mut self,
+        qpn: u32,
+        wrs: &[W],
+        send: bool,
+        post: impl Fn(&mut Qp, &W) -> Result<(), PostError>,
+    ) -> Option<Result<(), (usize, PostError)>> {
+        let slot = self.qps.get_mut(&qpn)?;
+        // Borrowed apart: the QP mutably, its shared half and one queue's count beside it.
+        let Slot {
+            qp,
+            shared,
+            sq_known,
+            rq_known,
+            ..
+        } = &mut *slot;
+        let (used, max, known) = if send {
+            (&shared.sq_used, shared.caps.max_send_wr, sq_known)
+        } else {
+            (&shared.rq_used, shared.caps.max_recv_wr, rq_known)
+        };
+        let r = wrs.iter().enumerate().try_for_each(|(i, wr)| {
+            // Reserve as a poster through the inbox does, so the two paths share one count.
+            if !QpShared::reserve(used, max) {
+                return Err((i, PostError::QueueFull(max)));
+            }
+            post(qp, wr).map(|()| *known += 1).map_err(|e| {
+                used.fetch_sub(1, Ordering::AcqRel);
+                (i, e)
+            })
+        });
+        Self::settle(slot, &mut self.wheel, &mut self.done);
+        if !slot.active {
+            slot.active = true;
+            self.active.push(qpn);
+        }
+        Some(r)
+    }
+
+    /// The earliest QP deadline armed since the last call (see
+    /// [`TimerWheel::take_earliest_new`]).
+    pub(crate) fn take_earliest_new_deadline(&mut self) -> Option<u64> {
+        self.wheel.take_earliest_new()
+    }
+
+    /// The earliest QP deadline, for a simulator deciding how far virtual time may jump.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.qps.values().filter_map(|s| s.qp.poll_timeout()).min()
+    }
+
+    /// True when some QP has work the next `poll` would do without new input.
+    pub fn has_pending_work(&self) -> bool {
+        !self.doorbells.is_empty()
+            || !self.active.is_empty()
+            || self.steer.as_ref().is_some_and(|s| !s.inbox().is_empty())
+    }
+
+    /// Moves a QP's completions to its CQs, publishes its state and queue depths, and keeps
+    /// its wheel entry in step with its deadline. The depths are published before the
+    /// completions: a thread that sees a send complete and posts the next at once (a queue
+    /// of one, as ibv_rc_pingpong has) must find its slot free.
+    pub(super) fn settle(slot: &mut Slot, wheel: &mut TimerWheel, done: &mut Vec<WorkCompletion>) {
+        while let Some(wc) = slot.qp.poll_completion() {
+            done.push(wc);
+        }
+        let sh = &slot.shared;
+        sh.state
+            .store(state_code(slot.qp.state()), Ordering::Release);
+        // Release the slots of the WRs the QP let go since the last settle.
+        let (sq, rq) = (
+            slot.qp.send_queue_len() as u32,
+            slot.qp.recv_queue_len() as u32,
+        );
+        sh.sq_used
+            .fetch_sub(slot.sq_known.saturating_sub(sq), Ordering::AcqRel);
+        sh.rq_used
+            .fetch_sub(slot.rq_known.saturating_sub(rq), Ordering::AcqRel);
+        (slot.sq_known, slot.rq_known) = (sq, rq);
+        for wc in done.drain(..) {
+            if wc.opcode.is_recv() {
+                slot.recv_cq.push(wc);
+            } else {
+                slot.send_cq.push(wc);
+            }
+        }
+        let deadline = slot.qp.poll_timeout();
+        if let Some(d) = deadline {
+            wheel.note(d);
+            if slot.armed.is_none_or(|a| d < a) {
+                wheel.insert(d, slot.qp.qpn().value());
+                slot.armed = Some(d);
+            }
+        }
+    }
+}
+
+/// Hands a received frame to QP `qpn` (`handle` is `handle_packet` or `handle_malformed`)
+/// and marks the QP active; false if no QP here has that number.
+#[inline]
+pub(super) fn deliver(
+    qps: &mut HashMap<u32, Slot>,
+    active: &mut Vec<u32>,
+    qpn: u32,
+    handle: impl FnOnce(&mut Qp),
+) -> bool {
+    let Some(slot) = qps.get_mut(&qpn) else {
+        return false;
+    };
+    handle(&mut slot.qp);
+    if !slot.active {
+        slot.active = true;
+        active.push(qpn);
+    }
+    true
+}
+
+pub(super) fn empty_wc(qpn: u32) -> WorkCompletion {
+    WorkCompletion {
+        wr_id: 0,
+        status: ferroce_stack::transport::WcStatus::Success,
+        opcode: ferroce_stack::transport::WcOpcode::Send,
+        qp_num: ferroce_stack::wire::Qpn::new(qpn),
+        byte_len: 0,
+        imm_data: 0,
+        wc_flags: ferroce_stack::transport::WcFlags(0),
+        src_qp: ferroce_stack::wire::Qpn::new(0),
+        smac: ferroce_stack::wire::MacAddr([0; 6]),
+        solicited: false,
+    }
+}

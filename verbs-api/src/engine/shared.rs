@@ -1,0 +1,235 @@
+//! What application threads and the engine share of QPs and CQs, without the engine's
+//! lock: the CQ's completion queue and arming, the QP's inbox of posted work, its state and
+//! queue use.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use crossbeam::queue::SegQueue;
+use ferroce_stack::transport::{
+    Payload, QpCaps, QpState, QpType, SendFlags, SendWr, Sge, UdDest, WorkCompletion, WrOpcode,
+};
+use smallvec::SmallVec;
+
+/// A completion queue's shared half: the engine pushes, any thread pops, without a lock.
+#[derive(Debug)]
+pub(crate) struct CqShared {
+    pub(crate) id: u32,
+    pub(crate) queue: SegQueue<WorkCompletion>,
+    pub(crate) capacity: usize,
+    /// 0: not armed; 1: next completion; 2: next solicited completion.
+    pub(crate) armed: AtomicU8,
+    pub(crate) channel: Option<Arc<ChannelShared>>,
+    /// Completions dropped because the CQ was full (the CQ overran).
+    pub(crate) overruns: AtomicUsize,
+}
+
+impl CqShared {
+    pub(crate) fn new(id: u32, capacity: usize, channel: Option<Arc<ChannelShared>>) -> Self {
+        Self {
+            id,
+            queue: SegQueue::new(),
+            capacity,
+            armed: AtomicU8::new(0),
+            channel,
+            overruns: AtomicUsize::new(0),
+        }
+    }
+
+    pub(super) fn push(&self, wc: WorkCompletion) {
+        if self.queue.len() >= self.capacity {
+            self.overruns.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let solicited = wc.solicited || wc.status != ferroce_stack::transport::WcStatus::Success;
+        self.queue.push(wc);
+        let fire = match self.armed.load(Ordering::Acquire) {
+            1 => true,
+            2 => solicited,
+            _ => false,
+        };
+        if fire && self.armed.swap(0, Ordering::AcqRel) != 0 {
+            if let Some(ch) = &self.channel {
+                ch.post(self.id);
+            }
+        }
+    }
+}
+
+/// A completion channel: CQ ids whose notification fired, for a thread that waits.
+#[derive(Default)]
+pub(crate) struct ChannelShared {
+    events: Mutex<std::collections::VecDeque<u32>>,
+    ready: Condvar,
+    /// Called after each event is queued (the libibverbs shim makes the channel's fd
+    /// readable with it).
+    pub(crate) notify: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for ChannelShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelShared")
+            .field("events", &self.events)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChannelShared {
+    fn post(&self, cq: u32) {
+        let mut q = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        q.push_back(cq);
+        self.ready.notify_all();
+        drop(q);
+        if let Some(f) = self.notify.get() {
+            f();
+        }
+    }
+
+    /// Waits up to `timeout` for a CQ event; returns the CQ's id.
+    pub(crate) fn wait(&self, timeout: std::time::Duration) -> Option<u32> {
+        let q = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut q, _) = self
+            .ready
+            .wait_timeout_while(q, timeout, |q| q.is_empty())
+            .unwrap_or_else(|e| e.into_inner());
+        q.pop_front()
+    }
+}
+
+/// A send WR copied out of the caller's structures, as a NIC reads a WQE at post time.
+#[derive(Clone, Debug)]
+pub(crate) struct OwnedSend {
+    pub(crate) wr_id: u64,
+    pub(crate) opcode: WrOpcode,
+    pub(crate) flags: SendFlags,
+    pub(crate) sges: SmallVec<[Sge; 2]>,
+    pub(crate) inline: Option<SmallVec<[u8; 64]>>,
+    pub(crate) imm_data: u32,
+    pub(crate) remote_addr: u64,
+    pub(crate) rkey: u32,
+    pub(crate) compare_add: u64,
+    pub(crate) swap: u64,
+    pub(crate) ud: Option<UdDest>,
+}
+
+impl OwnedSend {
+    pub(crate) fn from_wr(wr: &SendWr<'_>) -> Self {
+        let (sges, inline) = match wr.payload {
+            Payload::Sges(s) => (SmallVec::from_slice(s), None),
+            Payload::Inline(b) => (SmallVec::new(), Some(SmallVec::from_slice(b))),
+        };
+        Self {
+            wr_id: wr.wr_id,
+            opcode: wr.opcode,
+            flags: wr.flags,
+            sges,
+            inline,
+            imm_data: wr.imm_data,
+            remote_addr: wr.remote_addr,
+            rkey: wr.rkey,
+            compare_add: wr.compare_add,
+            swap: wr.swap,
+            ud: wr.ud,
+        }
+    }
+
+    pub(super) fn as_wr(&self) -> SendWr<'_> {
+        SendWr {
+            wr_id: self.wr_id,
+            opcode: self.opcode,
+            flags: self.flags,
+            payload: match &self.inline {
+                Some(b) => Payload::Inline(b),
+                None => Payload::Sges(&self.sges),
+            },
+            imm_data: self.imm_data,
+            remote_addr: self.remote_addr,
+            rkey: self.rkey,
+            compare_add: self.compare_add,
+            swap: self.swap,
+            ud: self.ud,
+        }
+    }
+}
+
+/// Work posted by an application thread, waiting for the engine.
+#[derive(Debug)]
+pub(crate) enum Op {
+    Send(OwnedSend),
+    Recv(u64, SmallVec<[Sge; 2]>),
+}
+
+/// What application threads see of a QP without taking the engine lock.
+#[derive(Debug)]
+pub(crate) struct QpShared {
+    pub(crate) qpn: u32,
+    pub(crate) qp_type: QpType,
+    pub(crate) caps: QpCaps,
+    pub(crate) inbox: SegQueue<Op>,
+    /// The QP's state as of the engine's last turn (or the last modify).
+    pub(crate) state: AtomicU8,
+    /// Slots in use in the send and receive queues: WRs reserved by a poster (on their way
+    /// through the inbox) plus WRs in the QP. One counter per queue, reserved with a
+    /// compare-and-swap before a WR is queued and released by the engine when the QP lets
+    /// the WR go, so no poster ever sees a queue fuller or emptier than it is.
+    pub(crate) sq_used: AtomicU32,
+    pub(crate) rq_used: AtomicU32,
+    /// Receives come from a shared receive queue.
+    pub(crate) has_srq: bool,
+    rung: AtomicBool,
+}
+
+impl QpShared {
+    pub(crate) fn new(qpn: u32, qp_type: QpType, caps: QpCaps) -> Self {
+        Self {
+            qpn,
+            qp_type,
+            caps,
+            inbox: SegQueue::new(),
+            state: AtomicU8::new(state_code(QpState::Reset)),
+            sq_used: AtomicU32::new(0),
+            rq_used: AtomicU32::new(0),
+            has_srq: false,
+            rung: AtomicBool::new(false),
+        }
+    }
+
+    /// Reserves a slot in a queue of `max` whose use `used` counts; false when it is full.
+    pub(crate) fn reserve(used: &AtomicU32, max: u32) -> bool {
+        used.fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| {
+            (u < max).then_some(u + 1)
+        })
+        .is_ok()
+    }
+
+    pub(crate) fn state(&self) -> QpState {
+        QpState::ALL[usize::from(self.state.load(Ordering::Acquire)).min(6)]
+    }
+
+    /// Queues `op` and rings the doorbell the engine watches; true when this post rang it
+    /// (the inbox was not already waiting for a turn).
+    pub(crate) fn submit(&self, op: Op, doorbells: &SegQueue<u32>) -> bool {
+        self.inbox.push(op);
+        let ring = !self.rung.swap(true, Ordering::AcqRel);
+        if ring {
+            doorbells.push(self.qpn);
+        }
+        ring
+    }
+
+    /// Rings `doorbells` for this QP whatever the inbox holds: a QP arriving on another
+    /// engine, whose old engine may have taken (and dropped) a doorbell meant for it.
+    pub(crate) fn ring(&self, doorbells: &SegQueue<u32>) {
+        self.rung.store(true, Ordering::Release);
+        doorbells.push(self.qpn);
+    }
+
+    /// Marks the doorbell answered: the engine is taking the inbox now.
+    pub(crate) fn answered(&self) {
+        self.rung.store(false, Ordering::Release);
+    }
+}
+
+pub(crate) fn state_code(s: QpState) -> u8 {
+    QpState::ALL.iter().position(|&x| x == s).unwrap_or(0) as u8
+}
