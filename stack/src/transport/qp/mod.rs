@@ -9,9 +9,13 @@
 //! device-wide table passed into the calls that move data, since every QP of a device shares
 //! it.
 //!
-//! The requester half lives in [`requester`], the responder half in [`responder`]; this module
-//! holds the state both share: attributes, the state machine, queues, completions and the
-//! error flush.
+//! A QP is three parts: the [`Requester`](requester::Requester) (send queue, PSNs, window,
+//! retransmission, timers, READ responses; `requester/`, with out-of-order responses in
+//! `requester/responses.rs`), the [`Responder`](responder::Responder) (receive queue,
+//! expected PSN, execution, ACKs and replies; `responder/`, with out-of-order placement in
+//! `responder/placement.rs`), and the [`QpContext`] both take in every handler: attributes,
+//! header template, policies, completions and counters. Neither half sees the other; what
+//! needs both (the state machine, entering ERR, which half transmits first) is here.
 
 mod policies;
 mod requester;
@@ -30,7 +34,6 @@ use super::path::Path;
 use super::recovery::{Delivery, Recovery};
 use super::state::{check_modify, AttrMask, ModifyError, QpState, QpType};
 use super::timers::local_ack_timeout_ns;
-use super::timers::Timer;
 use super::tx::TxOut;
 use super::wr::{
     Payload, PostError, RecvWr, SendFlags, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
@@ -381,8 +384,11 @@ pub(crate) struct RecvWqe {
     pub(crate) sges: SmallVec<[Sge; 2]>,
 }
 
-/// One queue pair.
-pub struct Qp {
+/// What a QP's two halves share, and the context each half's handlers take: the
+/// connection's attributes and header template, its policies, the completion queue and
+/// the counters. A half that fails the QP says so here ([`enter_error`](Self::enter_error));
+/// the QP flushes both halves when the handler returns.
+pub(crate) struct QpContext {
     pub(crate) qpn: Qpn,
     pub(crate) qp_type: QpType,
     pub(crate) pd: PdId,
@@ -398,21 +404,36 @@ pub struct Qp {
     pub(crate) path: PathSlot,
     pub(crate) recovery: Box<dyn Recovery>,
     pub(crate) congestion: CongestionSlot,
-    pub(crate) req: requester::Requester,
-    pub(crate) resp: responder::Responder,
     pub(crate) completions: VecDeque<WorkCompletion>,
     pub(crate) counters: Counters,
+    /// A failure a half raised and the QP has not applied yet.
+    pub(crate) pending: Option<Failure>,
+}
+
+/// How a half failed the QP: into ERR (RC, or a fatal responder error), with the send WQE
+/// that failed and its status, or only the send queue into SQE (UC, UD).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    Qp(Option<(usize, WcStatus)>),
+    SendQueue(usize, WcStatus),
+}
+
+/// One queue pair: the shared context, the requester half and the responder half.
+pub struct Qp {
+    pub(crate) cx: QpContext,
+    pub(crate) req: requester::Requester,
+    pub(crate) resp: responder::Responder,
 }
 
 impl core::fmt::Debug for Qp {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Qp")
-            .field("qpn", &self.qpn)
-            .field("type", &self.qp_type)
-            .field("state", &self.state)
-            .field("path", &self.path.name())
-            .field("recovery", &self.recovery.name())
-            .field("congestion", &self.congestion.name())
+            .field("qpn", &self.cx.qpn)
+            .field("type", &self.cx.qp_type)
+            .field("state", &self.cx.state)
+            .field("path", &self.cx.path.name())
+            .field("recovery", &self.cx.recovery.name())
+            .field("congestion", &self.cx.congestion.name())
             .finish_non_exhaustive()
     }
 }
@@ -423,58 +444,54 @@ impl Qp {
         let attr = QpAttr::default();
         let (path, recovery, congestion) = policies::install(config.policies);
         Self {
-            qpn: config.qpn,
-            qp_type: config.qp_type,
-            pd: config.pd,
-            caps: config.caps,
-            state: QpState::Reset,
-            attr,
-            mtu: attr.path_mtu.bytes(),
-            template: attr.ah_attr.template(Qpn::new(0), 0),
-            udp_src_port: 0,
-            ack_timeout_ns: None,
-            path,
-            recovery,
-            congestion,
+            cx: QpContext {
+                qpn: config.qpn,
+                qp_type: config.qp_type,
+                pd: config.pd,
+                caps: config.caps,
+                state: QpState::Reset,
+                attr,
+                mtu: attr.path_mtu.bytes(),
+                template: attr.ah_attr.template(Qpn::new(0), 0),
+                udp_src_port: 0,
+                ack_timeout_ns: None,
+                path,
+                recovery,
+                congestion,
+                completions: VecDeque::new(),
+                counters: Counters::default(),
+                pending: None,
+            },
             req: requester::Requester::new(Psn::new(0)),
             resp: responder::Responder::new(Psn::new(0), config.srq.clone()),
-            completions: VecDeque::new(),
-            counters: Counters::default(),
         }
-    }
-
-    /// The span every event this QP logs happens in (`qp{qpn, kind}`), so a subscriber can
-    /// follow one QP. Made when an event is logged, not kept: a span handle would cost every
-    /// QP 40 bytes, and with no subscriber making one costs next to nothing.
-    pub(crate) fn span(&self) -> tracing::Span {
-        tracing::debug_span!("qp", qpn = self.qpn.value(), kind = ?self.qp_type)
     }
 
     /// Its number.
     pub fn qpn(&self) -> Qpn {
-        self.qpn
+        self.cx.qpn
     }
 
     /// Its type.
     pub fn qp_type(&self) -> QpType {
-        self.qp_type
+        self.cx.qp_type
     }
 
     /// Its current state.
     pub fn state(&self) -> QpState {
-        self.state
+        self.cx.state
     }
 
     /// Its protection domain.
     pub fn pd(&self) -> PdId {
-        self.pd
+        self.cx.pd
     }
 
     /// Current attributes (`ibv_query_qp`), with `sq_psn` / `rq_psn` reporting the next PSN
     /// to send and the next expected.
     pub fn query(&self) -> QpAttr {
-        let mut a = self.attr;
-        a.qp_state = self.state;
+        let mut a = self.cx.attr;
+        a.qp_state = self.cx.state;
         a.sq_psn = self.req.nxt;
         a.rq_psn = self.resp.epsn;
         a
@@ -482,65 +499,47 @@ impl Qp {
 
     /// Its counters.
     pub fn counters(&self) -> &Counters {
-        &self.counters
+        &self.cx.counters
     }
 
     /// The recovery policy's name.
     pub fn recovery_name(&self) -> &'static str {
-        self.recovery.name()
+        self.cx.recovery.name()
     }
 
     /// When and by which path request packet `psn` left, while it is recent enough to be in
     /// the send records; `None` for a QP with the default congestion control, which keeps
     /// none.
     pub fn send_record(&self, psn: Psn) -> Option<SendRecord> {
-        self.congestion.records().and_then(|r| r.get(psn))
+        self.cx.congestion.records().and_then(|r| r.get(psn))
     }
 
     /// The names of its path, recovery and congestion-control policies.
     pub fn policy_names(&self) -> [&'static str; 3] {
         [
-            self.path.name(),
-            self.recovery.name(),
-            self.congestion.name(),
+            self.cx.path.name(),
+            self.cx.recovery.name(),
+            self.cx.congestion.name(),
         ]
     }
 
     /// The port's active MTU, which bounds UD datagrams (connected QPs take `path_mtu`).
     pub fn set_port_mtu(&mut self, mtu: Mtu) {
-        if self.qp_type == QpType::Ud {
-            self.attr.path_mtu = mtu;
-            self.mtu = mtu.bytes();
+        if self.cx.qp_type == QpType::Ud {
+            self.cx.attr.path_mtu = mtu;
+            self.cx.mtu = mtu.bytes();
         }
     }
 
     /// Replaces the loss recovery policy, before RTR: both ends must agree on its
     /// [`Delivery`], which they negotiate at connection setup.
     pub fn set_recovery(&mut self, recovery: Box<dyn Recovery>) {
-        self.recovery = recovery;
+        self.cx.recovery = recovery;
     }
 
     /// Replaces all three policies, before RTR (see [`set_recovery`](Self::set_recovery)).
     pub fn set_policies(&mut self, p: Policies) {
-        (self.path, self.recovery, self.congestion) = policies::install(p);
-    }
-
-    /// The path the QP was connected with: port 0 (one port per device until multi-port
-    /// devices arrive) and its UDP source port.
-    pub(crate) fn base_path(&self) -> Path {
-        Path {
-            port: 0,
-            udp_src_port: self.udp_src_port,
-        }
-    }
-
-    /// The feedback of a QP that places requests out of order (an RC QP whose policy asks
-    /// for it).
-    fn placing(&self) -> Option<super::recovery::Feedback> {
-        match self.recovery.delivery() {
-            Delivery::Placement(f) if self.qp_type == QpType::Rc => Some(f),
-            _ => None,
-        }
+        (self.cx.path, self.cx.recovery, self.cx.congestion) = policies::install(p);
     }
 
     /// Send WRs posted and not yet completed.
@@ -556,7 +555,7 @@ impl Qp {
     /// Bytes this QP holds on the heap beyond its send and receive queues (completion
     /// buffer, READ/atomic response queue, atomic replay cache), for the footprint benchmark.
     pub fn heap_bytes_beyond_queues(&self) -> usize {
-        self.completions.capacity() * core::mem::size_of::<WorkCompletion>()
+        self.cx.completions.capacity() * core::mem::size_of::<WorkCompletion>()
             + self.resp.heap_bytes()
     }
 
@@ -567,42 +566,44 @@ impl Qp {
         let to = if mask.contains(AttrMask::STATE) {
             attr.qp_state
         } else {
-            self.state
+            self.cx.state
         };
-        check_modify(self.qp_type, self.state, to, mask)?;
+        check_modify(self.cx.qp_type, self.cx.state, to, mask)?;
         self.apply(attr, mask);
-        let from = self.state;
+        let from = self.cx.state;
         match to {
             QpState::Reset => self.reset(),
             QpState::Err if from != QpState::Err => self.enter_error(None),
             QpState::Rtr if from == QpState::Init => {
                 // Receives posted in INIT stay queued.
-                self.resp.epsn = self.attr.rq_psn;
-                let capacity = self.recovery.window().min(1 << 16);
+                self.resp.epsn = self.cx.attr.rq_psn;
+                let capacity = self.cx.recovery.window().min(1 << 16);
                 self.resp.ooo = self
+                    .cx
                     .placing()
                     .map(|feedback| Box::new(responder::Ooo::new(feedback, capacity)));
                 self.connect_path();
             }
             QpState::Rts if from == QpState::Rtr => {
-                self.req = requester::Requester::new(self.attr.sq_psn);
-                if self.placing().is_some() {
+                self.req = requester::Requester::new(self.cx.attr.sq_psn);
+                if self.cx.placing().is_some() {
                     self.req.sacks = Some(Box::new(requester::Sacks::new(
-                        self.recovery.window().min(1 << 16),
-                        self.attr.sq_psn,
+                        self.cx.recovery.window().min(1 << 16),
+                        self.cx.attr.sq_psn,
                     )));
                     self.req.responses = Some(Box::new(requester::Responses::new(
-                        self.recovery.window(),
-                        self.attr.sq_psn,
+                        self.cx.recovery.window(),
+                        self.cx.attr.sq_psn,
                     )));
                 }
-                self.req.retries_left = self.attr.retry_cnt;
-                self.req.rnr_retries_left = self.attr.rnr_retry;
+                self.req.retries_left = self.cx.attr.retry_cnt;
+                self.req.rnr_retries_left = self.cx.attr.rnr_retry;
             }
             _ => {}
         }
-        self.state = to;
-        self.span()
+        self.cx.state = to;
+        self.cx
+            .span()
             .in_scope(|| tracing::debug!(%from, %to, "modify_qp"));
         Ok(())
     }
@@ -610,53 +611,53 @@ impl Qp {
     fn apply(&mut self, a: &QpAttr, mask: AttrMask) {
         let m = |bit| mask.contains(bit);
         if m(AttrMask::ACCESS_FLAGS) {
-            self.attr.qp_access_flags = a.qp_access_flags;
+            self.cx.attr.qp_access_flags = a.qp_access_flags;
         }
         if m(AttrMask::PKEY_INDEX) {
-            self.attr.pkey_index = a.pkey_index;
+            self.cx.attr.pkey_index = a.pkey_index;
         }
         if m(AttrMask::PORT) {
-            self.attr.port_num = a.port_num;
+            self.cx.attr.port_num = a.port_num;
         }
         if m(AttrMask::QKEY) {
-            self.attr.qkey = a.qkey;
+            self.cx.attr.qkey = a.qkey;
         }
         if m(AttrMask::AV) {
-            self.attr.ah_attr = a.ah_attr;
+            self.cx.attr.ah_attr = a.ah_attr;
         }
         if m(AttrMask::PATH_MTU) {
-            self.attr.path_mtu = a.path_mtu;
-            self.mtu = a.path_mtu.bytes();
+            self.cx.attr.path_mtu = a.path_mtu;
+            self.cx.mtu = a.path_mtu.bytes();
         }
         if m(AttrMask::TIMEOUT) {
-            self.attr.timeout = a.timeout;
+            self.cx.attr.timeout = a.timeout;
         }
         if m(AttrMask::RETRY_CNT) {
-            self.attr.retry_cnt = a.retry_cnt.min(7);
+            self.cx.attr.retry_cnt = a.retry_cnt.min(7);
         }
         if m(AttrMask::RNR_RETRY) {
-            self.attr.rnr_retry = a.rnr_retry.min(7);
+            self.cx.attr.rnr_retry = a.rnr_retry.min(7);
         }
         if m(AttrMask::RQ_PSN) {
-            self.attr.rq_psn = a.rq_psn;
+            self.cx.attr.rq_psn = a.rq_psn;
         }
         if m(AttrMask::MAX_QP_RD_ATOMIC) {
-            self.attr.max_rd_atomic = a.max_rd_atomic;
+            self.cx.attr.max_rd_atomic = a.max_rd_atomic;
         }
         if m(AttrMask::MIN_RNR_TIMER) {
-            self.attr.min_rnr_timer = a.min_rnr_timer & 0x1f;
+            self.cx.attr.min_rnr_timer = a.min_rnr_timer & 0x1f;
         }
         if m(AttrMask::SQ_PSN) {
-            self.attr.sq_psn = a.sq_psn;
+            self.cx.attr.sq_psn = a.sq_psn;
         }
         if m(AttrMask::MAX_DEST_RD_ATOMIC) {
-            self.attr.max_dest_rd_atomic = a.max_dest_rd_atomic;
+            self.cx.attr.max_dest_rd_atomic = a.max_dest_rd_atomic;
         }
         if m(AttrMask::DEST_QPN) {
-            self.attr.dest_qp_num = a.dest_qp_num;
+            self.cx.attr.dest_qp_num = a.dest_qp_num;
         }
-        self.ack_timeout_ns =
-            local_ack_timeout_ns(self.attr.timeout).and_then(core::num::NonZeroU64::new);
+        self.cx.ack_timeout_ns =
+            local_ack_timeout_ns(self.cx.attr.timeout).and_then(core::num::NonZeroU64::new);
         if m(AttrMask::AV) || m(AttrMask::DEST_QPN) {
             self.connect_path();
         }
@@ -664,15 +665,15 @@ impl Qp {
 
     /// Rebuilds the header template from the address vector and destination QPN.
     fn connect_path(&mut self) {
-        let av = self.attr.ah_attr;
-        self.udp_src_port = av.udp_src_port.unwrap_or_else(|| {
+        let av = self.cx.attr.ah_attr;
+        self.cx.udp_src_port = av.udp_src_port.unwrap_or_else(|| {
             // ConnectX derives the RoCEv2 source port from the QP numbers; any stable hash in
             // the dynamic range does, as long as distinct QPs tend to differ.
-            let h = (self.qpn.value() ^ self.attr.dest_qp_num.value().rotate_left(7))
+            let h = (self.cx.qpn.value() ^ self.cx.attr.dest_qp_num.value().rotate_left(7))
                 .wrapping_mul(0x9e37_79b1);
             0xc000 | ((h >> 18) as u16 & 0x3fff)
         });
-        self.template = av.template(self.attr.dest_qp_num, self.udp_src_port);
+        self.cx.template = av.template(self.cx.attr.dest_qp_num, self.cx.udp_src_port);
     }
 
     /// Back to RESET: queues emptied without completions, as the spec says.
@@ -680,16 +681,16 @@ impl Qp {
         self.req = requester::Requester::new(Psn::new(0));
         let srq = self.resp.srq.clone();
         self.resp = responder::Responder::new(Psn::new(0), srq);
-        self.completions.clear();
+        self.cx.completions.clear();
     }
 
     /// Posts a send WR (`ibv_post_send` for one WR; the verbs layer walks chains).
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
-        match self.state {
+        match self.cx.state {
             QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
             s => return Err(PostError::InvalidState(s)),
         }
-        let t = self.qp_type;
+        let t = self.cx.qp_type;
         let supported = match t {
             QpType::Rc => true,
             QpType::Uc => !wr.opcode.is_read_or_atomic() && wr.opcode != WrOpcode::SendWithInv,
@@ -704,16 +705,17 @@ impl Qp {
         if (t == QpType::Ud) != wr.ud.is_some() {
             return Err(PostError::Destination);
         }
-        if self.req.sq.len() >= self.caps.max_send_wr as usize {
-            return Err(PostError::QueueFull(self.caps.max_send_wr));
+        if self.req.sq.len() >= self.cx.caps.max_send_wr as usize {
+            return Err(PostError::QueueFull(self.cx.caps.max_send_wr));
         }
         let (data, len) = match wr.payload {
             Payload::Inline(bytes) => {
-                if bytes.len() > self.caps.max_inline_data as usize || wr.opcode.is_read_or_atomic()
+                if bytes.len() > self.cx.caps.max_inline_data as usize
+                    || wr.opcode.is_read_or_atomic()
                 {
                     return Err(PostError::InlineTooLong {
                         got: bytes.len(),
-                        max: self.caps.max_inline_data,
+                        max: self.cx.caps.max_inline_data,
                     });
                 }
                 (
@@ -722,10 +724,10 @@ impl Qp {
                 )
             }
             Payload::Sges(sges) => {
-                if sges.len() > self.caps.max_send_sge as usize {
+                if sges.len() > self.cx.caps.max_send_sge as usize {
                     return Err(PostError::TooManySges {
                         got: sges.len(),
-                        max: self.caps.max_send_sge,
+                        max: self.cx.caps.max_send_sge,
                     });
                 }
                 let len = super::sg::total_len(sges);
@@ -753,9 +755,9 @@ impl Qp {
             first_psn: Psn::new(0),
             npkts: 0,
         };
-        if matches!(self.state, QpState::Err | QpState::Sqe) {
+        if matches!(self.cx.state, QpState::Err | QpState::Sqe) {
             // As on mlx5: accepted, and flushed at once.
-            self.push_send_completion(&wqe, WcStatus::WrFlushErr, 0);
+            self.cx.push_send_completion(&wqe, WcStatus::WrFlushErr, 0);
             return Ok(());
         }
         self.req.sq.push_back(wqe);
@@ -764,27 +766,27 @@ impl Qp {
 
     /// Posts a receive WR.
     pub fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
-        if self.state == QpState::Reset {
-            return Err(PostError::InvalidState(self.state));
+        if self.cx.state == QpState::Reset {
+            return Err(PostError::InvalidState(self.cx.state));
         }
         if self.resp.srq.is_some() {
             return Err(PostError::UsesSrq);
         }
-        if wr.sg_list.len() > self.caps.max_recv_sge as usize {
+        if wr.sg_list.len() > self.cx.caps.max_recv_sge as usize {
             return Err(PostError::TooManySges {
                 got: wr.sg_list.len(),
-                max: self.caps.max_recv_sge,
+                max: self.cx.caps.max_recv_sge,
             });
         }
-        if self.resp.rq.len() >= self.caps.max_recv_wr as usize {
-            return Err(PostError::QueueFull(self.caps.max_recv_wr));
+        if self.resp.rq.len() >= self.cx.caps.max_recv_wr as usize {
+            return Err(PostError::QueueFull(self.cx.caps.max_recv_wr));
         }
         let wqe = RecvWqe {
             wr_id: wr.wr_id,
             sges: SmallVec::from_slice(wr.sg_list),
         };
-        if self.state == QpState::Err {
-            self.push_recv_flush(&wqe);
+        if self.cx.state == QpState::Err {
+            self.cx.push_recv_flush(&wqe);
             return Ok(());
         }
         self.resp.rq.push_back(wqe);
@@ -794,12 +796,12 @@ impl Qp {
     /// The next completion, oldest first. Send and receive completions share this queue;
     /// [`WcOpcode::is_recv`] tells them apart for a QP whose two CQs differ.
     pub fn poll_completion(&mut self) -> Option<WorkCompletion> {
-        self.completions.pop_front()
+        self.cx.completions.pop_front()
     }
 
     /// Completions waiting.
     pub fn completions_pending(&self) -> usize {
-        self.completions.len()
+        self.cx.completions.len()
     }
 
     /// Parses `frame` (every check on) and handles it; a malformed frame is an error for the
@@ -819,7 +821,7 @@ impl Qp {
             }
             Err(e) => {
                 if let Some(m) = RoceRepr::attribute(frame, Checks::ALL, e) {
-                    if m.bth.dest_qpn == self.qpn {
+                    if m.bth.dest_qpn == self.cx.qpn {
                         self.handle_malformed(now, &m);
                     }
                 }
@@ -832,31 +834,33 @@ impl Qp {
     /// BTH destination QP and checked the ICRC). Anything that does not belong is counted
     /// and dropped; no input panics.
     pub fn handle_packet(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &mut MrTable) {
-        self.counters.rx_packets += 1;
-        self.counters.rx_bytes += pkt.frame_len() as u64;
+        self.cx.counters.rx_packets += 1;
+        self.cx.counters.rx_bytes += pkt.frame_len() as u64;
         let op = pkt.repr.bth.opcode;
         if op == Opcode::CNP
-            && self.qp_type != QpType::Ud
-            && matches!(self.state, QpState::Rts | QpState::Sqd)
+            && self.cx.qp_type != QpType::Ud
+            && matches!(self.cx.state, QpState::Rts | QpState::Sqd)
         {
             // A congestion notification for what this QP sends (Annex A17.9.3): the reaction
             // point is the congestion-control policy.
-            self.counters.rp_cnp_handled += 1;
-            self.congestion.on_cnp(now);
+            self.cx.counters.rp_cnp_handled += 1;
+            self.cx.congestion.on_cnp(now);
             return;
         }
         if !self.admits(op) {
-            self.counters.rx_dropped += 1;
+            self.cx.counters.rx_dropped += 1;
             return;
         }
         if op.is_response() {
-            if matches!(self.state, QpState::Rts | QpState::Sqd) {
-                self.requester_rx(now, pkt, mem);
+            if matches!(self.cx.state, QpState::Rts | QpState::Sqd) {
+                self.req.receive(&mut self.cx, now, pkt, mem);
+                self.apply_failure();
             } else {
-                self.counters.rx_dropped += 1;
+                self.cx.counters.rx_dropped += 1;
             }
         } else {
-            self.responder_rx(pkt, mem);
+            self.resp.receive(&mut self.cx, pkt, mem);
+            self.apply_failure();
         }
     }
 
@@ -865,10 +869,10 @@ impl Qp {
     /// placement).
     fn admits(&self, op: Opcode) -> bool {
         let ok_state = matches!(
-            self.state,
+            self.cx.state,
             QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
         );
-        let ours = match (self.qp_type, op.transport()) {
+        let ours = match (self.cx.qp_type, op.transport()) {
             (QpType::Rc, crate::wire::Transport::Rc)
             | (QpType::Uc, crate::wire::Transport::Uc)
             | (QpType::Ud, crate::wire::Transport::Ud) => true,
@@ -880,25 +884,6 @@ impl Qp {
         ok_state && ours
     }
 
-    /// The retransmission deadline for a request sent, or progress made, at `now` (`None`
-    /// when the local ACK timeout is infinite).
-    pub(crate) fn ack_deadline(&self, now: u64) -> Option<u64> {
-        self.ack_timeout_ns.map(|t| now + t.get())
-    }
-
-    /// (Re)starts the retry timer for a request sent, or progress made, at `now`.
-    pub(crate) fn arm_retry(&mut self, now: u64) {
-        let at = self.ack_deadline(now);
-        self.req.timers.set_or_stop(Timer::Retry, at);
-    }
-
-    /// Starts the retry timer at `now` unless it runs already.
-    pub(crate) fn arm_retry_if_idle(&mut self, now: u64) {
-        if !self.req.timers.is_armed(Timer::Retry) {
-            self.arm_retry(now);
-        }
-    }
-
     /// A frame for this QP that the parser refused after its BTH ([`RoceRepr::attribute`]).
     /// Who receives it decides what it means: an RC responder answers a malformed request at
     /// the expected PSN with NAK invalid request and enters ERR (IBTA class C), ahead of it
@@ -906,23 +891,25 @@ impl Qp {
     /// request a malformed response names with BAD_RESP_ERR; UC drops the message in
     /// progress; UD drops the packet. Nothing is written to memory.
     pub fn handle_malformed(&mut self, _now: u64, m: &Malformed) {
-        self.counters.rx_packets += 1;
+        self.cx.counters.rx_packets += 1;
         let op = m.bth.opcode;
         if !self.admits(op) {
-            self.counters.rx_dropped += 1;
+            self.cx.counters.rx_dropped += 1;
             return;
         }
-        self.span().in_scope(|| {
+        self.cx.span().in_scope(|| {
             tracing::debug!(psn = m.bth.psn.value(), opcode = op.0, error = %m.error, "malformed packet")
         });
         if op.is_response() {
-            if matches!(self.state, QpState::Rts | QpState::Sqd) {
-                self.requester_malformed(m.bth.psn);
+            if matches!(self.cx.state, QpState::Rts | QpState::Sqd) {
+                self.req.malformed(&mut self.cx, m.bth.psn);
+                self.apply_failure();
             } else {
-                self.counters.rx_dropped += 1;
+                self.cx.counters.rx_dropped += 1;
             }
         } else {
-            self.responder_malformed(m.bth.psn);
+            self.resp.malformed(&mut self.cx, m.bth.psn);
+            self.apply_failure();
         }
     }
 
@@ -947,18 +934,26 @@ impl Qp {
         mem: &'m MrTable,
         split_min: usize,
     ) -> Option<TxOut<'m>> {
-        let out = match self.responder_tx(buf, mem, split_min) {
+        let from_responder = self.resp.transmit(&mut self.cx, buf, mem, split_min);
+        // A responder that failed the QP (a READ whose region went away) flushes the send
+        // queue before the requester is asked.
+        self.apply_failure();
+        let out = match from_responder {
             Some(out) => out,
-            None => self.requester_tx(now, buf, mem, split_min)?,
+            None => {
+                let out = self.req.transmit(&mut self.cx, now, buf, mem, split_min);
+                self.apply_failure();
+                out?
+            }
         };
-        self.counters.tx_packets += 1;
-        self.counters.tx_bytes += out.len() as u64;
+        self.cx.counters.tx_packets += 1;
+        self.cx.counters.tx_bytes += out.len() as u64;
         Some(out)
     }
 
     /// The earliest time [`handle_timeout`](Self::handle_timeout) has work, if any.
     pub fn poll_timeout(&self) -> Option<u64> {
-        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+        if !matches!(self.cx.state, QpState::Rts | QpState::Sqd) {
             return None;
         }
         self.req.timers.next()
@@ -966,15 +961,87 @@ impl Qp {
 
     /// Runs the timers due at `now`.
     pub fn handle_timeout(&mut self, now: u64) {
-        if matches!(self.state, QpState::Rts | QpState::Sqd) {
-            self.requester_timeout(now);
+        if matches!(self.cx.state, QpState::Rts | QpState::Sqd) {
+            self.req.on_timeout(&mut self.cx, now);
+            self.apply_failure();
         }
     }
 
     /// True when the requester has packets it could send now (used by engines to decide
     /// whether to call `poll_transmit` again without new input).
     pub fn wants_transmit(&self) -> bool {
-        self.resp.has_output() || self.requester_may_send()
+        self.resp.has_output() || self.req.may_send(&self.cx)
+    }
+
+    /// Moves to ERR now (`modify` to ERR): see [`QpContext::enter_error`].
+    fn enter_error(&mut self, failed: Option<(usize, WcStatus)>) {
+        self.cx.enter_error(failed);
+        self.apply_failure();
+    }
+
+    /// Applies the failure a half raised: the send queue flushed (the failed WQE with its
+    /// status), and for ERR the receive queue too, in that order.
+    #[inline]
+    fn apply_failure(&mut self) {
+        let Some(failure) = self.cx.pending.take() else {
+            return;
+        };
+        let cx = &mut self.cx;
+        match failure {
+            Failure::Qp(failed) => {
+                cx.span()
+                    .in_scope(|| tracing::debug!(?failed, "QP enters ERR"));
+                self.req.flush(cx, failed);
+                self.resp.flush(cx);
+            }
+            Failure::SendQueue(idx, status) => {
+                cx.span()
+                    .in_scope(|| tracing::debug!(?status, "QP enters SQE"));
+                self.req.flush(cx, Some((idx, status)));
+            }
+        }
+    }
+}
+
+impl QpContext {
+    /// The header template with the BTH fields of one packet set.
+    pub(crate) fn repr(&self, opcode: Opcode, psn: Psn, payload_len: usize) -> RoceRepr {
+        let mut r = self.template.repr();
+        r.bth.opcode = opcode;
+        set_psn(&mut r, psn);
+        r.payload_len = payload_len;
+        r
+    }
+
+    /// The span every event this QP logs happens in (`qp{qpn, kind}`), so a subscriber can
+    /// follow one QP. Made when an event is logged, not kept: a span handle would cost every
+    /// QP 40 bytes, and with no subscriber making one costs next to nothing.
+    pub(crate) fn span(&self) -> tracing::Span {
+        tracing::debug_span!("qp", qpn = self.qpn.value(), kind = ?self.qp_type)
+    }
+
+    /// The retransmission deadline for a request sent, or progress made, at `now` (`None`
+    /// when the local ACK timeout is infinite).
+    pub(crate) fn ack_deadline(&self, now: u64) -> Option<u64> {
+        self.ack_timeout_ns.map(|t| now + t.get())
+    }
+
+    /// The path the QP was connected with: port 0 (one port per device until multi-port
+    /// devices arrive) and its UDP source port.
+    pub(crate) fn base_path(&self) -> Path {
+        Path {
+            port: 0,
+            udp_src_port: self.udp_src_port,
+        }
+    }
+
+    /// The feedback of a QP that places requests out of order (an RC QP whose policy asks
+    /// for it).
+    pub(crate) fn placing(&self) -> Option<super::recovery::Feedback> {
+        match self.recovery.delivery() {
+            Delivery::Placement(f) if self.qp_type == QpType::Rc => Some(f),
+            _ => None,
+        }
     }
 
     pub(crate) fn push_send_completion(&mut self, w: &SendWqe, status: WcStatus, byte_len: u32) {
@@ -990,7 +1057,7 @@ impl Qp {
         self.completions.push_back(wc);
     }
 
-    fn push_recv_flush(&mut self, w: &RecvWqe) {
+    pub(crate) fn push_recv_flush(&mut self, w: &RecvWqe) {
         self.counters.resp_cqe_flush_error += 1;
         self.completions.push_back(WorkCompletion::new(
             w.wr_id,
@@ -1000,34 +1067,17 @@ impl Qp {
         ));
     }
 
-    /// Moves to ERR: the send WQE at index `failed.0` completes with `failed.1`, every other
-    /// outstanding WR is flushed, in queue order. A final NAK the responder queued stays
-    /// queued.
+    /// Fails the QP into ERR: the send WQE at index `failed.0` completes with `failed.1`,
+    /// every other outstanding WR is flushed, in queue order, when the handler returns (a
+    /// final NAK the responder queued stays queued). The state changes at once, so the rest
+    /// of the handler sees ERR.
     pub(crate) fn enter_error(&mut self, failed: Option<(usize, WcStatus)>) {
-        self.span()
-            .in_scope(|| tracing::debug!(?failed, "QP enters ERR"));
         self.state = QpState::Err;
-        self.flush_send_queue(failed);
-        let mut rq = core::mem::take(&mut self.resp.rq);
-        if let Some(w) = self.resp.cur_recv.take() {
-            rq.push_front(w);
-        }
-        for w in rq.drain(..) {
-            self.push_recv_flush(&w);
-        }
-        self.resp.clear_for_error();
-    }
-
-    fn flush_send_queue(&mut self, failed: Option<(usize, WcStatus)>) {
-        let mut sq = core::mem::take(&mut self.req.sq);
-        for (i, w) in sq.drain(..).enumerate() {
-            let status = match failed {
-                Some((at, status)) if at == i => status,
-                _ => WcStatus::WrFlushErr,
-            };
-            self.push_send_completion(&w, status, 0);
-        }
-        self.req.clear_in_flight();
+        // The first failure names the WQE; a later one in the same handler only flushes.
+        self.pending = match self.pending {
+            None | Some(Failure::SendQueue(..)) => Some(Failure::Qp(failed)),
+            first => first,
+        };
     }
 
     /// The send WQE at `idx` failed locally or remotely. RC moves to ERR; UC and UD move to
@@ -1037,19 +1087,10 @@ impl Qp {
             self.enter_error(Some((idx, status)));
             return;
         }
-        self.span()
-            .in_scope(|| tracing::debug!(?status, "QP enters SQE"));
         self.state = QpState::Sqe;
-        self.flush_send_queue(Some((idx, status)));
-    }
-
-    /// The header template with the BTH fields of one packet set.
-    pub(crate) fn repr(&self, opcode: Opcode, psn: Psn, payload_len: usize) -> RoceRepr {
-        let mut r = self.template.repr();
-        r.bth.opcode = opcode;
-        set_psn(&mut r, psn);
-        r.payload_len = payload_len;
-        r
+        if self.pending.is_none() {
+            self.pending = Some(Failure::SendQueue(idx, status));
+        }
     }
 }
 

@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 
 use super::ring::PsnRing;
-use super::{Qp, RecvWqe};
+use super::{QpContext, RecvWqe};
 use crate::transport::mr::{Access, AccessError, MrTable};
 use crate::transport::recovery::{Arrivals, Feedback, LossReport, OutOfOrder};
 use crate::transport::sg::{self, SgError};
@@ -23,7 +23,6 @@ use crate::wire::{
     RoceRepr, SackEthRepr, Syndrome,
 };
 
-#[path = "placement.rs"]
 mod placement;
 
 /// Bytes of the GRH a UD receive buffer starts with (IBTA §11.4.1.1).
@@ -193,6 +192,18 @@ pub(crate) struct Responder {
 }
 
 impl Responder {
+    /// Flushes every receive WQE (the one a message was landing in first) and clears what
+    /// the responder held, keeping a final NAK queued.
+    pub(crate) fn flush(&mut self, cx: &mut QpContext) {
+        if let Some(w) = self.cur_recv.take() {
+            cx.push_recv_flush(&w);
+        }
+        while let Some(w) = self.rq.pop_front() {
+            cx.push_recv_flush(&w);
+        }
+        self.clear_for_error();
+    }
+
     pub(crate) fn new(epsn: Psn, srq: Option<Srq>) -> Self {
         Self {
             rq: VecDeque::new(),
@@ -310,47 +321,46 @@ enum Fault {
     NoReceive,
 }
 
-impl Qp {
+impl Responder {
     /// A request packet (RC, UC or UD) for the responder.
-    pub(crate) fn responder_rx(&mut self, pkt: &RocePacket<'_>, mem: &mut MrTable) {
-        match self.qp_type {
-            QpType::Ud => self.ud_rx(pkt, mem),
-            QpType::Rc if self.resp.ooo.is_some() => self.placing_rx(pkt, mem),
+    pub(crate) fn receive(&mut self, cx: &mut QpContext, pkt: &RocePacket<'_>, mem: &mut MrTable) {
+        match cx.qp_type {
+            QpType::Ud => self.ud_rx(cx, pkt, mem),
+            QpType::Rc if self.ooo.is_some() => self.placing_rx(cx, pkt, mem),
             QpType::Rc => {
                 let psn = pkt.repr.bth.psn;
-                let d = psn.distance(self.resp.epsn);
+                let d = psn.distance(self.epsn);
                 if d > 0 {
-                    self.counters.out_of_sequence += 1;
-                    let epsn = self.resp.epsn;
-                    let outstanding = self.resp.nak_outstanding;
-                    if self.recovery.on_out_of_order(epsn, psn, outstanding)
-                        == OutOfOrder::NakAndDrop
+                    cx.counters.out_of_sequence += 1;
+                    let epsn = self.epsn;
+                    let outstanding = self.nak_outstanding;
+                    if cx.recovery.on_out_of_order(epsn, psn, outstanding) == OutOfOrder::NakAndDrop
                     {
-                        self.resp.nak_sequence(epsn);
+                        self.nak_sequence(epsn);
                     }
                 } else if d < 0 {
-                    self.duplicate(pkt, mem);
+                    self.duplicate(cx, pkt, mem);
                 } else {
-                    self.resp.nak_outstanding = false;
-                    if let Err(f) = self.execute(pkt, mem) {
-                        self.fault(psn, f);
+                    self.nak_outstanding = false;
+                    if let Err(f) = self.execute(cx, pkt, mem) {
+                        self.fault(cx, psn, f);
                     }
                 }
             }
             QpType::Uc => {
                 let psn = pkt.repr.bth.psn;
-                if psn != self.resp.epsn {
+                if psn != self.epsn {
                     // Lost packets: the message in progress is dropped; a new one may start
                     // here (C9-? UC responder rules).
-                    if self.resp.msg.is_some() {
-                        self.counters.out_of_sequence += 1;
+                    if self.msg.is_some() {
+                        cx.counters.out_of_sequence += 1;
                     }
-                    self.resp.abort_msg();
-                    self.resp.epsn = psn;
+                    self.abort_msg();
+                    self.epsn = psn;
                 }
-                if self.execute(pkt, mem).is_err() {
-                    self.resp.abort_msg();
-                    self.resp.epsn = psn.add(1);
+                if self.execute(cx, pkt, mem).is_err() {
+                    self.abort_msg();
+                    self.epsn = psn.add(1);
                 }
             }
         }
@@ -362,34 +372,35 @@ impl Qp {
     /// responder drops it, and the requester's recovery resends it into its turn), behind it
     /// a duplicate dropped without an answer; in its turn, NAK invalid request and ERR (RC),
     /// the message in progress dropped (UC), the datagram dropped (UD).
-    pub(crate) fn responder_malformed(&mut self, psn: Psn) {
-        self.counters.malformed_requests += 1;
-        match self.qp_type {
-            QpType::Ud => self.counters.rx_dropped += 1,
+    pub(crate) fn malformed(&mut self, cx: &mut QpContext, psn: Psn) {
+        cx.counters.malformed_requests += 1;
+        match cx.qp_type {
+            QpType::Ud => cx.counters.rx_dropped += 1,
             QpType::Uc => {
                 // Whatever its PSN, it cannot continue or start a message.
-                self.resp.abort_msg();
-                self.resp.epsn = psn.add(1);
+                self.abort_msg();
+                self.epsn = psn.add(1);
             }
             QpType::Rc => {
-                let epsn = self.resp.epsn;
+                let epsn = self.epsn;
                 let d = psn.distance(epsn);
                 if d < 0 {
-                    self.counters.duplicate_request += 1;
+                    cx.counters.duplicate_request += 1;
                 } else if d > 0 {
-                    self.counters.out_of_sequence += 1;
-                    if self.resp.ooo.is_none() {
-                        let outstanding = self.resp.nak_outstanding;
-                        if self.recovery.on_out_of_order(epsn, psn, outstanding)
+                    cx.counters.out_of_sequence += 1;
+                    if self.ooo.is_none() {
+                        let outstanding = self.nak_outstanding;
+                        if cx.recovery.on_out_of_order(epsn, psn, outstanding)
                             == OutOfOrder::NakAndDrop
                         {
-                            self.resp.nak_sequence(epsn);
+                            self.nak_sequence(epsn);
                         }
                     }
                 } else {
-                    self.resp.nak_outstanding = false;
-                    let in_send = matches!(self.resp.msg, Some(InMsg::Send { .. }));
+                    self.nak_outstanding = false;
+                    let in_send = matches!(self.msg, Some(InMsg::Send { .. }));
                     self.fault(
+                        cx,
                         psn,
                         Fault::Fatal(
                             NakCode::InvalidRequest,
@@ -401,41 +412,46 @@ impl Qp {
         }
     }
 
-    fn fault(&mut self, psn: Psn, f: Fault) {
+    fn fault(&mut self, cx: &mut QpContext, psn: Psn, f: Fault) {
         match f {
             Fault::NoReceive => {
-                self.counters.out_of_buffer += 1;
-                self.resp.nak_rnr(self.attr.min_rnr_timer, psn);
+                cx.counters.out_of_buffer += 1;
+                self.nak_rnr(cx.attr.min_rnr_timer, psn);
             }
             Fault::Fatal(code, recv_status) => {
-                self.span().in_scope(|| {
+                cx.span().in_scope(|| {
                     tracing::debug!(psn = psn.value(), ?code, ?recv_status, "request refused")
                 });
                 if let Some(status) = recv_status {
-                    self.counters.resp_cqe_error += 1;
-                    let w = match self.resp.cur_recv.take() {
+                    cx.counters.resp_cqe_error += 1;
+                    let w = match self.cur_recv.take() {
                         Some(w) => Some(w),
-                        None => self.resp.take_recv(),
+                        None => self.take_recv(),
                     };
                     if let Some(w) = w {
-                        self.completions.push_back(WorkCompletion::new(
+                        cx.completions.push_back(WorkCompletion::new(
                             w.wr_id,
                             status,
                             WcOpcode::Recv,
-                            self.qpn,
+                            cx.qpn,
                         ));
                     }
                 }
-                self.resp.nak = Some((Syndrome::Nak(code), psn));
-                self.resp.final_nak = true;
-                self.enter_error(None);
+                self.nak = Some((Syndrome::Nak(code), psn));
+                self.final_nak = true;
+                cx.enter_error(None);
             }
         }
     }
 
     /// Checks and executes the expected request. Advances `epsn` on success.
-    fn execute(&mut self, pkt: &RocePacket<'_>, mem: &mut MrTable) -> Result<(), Fault> {
-        let rc = self.qp_type == QpType::Rc;
+    fn execute(
+        &mut self,
+        cx: &mut QpContext,
+        pkt: &RocePacket<'_>,
+        mem: &mut MrTable,
+    ) -> Result<(), Fault> {
+        let rc = cx.qp_type == QpType::Rc;
         let bth = pkt.repr.bth;
         let kind = match bth.opcode.kind() {
             Some(Kind::Send) => MsgKind::Send,
@@ -447,13 +463,13 @@ impl Qp {
         let pos = bth.opcode.position().unwrap_or(Position::Only);
         let starts = matches!(pos, Position::First | Position::Only);
         let last = matches!(pos, Position::Last | Position::Only);
-        match (self.resp.msg, starts) {
+        match (self.msg, starts) {
             (None, true) => {}
             (Some(m), false) if m.kind() == kind => {}
             // UC: a new message aborts the one in progress.
-            (Some(_), true) if !rc => self.resp.abort_msg(),
+            (Some(_), true) if !rc => self.abort_msg(),
             _ => {
-                let in_send = matches!(self.resp.msg, Some(InMsg::Send { .. }));
+                let in_send = matches!(self.msg, Some(InMsg::Send { .. }));
                 return Err(Fault::Fatal(
                     NakCode::InvalidRequest,
                     in_send.then_some(WcStatus::RemInvReqErr),
@@ -462,19 +478,19 @@ impl Qp {
         }
         let plen = pkt.payload.len() as u32;
         let len_ok = match pos {
-            Position::First | Position::Middle => plen == self.mtu,
-            Position::Last => plen > 0 && plen <= self.mtu,
-            Position::Only => plen <= self.mtu,
+            Position::First | Position::Middle => plen == cx.mtu,
+            Position::Last => plen > 0 && plen <= cx.mtu,
+            Position::Only => plen <= cx.mtu,
         };
         if !len_ok {
-            self.counters.resp_local_length_error += 1;
+            cx.counters.resp_local_length_error += 1;
             let in_send = kind == MsgKind::Send && !starts;
             return Err(Fault::Fatal(
                 NakCode::InvalidRequest,
                 in_send.then_some(WcStatus::LocLenErr),
             ));
         }
-        let rights = self.attr.qp_access_flags;
+        let rights = cx.attr.qp_access_flags;
         let needed = match kind {
             MsgKind::Send => Access::NONE,
             MsgKind::Write => Access::REMOTE_WRITE,
@@ -485,19 +501,20 @@ impl Qp {
             return Err(Fault::Fatal(NakCode::InvalidRequest, None));
         }
         match kind {
-            MsgKind::Send => self.exec_send(pkt, mem, starts, last)?,
-            MsgKind::Write => self.exec_write(pkt, mem, starts, last)?,
-            MsgKind::Read | MsgKind::Atomic => return self.exec_read_atomic(pkt, mem, kind),
+            MsgKind::Send => self.exec_send(cx, pkt, mem, starts, last)?,
+            MsgKind::Write => self.exec_write(cx, pkt, mem, starts, last)?,
+            MsgKind::Read | MsgKind::Atomic => return self.exec_read_atomic(cx, pkt, mem, kind),
         }
-        self.resp.epsn = self.resp.epsn.add(1);
+        self.epsn = self.epsn.add(1);
         if rc && bth.ack_req {
-            self.resp.ack_pending = true;
+            self.ack_pending = true;
         }
         Ok(())
     }
 
     fn exec_send(
         &mut self,
+        cx: &mut QpContext,
         pkt: &RocePacket<'_>,
         mem: &mut MrTable,
         starts: bool,
@@ -505,20 +522,20 @@ impl Qp {
     ) -> Result<(), Fault> {
         if starts {
             // A receive left from a message UC dropped goes back first.
-            self.resp.return_recv();
-            self.resp.cur_recv = self.resp.take_recv();
+            self.return_recv();
+            self.cur_recv = self.take_recv();
         }
-        let Some(wqe) = self.resp.cur_recv.as_ref() else {
+        let Some(wqe) = self.cur_recv.as_ref() else {
             return Err(Fault::NoReceive);
         };
-        let offset = match self.resp.msg {
+        let offset = match self.msg {
             Some(InMsg::Send { offset }) if !starts => offset,
             _ => 0,
         };
-        match sg::scatter(mem, self.pd, &wqe.sges, u64::from(offset), pkt.payload) {
+        match sg::scatter(mem, cx.pd, &wqe.sges, u64::from(offset), pkt.payload) {
             Ok(()) => {}
             Err(SgError::Length) => {
-                self.counters.resp_local_length_error += 1;
+                cx.counters.resp_local_length_error += 1;
                 return Err(Fault::Fatal(
                     NakCode::InvalidRequest,
                     Some(WcStatus::LocLenErr),
@@ -533,7 +550,7 @@ impl Qp {
         }
         let offset = offset + pkt.payload.len() as u32;
         if !last {
-            self.resp.msg = Some(InMsg::Send { offset });
+            self.msg = Some(InMsg::Send { offset });
             return Ok(());
         }
         let ext = &pkt.repr.ext;
@@ -544,7 +561,7 @@ impl Qp {
             imm = i.imm;
         }
         if let Some(ieth) = ext.ieth {
-            if mem.invalidate(ieth.rkey, self.pd).is_err() {
+            if mem.invalidate(ieth.rkey, cx.pd).is_err() {
                 return Err(Fault::Fatal(
                     NakCode::InvalidRequest,
                     Some(WcStatus::RemInvReqErr),
@@ -553,29 +570,30 @@ impl Qp {
             flags = flags.with(WcFlags::WITH_INV);
             imm = ieth.rkey;
         }
-        let Some(w) = self.resp.cur_recv.take() else {
+        let Some(w) = self.cur_recv.take() else {
             return Err(Fault::NoReceive);
         };
-        let mut wc = WorkCompletion::new(w.wr_id, WcStatus::Success, WcOpcode::Recv, self.qpn);
+        let mut wc = WorkCompletion::new(w.wr_id, WcStatus::Success, WcOpcode::Recv, cx.qpn);
         wc.byte_len = offset;
         wc.imm_data = imm;
         wc.wc_flags = flags;
         wc.solicited = pkt.repr.bth.solicited;
-        self.completions.push_back(wc);
-        self.resp.msg = None;
-        self.resp.msn = self.resp.msn.next();
+        cx.completions.push_back(wc);
+        self.msg = None;
+        self.msn = self.msn.next();
         Ok(())
     }
 
     fn exec_write(
         &mut self,
+        cx: &mut QpContext,
         pkt: &RocePacket<'_>,
         mem: &mut MrTable,
         starts: bool,
         last: bool,
     ) -> Result<(), Fault> {
-        let rc = self.qp_type == QpType::Rc;
-        let (va, rkey, len, offset) = match (self.resp.msg, starts) {
+        let rc = cx.qp_type == QpType::Rc;
+        let (va, rkey, len, offset) = match (self.msg, starts) {
             (
                 Some(InMsg::Write {
                     va,
@@ -593,7 +611,7 @@ impl Qp {
                 let consistent = if last {
                     reth.dma_len == plen
                 } else {
-                    reth.dma_len > self.mtu
+                    reth.dma_len > cx.mtu
                 };
                 if !consistent {
                     return Err(Fault::Fatal(NakCode::InvalidRequest, None));
@@ -607,7 +625,7 @@ impl Qp {
                 } else {
                     mem.check_access(
                         reth.rkey,
-                        self.pd,
+                        cx.pd,
                         reth.va,
                         u64::from(reth.dma_len),
                         Access::REMOTE_WRITE,
@@ -615,7 +633,7 @@ impl Qp {
                 };
                 if checked.is_err() {
                     if rc {
-                        self.counters.resp_remote_access_errors += 1;
+                        cx.counters.resp_remote_access_errors += 1;
                     }
                     return Err(Fault::Fatal(NakCode::RemoteAccessError, None));
                 }
@@ -623,9 +641,9 @@ impl Qp {
             }
         };
         let with_imm = pkt.repr.ext.imm_dt;
-        if last && with_imm.is_some() && !self.resp.has_recv() {
+        if last && with_imm.is_some() && !self.has_recv() {
             // Keep the message state: the retried packet continues it.
-            self.resp.msg = Some(InMsg::Write {
+            self.msg = Some(InMsg::Write {
                 va,
                 rkey,
                 len,
@@ -639,16 +657,16 @@ impl Qp {
         }
         let at = va.wrapping_add(u64::from(offset));
         if mem
-            .write(rkey, self.pd, at, pkt.payload, Access::REMOTE_WRITE)
+            .write(rkey, cx.pd, at, pkt.payload, Access::REMOTE_WRITE)
             .is_err()
         {
             if rc {
-                self.counters.resp_remote_access_errors += 1;
+                cx.counters.resp_remote_access_errors += 1;
             }
             return Err(Fault::Fatal(NakCode::RemoteAccessError, None));
         }
         if !last {
-            self.resp.msg = Some(InMsg::Write {
+            self.msg = Some(InMsg::Write {
                 va,
                 rkey,
                 len,
@@ -656,44 +674,45 @@ impl Qp {
             });
             return Ok(());
         }
-        self.resp.msg = None;
-        self.resp.msn = self.resp.msn.next();
-        self.counters.rx_write_requests += 1;
+        self.msg = None;
+        self.msn = self.msn.next();
+        cx.counters.rx_write_requests += 1;
         if let Some(i) = with_imm {
-            if let Some(w) = self.resp.take_recv() {
+            if let Some(w) = self.take_recv() {
                 let mut wc = WorkCompletion::new(
                     w.wr_id,
                     WcStatus::Success,
                     WcOpcode::RecvRdmaWithImm,
-                    self.qpn,
+                    cx.qpn,
                 );
                 wc.byte_len = len;
                 wc.imm_data = i.imm;
                 wc.wc_flags = WcFlags::WITH_IMM;
                 wc.solicited = pkt.repr.bth.solicited;
-                self.completions.push_back(wc);
+                cx.completions.push_back(wc);
             }
         }
         Ok(())
     }
 
-    fn reply_capacity(&self) -> usize {
-        usize::from(self.attr.max_dest_rd_atomic.max(1))
+    fn reply_capacity(&self, cx: &QpContext) -> usize {
+        usize::from(cx.attr.max_dest_rd_atomic.max(1))
     }
 
     fn exec_read_atomic(
         &mut self,
+        cx: &mut QpContext,
         pkt: &RocePacket<'_>,
         mem: &mut MrTable,
         kind: MsgKind,
     ) -> Result<(), Fault> {
         let psn = pkt.repr.bth.psn;
-        let outstanding = self.resp.replies.iter().filter(|r| !r.duplicate).count();
-        if outstanding >= self.reply_capacity() {
+        let outstanding = self.replies.iter().filter(|r| !r.duplicate).count();
+        if outstanding >= self.reply_capacity(cx) {
             // More outstanding than max_dest_rd_atomic allows (C9-? too many requests).
             return Err(Fault::Fatal(NakCode::InvalidRequest, None));
         }
-        let msn = self.resp.msn.next();
+        let msn = self.msn.next();
         if kind == MsgKind::Read {
             let Some(reth) = pkt.repr.ext.reth else {
                 return Err(Fault::Fatal(NakCode::InvalidRequest, None));
@@ -702,17 +721,17 @@ impl Qp {
                 || mem
                     .check_access(
                         reth.rkey,
-                        self.pd,
+                        cx.pd,
                         reth.va,
                         u64::from(reth.dma_len),
                         Access::REMOTE_READ,
                     )
                     .is_err()
             {
-                self.counters.resp_remote_access_errors += 1;
+                cx.counters.resp_remote_access_errors += 1;
                 return Err(Fault::Fatal(NakCode::RemoteAccessError, None));
             }
-            self.resp.replies.push_back(Reply {
+            self.replies.push_back(Reply {
                 psn,
                 msn,
                 kind: ReplyKind::Read {
@@ -723,16 +742,16 @@ impl Qp {
                 },
                 duplicate: false,
             });
-            self.resp.epsn = psn.add(reth.dma_len.div_ceil(self.mtu).max(1));
-            self.counters.rx_read_requests += 1;
+            self.epsn = psn.add(reth.dma_len.div_ceil(cx.mtu).max(1));
+            cx.counters.rx_read_requests += 1;
         } else {
             let Some(a) = pkt.repr.ext.atomic_eth else {
                 return Err(Fault::Fatal(NakCode::InvalidRequest, None));
             };
             let result = if pkt.repr.bth.opcode.kind() == Some(Kind::CompareSwap) {
-                mem.compare_swap(a.rkey, self.pd, a.va, a.compare, a.swap_add)
+                mem.compare_swap(a.rkey, cx.pd, a.va, a.compare, a.swap_add)
             } else {
-                mem.fetch_add(a.rkey, self.pd, a.va, a.swap_add)
+                mem.fetch_add(a.rkey, cx.pd, a.va, a.swap_add)
             };
             let orig = match result {
                 Ok(v) => v,
@@ -740,57 +759,57 @@ impl Qp {
                     return Err(Fault::Fatal(NakCode::InvalidRequest, None))
                 }
                 Err(_) => {
-                    self.counters.resp_remote_access_errors += 1;
+                    cx.counters.resp_remote_access_errors += 1;
                     return Err(Fault::Fatal(NakCode::RemoteAccessError, None));
                 }
             };
-            if self.resp.atomics.len() >= self.reply_capacity() {
-                self.resp.atomics.pop_front();
+            if self.atomics.len() >= self.reply_capacity(cx) {
+                self.atomics.pop_front();
             }
-            self.resp.atomics.push_back((psn, orig));
-            self.resp.replies.push_back(Reply {
+            self.atomics.push_back((psn, orig));
+            self.replies.push_back(Reply {
                 psn,
                 msn,
                 kind: ReplyKind::Atomic { orig },
                 duplicate: false,
             });
-            self.resp.epsn = psn.add(1);
-            self.counters.rx_atomic_requests += 1;
+            self.epsn = psn.add(1);
+            cx.counters.rx_atomic_requests += 1;
         }
-        self.resp.msn = msn;
+        self.msn = msn;
         // The response acknowledges everything before it.
-        self.resp.ack_pending = false;
+        self.ack_pending = false;
         Ok(())
     }
 
     /// A request with a PSN before the expected one (IBTA §9.7.5.1.3): SEND and WRITE are
     /// acknowledged again without executing, READ is executed again, an atomic returns the
     /// value of its one execution from the replay cache.
-    fn duplicate(&mut self, pkt: &RocePacket<'_>, mem: &MrTable) {
-        self.counters.duplicate_request += 1;
+    fn duplicate(&mut self, cx: &mut QpContext, pkt: &RocePacket<'_>, mem: &MrTable) {
+        cx.counters.duplicate_request += 1;
         let psn = pkt.repr.bth.psn;
-        let crowded = self.resp.replies.len() >= self.reply_capacity() + DUPLICATE_SLACK;
+        let crowded = self.replies.len() >= self.reply_capacity(cx) + DUPLICATE_SLACK;
         match pkt.repr.bth.opcode.kind() {
             Some(Kind::ReadRequest) => {
                 let Some(reth) = pkt.repr.ext.reth else {
                     return;
                 };
-                let npkts = reth.dma_len.div_ceil(self.mtu).max(1);
-                let inside = self.resp.epsn.distance(psn.add(npkts)) >= 0;
+                let npkts = reth.dma_len.div_ceil(cx.mtu).max(1);
+                let inside = self.epsn.distance(psn.add(npkts)) >= 0;
                 let allowed = mem
                     .check_access(
                         reth.rkey,
-                        self.pd,
+                        cx.pd,
                         reth.va,
                         u64::from(reth.dma_len),
                         Access::REMOTE_READ,
                     )
                     .is_ok();
                 if inside && allowed && !crowded && reth.dma_len <= 1 << 31 {
-                    self.counters.rx_read_requests += 1;
-                    self.resp.replies.push_back(Reply {
+                    cx.counters.rx_read_requests += 1;
+                    self.replies.push_back(Reply {
                         psn,
-                        msn: self.resp.msn,
+                        msn: self.msn,
                         kind: ReplyKind::Read {
                             va: reth.va,
                             rkey: reth.rkey,
@@ -802,78 +821,84 @@ impl Qp {
                 }
             }
             Some(Kind::CompareSwap | Kind::FetchAdd) => {
-                let cached = self.resp.atomics.iter().find(|(p, _)| *p == psn);
+                let cached = self.atomics.iter().find(|(p, _)| *p == psn);
                 if let (Some(&(_, orig)), false) = (cached, crowded) {
-                    self.counters.atomic_replays += 1;
-                    self.resp.replies.push_back(Reply {
+                    cx.counters.atomic_replays += 1;
+                    self.replies.push_back(Reply {
                         psn,
-                        msn: self.resp.msn,
+                        msn: self.msn,
                         kind: ReplyKind::Atomic { orig },
                         duplicate: true,
                     });
                 }
             }
-            _ => self.resp.ack_pending = true,
+            _ => self.ack_pending = true,
         }
     }
 
     /// The next response frame: queued READ responses and atomic ACKs first, then a NAK, then
     /// a coalesced ACK for everything received so far.
-    pub(crate) fn responder_tx<'m>(
+    pub(crate) fn transmit<'m>(
         &mut self,
+        cx: &mut QpContext,
         buf: &mut [u8],
         mem: &'m MrTable,
         split_min: usize,
     ) -> Option<TxOut<'m>> {
-        if self.state == QpState::Err {
-            let (syndrome, psn) = self.resp.nak.take()?;
-            self.resp.final_nak = false;
-            return self.emit_ack(buf, syndrome, psn);
+        if cx.state == QpState::Err {
+            let (syndrome, psn) = self.nak.take()?;
+            self.final_nak = false;
+            return self.emit_ack(cx, buf, syndrome, psn);
         }
-        if self.qp_type != QpType::Rc
+        if cx.qp_type != QpType::Rc
             || !matches!(
-                self.state,
+                cx.state,
                 QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
             )
         {
             return None;
         }
-        if let Some(reply) = self.resp.replies.front().copied() {
-            return self.emit_reply(reply, buf, mem, split_min);
+        if let Some(reply) = self.replies.front().copied() {
+            return self.emit_reply(cx, reply, buf, mem, split_min);
         }
-        if let Some((syndrome, psn)) = self.resp.nak.take() {
-            self.resp.ack_pending = false;
-            return self.emit_ack(buf, syndrome, psn);
+        if let Some((syndrome, psn)) = self.nak.take() {
+            self.ack_pending = false;
+            return self.emit_ack(cx, buf, syndrome, psn);
         }
         if self
-            .resp
             .ooo
             .as_ref()
             .is_some_and(|o| o.feedback == Feedback::Selective)
         {
-            return self.emit_sack(buf);
+            return self.emit_sack(cx, buf);
         }
-        if self.resp.ack_pending {
-            self.resp.ack_pending = false;
+        if self.ack_pending {
+            self.ack_pending = false;
             let syndrome = Syndrome::Ack {
-                credits: self.resp.credits(),
+                credits: self.credits(),
             };
-            return self.emit_ack(buf, syndrome, self.resp.epsn.sub(1));
+            return self.emit_ack(cx, buf, syndrome, self.epsn.sub(1));
         }
         None
     }
 
-    fn emit_ack<'m>(&mut self, buf: &mut [u8], syndrome: Syndrome, psn: Psn) -> Option<TxOut<'m>> {
+    fn emit_ack<'m>(
+        &mut self,
+        cx: &mut QpContext,
+        buf: &mut [u8],
+        syndrome: Syndrome,
+        psn: Psn,
+    ) -> Option<TxOut<'m>> {
         if matches!(syndrome, Syndrome::Ack { .. }) {
-            self.counters.acks_sent += 1;
+            cx.counters.acks_sent += 1;
         } else {
-            self.counters.naks_sent += 1;
+            cx.counters.naks_sent += 1;
         }
-        let mut r = self.repr(Opcode::RC_ACKNOWLEDGE, psn, 0);
+        let mut r = cx.repr(Opcode::RC_ACKNOWLEDGE, psn, 0);
         r.ext = ExtHeaders {
             aeth: Some(AethRepr {
                 syndrome: syndrome.to_byte(),
-                msn: self.resp.msn,
+                msn: self.msn,
             }),
             ..ExtHeaders::default()
         };
@@ -882,20 +907,21 @@ impl Qp {
 
     fn emit_reply<'m>(
         &mut self,
+        cx: &mut QpContext,
         reply: Reply,
         buf: &mut [u8],
         mem: &'m MrTable,
         split_min: usize,
     ) -> Option<TxOut<'m>> {
-        let credits = self.resp.credits();
+        let credits = self.credits();
         let aeth = AethRepr {
             syndrome: Syndrome::Ack { credits }.to_byte(),
             msn: reply.msn,
         };
         match reply.kind {
             ReplyKind::Atomic { orig } => {
-                self.resp.replies.pop_front();
-                let mut r = self.repr(Opcode::RC_ATOMIC_ACKNOWLEDGE, reply.psn, 0);
+                self.replies.pop_front();
+                let mut r = cx.repr(Opcode::RC_ATOMIC_ACKNOWLEDGE, reply.psn, 0);
                 r.ext = ExtHeaders {
                     aeth: Some(aeth),
                     atomic_ack_eth: Some(AtomicAckEthRepr { orig_data: orig }),
@@ -909,7 +935,7 @@ impl Qp {
                 len,
                 sent,
             } => {
-                let mtu = self.mtu;
+                let mtu = cx.mtu;
                 let remaining = len - sent;
                 let plen = remaining.min(mtu);
                 let opcode = match (sent == 0, remaining <= mtu) {
@@ -919,19 +945,19 @@ impl Qp {
                     (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
                 };
                 let psn = reply.psn.add(sent / mtu);
-                let mut r = self.repr(opcode, psn, plen as usize);
-                if self.resp.ooo.is_some() {
+                let mut r = cx.repr(opcode, psn, plen as usize);
+                if self.ooo.is_some() {
                     // The requester places responses in any order: they take the paths
                     // requests take, and a response sent again takes another.
-                    r.udp_src_port = self
+                    r.udp_src_port = cx
                         .path
-                        .select(self.base_path(), psn, reply.duplicate)
+                        .select(cx.base_path(), psn, reply.duplicate)
                         .udp_src_port;
                 }
                 if opcode != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
                     r.ext.aeth = Some(aeth);
                 }
-                let pd = self.pd;
+                let pd = cx.pd;
                 let at = va.wrapping_add(u64::from(sent));
                 let n = if plen as usize >= split_min {
                     mem.span(rkey, pd, at, plen as usize, Access::REMOTE_READ)
@@ -948,17 +974,17 @@ impl Qp {
                 };
                 if n.is_none() {
                     // The region went away under a READ in progress.
-                    self.resp.replies.clear();
-                    self.counters.resp_remote_access_errors += 1;
-                    self.resp.nak = Some((Syndrome::Nak(NakCode::RemoteAccessError), psn));
-                    self.resp.final_nak = true;
-                    self.enter_error(None);
+                    self.replies.clear();
+                    cx.counters.resp_remote_access_errors += 1;
+                    self.nak = Some((Syndrome::Nak(NakCode::RemoteAccessError), psn));
+                    self.final_nak = true;
+                    cx.enter_error(None);
                     return None;
                 }
                 let sent = sent + plen;
                 if sent >= len {
-                    self.resp.replies.pop_front();
-                } else if let Some(front) = self.resp.replies.front_mut() {
+                    self.replies.pop_front();
+                } else if let Some(front) = self.replies.front_mut() {
                     front.kind = ReplyKind::Read {
                         va,
                         rkey,
@@ -972,17 +998,17 @@ impl Qp {
     }
 
     /// A UD datagram: Q_Key check, then the GRH and payload into the next receive.
-    fn ud_rx(&mut self, pkt: &RocePacket<'_>, mem: &MrTable) {
+    fn ud_rx(&mut self, cx: &mut QpContext, pkt: &RocePacket<'_>, mem: &MrTable) {
         let Some(deth) = pkt.repr.ext.deth else {
-            self.counters.rx_dropped += 1;
+            cx.counters.rx_dropped += 1;
             return;
         };
-        if deth.qkey != self.attr.qkey {
-            self.counters.qkey_violations += 1;
+        if deth.qkey != cx.attr.qkey {
+            cx.counters.qkey_violations += 1;
             return;
         }
-        let Some(w) = self.resp.take_recv() else {
-            self.counters.out_of_buffer += 1;
+        let Some(w) = self.take_recv() else {
+            cx.counters.out_of_buffer += 1;
             return;
         };
         // The GRH area holds the IP header as received: IPv6's 40 bytes, or 20 zero bytes
@@ -1002,20 +1028,20 @@ impl Qp {
                 grh[..n].copy_from_slice(&ip[..n]);
             }
         }
-        let placed = sg::scatter(mem, self.pd, &w.sges, 0, &grh)
-            .and_then(|()| sg::scatter(mem, self.pd, &w.sges, GRH_LEN as u64, pkt.payload));
+        let placed = sg::scatter(mem, cx.pd, &w.sges, 0, &grh)
+            .and_then(|()| sg::scatter(mem, cx.pd, &w.sges, GRH_LEN as u64, pkt.payload));
         let status = match placed {
             Ok(()) => WcStatus::Success,
             Err(SgError::Length) => {
-                self.counters.resp_local_length_error += 1;
+                cx.counters.resp_local_length_error += 1;
                 WcStatus::LocLenErr
             }
             Err(SgError::Access(_)) => WcStatus::LocProtErr,
         };
         if status != WcStatus::Success {
-            self.counters.resp_cqe_error += 1;
+            cx.counters.resp_cqe_error += 1;
         }
-        let mut wc = WorkCompletion::new(w.wr_id, status, WcOpcode::Recv, self.qpn);
+        let mut wc = WorkCompletion::new(w.wr_id, status, WcOpcode::Recv, cx.qpn);
         wc.byte_len = (GRH_LEN + pkt.payload.len()) as u32;
         wc.wc_flags = WcFlags::GRH;
         if let Some(i) = pkt.repr.ext.imm_dt {
@@ -1025,6 +1051,6 @@ impl Qp {
         wc.src_qp = deth.src_qp;
         wc.smac = pkt.repr.eth.src;
         wc.solicited = pkt.repr.bth.solicited;
-        self.completions.push_back(wc);
+        cx.completions.push_back(wc);
     }
 }

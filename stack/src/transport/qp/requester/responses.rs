@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Acked, PsnRing, Qp, Requester, WqeData};
+use super::{Acked, PsnRing, QpContext, Requester, WqeData};
 use crate::transport::mr::MrTable;
 use crate::transport::recovery::{Arrivals, LossReport};
 use crate::transport::sg;
@@ -172,25 +172,31 @@ impl Arrivals for View<'_> {
     }
 }
 
-impl Qp {
+impl Requester {
     /// Checks that response `psn` is for an outstanding READ or atomic whose response has not
     /// arrived and that the ring can hold, and acknowledges what the responder executed
     /// before it. The WQE index and packet within it, or `None` when it was dropped.
-    fn response_slot(&mut self, now: u64, psn: Psn, read: bool) -> Option<(usize, u32)> {
-        let Some((idx, _)) = self.req.locate(psn) else {
-            self.counters.ghost_responses += 1;
+    fn response_slot(
+        &mut self,
+        cx: &mut QpContext,
+        now: u64,
+        psn: Psn,
+        read: bool,
+    ) -> Option<(usize, u32)> {
+        let Some((idx, _)) = self.locate(psn) else {
+            cx.counters.ghost_responses += 1;
             return None;
         };
         // The responder executes in PSN order: everything before this WQE was executed.
         // (With placement, acknowledging never finds an implied NAK.)
-        let first = self.req.sq[idx].first_psn;
-        let _: Acked = self.ack_through(now, first);
-        let Some((idx, pkt)) = self.req.locate(psn) else {
+        let first = self.sq[idx].first_psn;
+        let _: Acked = self.ack_through(cx, now, first);
+        let Some((idx, pkt)) = self.locate(psn) else {
             // Completed by what the acknowledgement found: a duplicate.
-            self.counters.ghost_responses += 1;
+            cx.counters.ghost_responses += 1;
             return None;
         };
-        let op = self.req.sq[idx].op;
+        let op = self.sq[idx].op;
         let fits = if read {
             op == WrOpcode::Read
         } else {
@@ -198,102 +204,104 @@ impl Qp {
         };
         if !fits {
             // An outstanding PSN of a request this response cannot answer.
-            self.bad_response(idx);
+            self.bad_response(cx, idx);
             return None;
         }
-        let r = self.req.responses.as_deref()?;
+        let r = self.responses.as_deref()?;
         if r.arrived(psn) {
-            self.counters.ghost_responses += 1;
+            cx.counters.ghost_responses += 1;
             return None;
         }
         if !r.inside(psn) {
             // Too far ahead of `una`: asked for again once `una` gets near.
-            self.counters.out_of_sequence += 1;
-            self.counters.rx_dropped += 1;
+            cx.counters.out_of_sequence += 1;
+            cx.counters.rx_dropped += 1;
             return None;
         }
         Some((idx, pkt))
     }
 
     /// A READ response with placement delivery: written where its PSN says, in any order.
-    pub(super) fn place_read_response(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &MrTable) {
+    pub(super) fn place_read_response(
+        &mut self,
+        cx: &mut QpContext,
+        now: u64,
+        pkt: &RocePacket<'_>,
+        mem: &MrTable,
+    ) {
         let psn = pkt.repr.bth.psn;
-        let Some((idx, i)) = self.response_slot(now, psn, true) else {
+        let Some((idx, i)) = self.response_slot(cx, now, psn, true) else {
             return;
         };
-        if !self.land_read_response(idx, i, pkt, mem, true) {
+        if !self.land_read_response(cx, idx, i, pkt, mem, true) {
             return;
         }
-        self.response_arrived(now, psn, pkt.repr.udp_src_port);
+        self.response_arrived(cx, now, psn, pkt.repr.udp_src_port);
     }
 
     /// An atomic ACK with placement delivery: its original value lands at once, and the
     /// atomic completes in its turn.
     pub(super) fn place_atomic_ack(
         &mut self,
+        cx: &mut QpContext,
         now: u64,
         psn: Psn,
         syndrome: u8,
         orig: u64,
         mem: &MrTable,
     ) {
-        let Some((idx, _)) = self.response_slot(now, psn, false) else {
+        let Some((idx, _)) = self.response_slot(cx, now, psn, false) else {
             return;
         };
         if !super::is_ack(syndrome) {
-            self.bad_response(idx);
+            self.bad_response(cx, idx);
             return;
         }
-        let placed = match &self.req.sq[idx].data {
-            WqeData::Sges(s) => sg::scatter(mem, self.pd, s, 0, &orig.to_ne_bytes()),
+        let placed = match &self.sq[idx].data {
+            WqeData::Sges(s) => sg::scatter(mem, cx.pd, s, 0, &orig.to_ne_bytes()),
             WqeData::Inline(_) => Err(sg::SgError::Length),
         };
         if placed.is_err() {
-            self.enter_error(Some((0, WcStatus::LocProtErr)));
+            cx.enter_error(Some((0, WcStatus::LocProtErr)));
             return;
         }
         self.take_credits(syndrome);
         // Atomic ACKs keep the QP's own path: they tell nothing of the sprayed ones.
-        self.response_arrived(now, psn, self.udp_src_port);
+        self.response_arrived(cx, now, psn, cx.udp_src_port);
     }
 
     /// Records response `psn` (from `udp_src_port`), lets the policy find losses, and
     /// completes whatever is now whole.
-    fn response_arrived(&mut self, now: u64, psn: Psn, udp_src_port: u16) {
-        let Some(r) = self.req.responses.as_deref_mut() else {
+    fn response_arrived(&mut self, cx: &mut QpContext, now: u64, psn: Psn, udp_src_port: u16) {
+        let Some(r) = self.responses.as_deref_mut() else {
             return;
         };
         r.arrived.set(psn);
         if r.highest.is_none_or(|h| h.before(psn)) {
             r.highest = Some(psn);
         }
-        if psn != self.req.una {
-            self.counters.ooo_responses_placed += 1;
+        if psn != self.una {
+            cx.counters.ooo_responses_placed += 1;
         }
         let mut report = LossReport::default();
-        if let Some(r) = self.req.responses.as_deref() {
-            let view = View { req: &self.req, r };
-            self.recovery.on_response_arrival(
-                psn,
-                udp_src_port,
-                self.path.get(),
-                &view,
-                &mut report,
-            );
+        if let Some(r) = self.responses.as_deref() {
+            let view = View { req: self, r };
+            cx.recovery
+                .on_response_arrival(psn, udp_src_port, cx.path.get(), &view, &mut report);
         }
-        if let Some(r) = self.req.responses.as_deref_mut() {
+        if let Some(r) = self.responses.as_deref_mut() {
             for &lost in &report.lost {
                 if r.inside(lost) && !r.reported.get(lost) {
                     r.reported.set(lost);
                     r.rereads.push_back(lost);
-                    self.counters.response_losses_detected += 1;
+                    cx.counters.response_losses_detected += 1;
                 }
             }
         }
         if !report.lost.is_empty() {
-            self.arm_retry_if_idle(now);
+            self.arm_retry_if_idle(cx, now);
         }
-        let una = self.req.una;
-        let _: Acked = self.ack_through(now, una);
+        let una = self.una;
+        let _: Acked = self.ack_through(cx, now, una);
     }
 }

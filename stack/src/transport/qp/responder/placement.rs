@@ -8,92 +8,97 @@
 
 use super::*;
 
-impl Qp {
+impl Responder {
     /// A request packet on an RC QP whose responder places.
-    pub(super) fn placing_rx(&mut self, pkt: &RocePacket<'_>, mem: &mut MrTable) {
+    pub(super) fn placing_rx(
+        &mut self,
+        cx: &mut QpContext,
+        pkt: &RocePacket<'_>,
+        mem: &mut MrTable,
+    ) {
         let psn = pkt.repr.bth.psn;
-        let epsn = self.resp.epsn;
+        let epsn = self.epsn;
         let d = psn.distance(epsn);
         if d < 0 {
-            self.duplicate(pkt, mem);
+            self.duplicate(cx, pkt, mem);
             return;
         }
-        let Some(ooo) = self.resp.ooo.as_ref() else {
+        let Some(ooo) = self.ooo.as_ref() else {
             return;
         };
         if d as u32 >= ooo.arrived.capacity() {
             // Beyond what the bitmap can hold: the requester's window is wider than ours.
-            self.counters.out_of_sequence += 1;
-            self.counters.rx_dropped += 1;
+            cx.counters.out_of_sequence += 1;
+            cx.counters.rx_dropped += 1;
             return;
         }
         if d > 0 && ooo.arrived.get(psn) {
-            self.counters.duplicate_request += 1;
-            self.resp.ack_pending = true;
+            cx.counters.duplicate_request += 1;
+            self.ack_pending = true;
             return;
         }
         if d > 0 {
-            self.counters.out_of_sequence += 1;
+            cx.counters.out_of_sequence += 1;
         }
         // Whether the expected PSN moves past this packet only in the drain below.
         let drained_itself = d == 0 && pkt.repr.bth.opcode.is_selective_repeat();
         if pkt.repr.bth.opcode.is_selective_repeat() {
-            match self.place_write(pkt, mem) {
+            match self.place_write(cx, pkt, mem) {
                 Ok(end) => {
-                    if let Some(o) = self.resp.ooo.as_mut() {
+                    if let Some(o) = self.ooo.as_mut() {
                         o.arrived.set(psn);
                         if let Some(e) = end {
                             o.ends.insert(psn.value(), e);
                         }
                     }
                     if d > 0 {
-                        self.counters.ooo_placed += 1;
+                        cx.counters.ooo_placed += 1;
                     }
                     if pkt.repr.bth.ack_req {
-                        self.resp.ack_pending = true;
+                        self.ack_pending = true;
                     }
                 }
                 // In its turn: refused now, as in order.
                 Err(f) if d == 0 => {
-                    self.fault(psn, f);
+                    self.fault(cx, psn, f);
                     return;
                 }
                 // Early and refused: refused in its turn, after everything before it.
                 Err(_) => {
-                    if !self.hold(pkt) {
+                    if !self.hold(cx, pkt) {
                         return;
                     }
                 }
             }
         } else if d == 0 {
-            self.resp.nak_outstanding = false;
-            if let Err(f) = self.execute(pkt, mem) {
-                self.fault(psn, f);
+            self.nak_outstanding = false;
+            if let Err(f) = self.execute(cx, pkt, mem) {
+                self.fault(cx, psn, f);
                 return;
             }
-        } else if !self.hold(pkt) {
+        } else if !self.hold(cx, pkt) {
             return;
         }
-        let before = self.resp.epsn;
-        self.drain(mem);
-        if self.resp.epsn.distance(before) > i32::from(drained_itself) {
+        let before = self.epsn;
+        self.drain(cx, mem);
+        if self.epsn.distance(before) > i32::from(drained_itself) {
             // A hole filled and the expected PSN moved over early arrivals: tell the
             // requester how far it now reaches (a READ's responses, which acknowledge what
             // came before it, say nothing of what came after).
-            self.resp.ack_pending = true;
+            self.ack_pending = true;
         }
-        self.feedback(psn, d > 0, pkt.repr.udp_src_port);
+        self.feedback(cx, psn, d > 0, pkt.repr.udp_src_port);
     }
 
     /// Keeps an early request for its turn; false when the buffer is full and it was dropped
     /// (the requester resends it).
-    fn hold(&mut self, pkt: &RocePacket<'_>) -> bool {
+    fn hold(&mut self, cx: &mut QpContext, pkt: &RocePacket<'_>) -> bool {
         let psn = pkt.repr.bth.psn;
-        let Some(o) = self.resp.ooo.as_mut() else {
+        let Some(o) = self.ooo.as_mut() else {
             return false;
         };
         if o.held.len() >= HELD_MAX {
-            self.counters.rx_dropped += 1;
+            cx.counters.rx_dropped += 1;
             return false;
         }
         o.held.insert(
@@ -104,7 +109,7 @@ impl Qp {
             },
         );
         o.arrived.set(psn);
-        self.counters.ooo_held += 1;
+        cx.counters.ooo_held += 1;
         true
     }
 
@@ -112,45 +117,38 @@ impl Qp {
     /// message owes at completion when it is the last packet.
     fn place_write(
         &mut self,
+        cx: &mut QpContext,
         pkt: &RocePacket<'_>,
         mem: &mut MrTable,
     ) -> Result<Option<WriteEnd>, Fault> {
         let Some(reth) = pkt.repr.ext.reth else {
             return Err(Fault::Fatal(NakCode::InvalidRequest, None));
         };
-        if !self.attr.qp_access_flags.contains(Access::REMOTE_WRITE) {
+        if !cx.attr.qp_access_flags.contains(Access::REMOTE_WRITE) {
             return Err(Fault::Fatal(NakCode::InvalidRequest, None));
         }
         let pos = pkt.repr.bth.opcode.position().unwrap_or(Position::Only);
         let plen = pkt.payload.len() as u32;
         let len_ok = match pos {
-            Position::First | Position::Middle => plen == self.mtu && reth.dma_len > self.mtu,
-            Position::Last => plen > 0 && plen <= self.mtu && reth.dma_len > self.mtu,
-            Position::Only => plen <= self.mtu && reth.dma_len == plen,
+            Position::First | Position::Middle => plen == cx.mtu && reth.dma_len > cx.mtu,
+            Position::Last => plen > 0 && plen <= cx.mtu && reth.dma_len > cx.mtu,
+            Position::Only => plen <= cx.mtu && reth.dma_len == plen,
         };
         if !len_ok || reth.dma_len > 1 << 31 {
-            self.counters.resp_local_length_error += 1;
+            cx.counters.resp_local_length_error += 1;
             return Err(Fault::Fatal(NakCode::InvalidRequest, None));
         }
         let placed = mem
             .check_access(
                 reth.rkey,
-                self.pd,
+                cx.pd,
                 reth.va,
                 u64::from(plen),
                 Access::REMOTE_WRITE,
             )
-            .and_then(|_| {
-                mem.write(
-                    reth.rkey,
-                    self.pd,
-                    reth.va,
-                    pkt.payload,
-                    Access::REMOTE_WRITE,
-                )
-            });
+            .and_then(|_| mem.write(reth.rkey, cx.pd, reth.va, pkt.payload, Access::REMOTE_WRITE));
         if placed.is_err() {
-            self.counters.resp_remote_access_errors += 1;
+            cx.counters.resp_remote_access_errors += 1;
             return Err(Fault::Fatal(NakCode::RemoteAccessError, None));
         }
         Ok(
@@ -164,10 +162,10 @@ impl Qp {
 
     /// Advances the expected PSN over every arrival in a row: completes WRITE messages whose
     /// last packet it passes, and executes held requests in their turn.
-    fn drain(&mut self, mem: &mut MrTable) {
+    fn drain(&mut self, cx: &mut QpContext, mem: &mut MrTable) {
         loop {
-            let epsn = self.resp.epsn;
-            let Some(o) = self.resp.ooo.as_mut() else {
+            let epsn = self.epsn;
+            let Some(o) = self.ooo.as_mut() else {
                 return;
             };
             if let Some(h) = o.held.remove(&epsn.value()) {
@@ -178,12 +176,12 @@ impl Qp {
                     icrc_input: &[],
                     icrc: 0,
                 };
-                self.resp.nak_outstanding = false;
+                self.nak_outstanding = false;
                 if pkt.repr.bth.opcode.is_selective_repeat() {
                     // A WRITE refused when it came early is refused now, in order.
-                    match self.place_write(&pkt, mem) {
+                    match self.place_write(cx, &pkt, mem) {
                         Ok(end) => {
-                            if let Some(o) = self.resp.ooo.as_mut() {
+                            if let Some(o) = self.ooo.as_mut() {
                                 o.arrived.set(epsn);
                                 if let Some(e) = end {
                                     o.ends.insert(epsn.value(), e);
@@ -192,13 +190,13 @@ impl Qp {
                             continue;
                         }
                         Err(f) => {
-                            self.fault(epsn, f);
+                            self.fault(cx, epsn, f);
                             return;
                         }
                     }
                 }
-                if let Err(f) = self.execute(&pkt, mem) {
-                    self.fault(epsn, f);
+                if let Err(f) = self.execute(cx, &pkt, mem) {
+                    self.fault(cx, epsn, f);
                     return;
                 }
                 continue;
@@ -209,67 +207,67 @@ impl Qp {
             o.arrived.clear(epsn);
             o.reported.clear(epsn);
             if let Some(end) = o.ends.remove(&epsn.value()) {
-                if !self.complete_write(epsn, end) {
+                if !self.complete_write(cx, epsn, end) {
                     return;
                 }
             }
-            self.resp.epsn = epsn.add(1);
-            self.resp.nak_outstanding = false;
+            self.epsn = epsn.add(1);
+            self.nak_outstanding = false;
         }
     }
 
     /// Completes a WRITE message whose packets have all arrived; false when a WRITE with
     /// immediate finds no receive (RNR NAK: the requester resends its last packet later,
     /// which lands on the same bytes again).
-    fn complete_write(&mut self, psn: Psn, end: WriteEnd) -> bool {
+    fn complete_write(&mut self, cx: &mut QpContext, psn: Psn, end: WriteEnd) -> bool {
         if let Some(imm) = end.imm {
-            let Some(w) = self.resp.take_recv() else {
-                self.counters.out_of_buffer += 1;
-                self.resp.nak_rnr(self.attr.min_rnr_timer, psn);
+            let Some(w) = self.take_recv() else {
+                cx.counters.out_of_buffer += 1;
+                self.nak_rnr(cx.attr.min_rnr_timer, psn);
                 return false;
             };
             let mut wc = WorkCompletion::new(
                 w.wr_id,
                 WcStatus::Success,
                 WcOpcode::RecvRdmaWithImm,
-                self.qpn,
+                cx.qpn,
             );
             wc.byte_len = end.len;
             wc.imm_data = imm;
             wc.wc_flags = WcFlags::WITH_IMM;
             wc.solicited = end.solicited;
-            self.completions.push_back(wc);
+            cx.completions.push_back(wc);
         }
-        self.resp.msn = self.resp.msn.next();
-        self.counters.rx_write_requests += 1;
+        self.msn = self.msn.next();
+        cx.counters.rx_write_requests += 1;
         true
     }
 
     /// What the requester hears about an arrival, by the policy's feedback.
-    fn feedback(&mut self, psn: Psn, early: bool, udp_src_port: u16) {
-        let Some(feedback) = self.resp.ooo.as_ref().map(|o| o.feedback) else {
+    fn feedback(&mut self, cx: &mut QpContext, psn: Psn, early: bool, udp_src_port: u16) {
+        let Some(feedback) = self.ooo.as_ref().map(|o| o.feedback) else {
             return;
         };
         match feedback {
             Feedback::AckOnly => {}
             Feedback::NakExpected => {
-                if early && !self.resp.nak_outstanding && self.state != QpState::Err {
-                    let epsn = self.resp.epsn;
-                    self.resp.nak_sequence(epsn);
+                if early && !self.nak_outstanding && cx.state != QpState::Err {
+                    let epsn = self.epsn;
+                    self.nak_sequence(epsn);
                 }
             }
             Feedback::Selective => {
-                let Some(o) = self.resp.ooo.as_mut() else {
+                let Some(o) = self.ooo.as_mut() else {
                     return;
                 };
                 let mut report = LossReport::default();
                 let view = View {
-                    epsn: self.resp.epsn,
+                    epsn: self.epsn,
                     ooo: o,
                 };
-                self.recovery
-                    .on_arrival(psn, udp_src_port, self.path.get(), &view, &mut report);
-                let epsn = self.resp.epsn;
+                cx.recovery
+                    .on_arrival(psn, udp_src_port, cx.path.get(), &view, &mut report);
+                let epsn = self.epsn;
                 for lost in report.lost {
                     let d = lost.distance(epsn);
                     let inside = d >= 0 && (d as u32) < o.arrived.capacity();
@@ -287,11 +285,15 @@ impl Qp {
 
     /// Selective feedback: the next `SR_ACKNOWLEDGE`, when an ACK is due or a loss report or
     /// avoidance signal waits.
-    pub(super) fn emit_sack<'m>(&mut self, buf: &mut [u8]) -> Option<TxOut<'m>> {
-        let epsn = self.resp.epsn;
-        let credits = self.resp.credits();
-        let o = self.resp.ooo.as_mut()?;
-        if !self.resp.ack_pending && o.lost.is_empty() && o.avoid.is_none() {
+    pub(super) fn emit_sack<'m>(
+        &mut self,
+        cx: &mut QpContext,
+        buf: &mut [u8],
+    ) -> Option<TxOut<'m>> {
+        let epsn = self.epsn;
+        let credits = self.credits();
+        let o = self.ooo.as_mut()?;
+        if !self.ack_pending && o.lost.is_empty() && o.avoid.is_none() {
             return None;
         }
         let mut sack = SackEthRepr {
@@ -306,19 +308,19 @@ impl Qp {
         if let Some(lost) = o.lost.pop_front() {
             sack.flags |= SackEthRepr::LOST;
             sack.lost = lost;
-            self.counters.loss_reports_sent += 1;
+            cx.counters.loss_reports_sent += 1;
         }
         if let Some(path) = o.avoid.take() {
             sack.flags |= SackEthRepr::AVOID;
             sack.path = path;
         }
-        self.resp.ack_pending = false;
-        self.counters.acks_sent += 1;
-        let mut r = self.repr(Opcode::SR_ACKNOWLEDGE, epsn.sub(1), 0);
+        self.ack_pending = false;
+        cx.counters.acks_sent += 1;
+        let mut r = cx.repr(Opcode::SR_ACKNOWLEDGE, epsn.sub(1), 0);
         r.ext = ExtHeaders {
             aeth: Some(AethRepr {
                 syndrome: Syndrome::Ack { credits }.to_byte(),
-                msn: self.resp.msn,
+                msn: self.msn,
             }),
             sack_eth: Some(sack),
             ..ExtHeaders::default()

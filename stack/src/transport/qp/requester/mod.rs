@@ -10,9 +10,8 @@
 use std::collections::VecDeque;
 
 use super::ring::PsnRing;
-use super::{Qp, SendWqe, WqeData};
+use super::{QpContext, SendWqe, WqeData};
 
-#[path = "responses.rs"]
 mod responses;
 
 use crate::transport::congestion::{AckEvent, Loss};
@@ -101,6 +100,31 @@ impl Sacks {
 }
 
 impl Requester {
+    /// (Re)starts the retry timer for a request sent, or progress made, at `now`.
+    pub(crate) fn arm_retry(&mut self, cx: &QpContext, now: u64) {
+        self.timers.set_or_stop(Timer::Retry, cx.ack_deadline(now));
+    }
+
+    /// Starts the retry timer at `now` unless it runs already.
+    pub(crate) fn arm_retry_if_idle(&mut self, cx: &QpContext, now: u64) {
+        if !self.timers.is_armed(Timer::Retry) {
+            self.arm_retry(cx, now);
+        }
+    }
+
+    /// Completes every send WQE with a flush error, the one at `failed.0` with `failed.1`,
+    /// in queue order, and forgets what was in flight.
+    pub(crate) fn flush(&mut self, cx: &mut QpContext, failed: Option<(usize, WcStatus)>) {
+        for (i, w) in self.sq.drain(..).enumerate() {
+            let status = match failed {
+                Some((at, status)) if at == i => status,
+                _ => WcStatus::WrFlushErr,
+            };
+            cx.push_send_completion(&w, status, 0);
+        }
+        self.clear_in_flight();
+    }
+
     pub(crate) fn new(sq_psn: Psn) -> Self {
         Self {
             sq: VecDeque::new(),
@@ -249,56 +273,55 @@ enum Acked {
     ImpliedNak,
 }
 
-impl Qp {
-    pub(crate) fn requester_may_send(&self) -> bool {
-        matches!(self.state, QpState::Rts | QpState::Sqd)
-            && !self.req.timers.is_armed(Timer::Rnr)
-            && (self.req.cur < self.req.sq.len()
-                || !self.req.rtx.is_empty()
-                || self.req.responses.as_ref().is_some_and(|r| r.has_rereads()))
+impl Requester {
+    pub(crate) fn may_send(&self, cx: &QpContext) -> bool {
+        matches!(cx.state, QpState::Rts | QpState::Sqd)
+            && !self.timers.is_armed(Timer::Rnr)
+            && (self.cur < self.sq.len()
+                || !self.rtx.is_empty()
+                || self.responses.as_ref().is_some_and(|r| r.has_rereads()))
     }
 
     /// Acts on a policy's decision of what to resend.
-    fn retransmit(&mut self, now: u64, r: Retransmit) {
+    fn retransmit(&mut self, cx: &mut QpContext, now: u64, r: Retransmit) {
         let loss = match r {
             Retransmit::From(_) => Loss::GoBack,
             Retransmit::Only(..) | Retransmit::Holes => Loss::Selective,
         };
-        self.report_acks(now);
-        self.congestion.on_loss(now, loss);
+        self.report_acks(cx, now);
+        cx.congestion.on_loss(now, loss);
         match r {
             Retransmit::From(psn) => {
-                self.req.rewind_to(psn);
+                self.rewind_to(psn);
             }
             Retransmit::Only(a, b) => {
-                self.req.push_rtx(a);
+                self.push_rtx(a);
                 if let Some(b) = b {
-                    self.req.push_rtx(b);
+                    self.push_rtx(b);
                 }
             }
             Retransmit::Holes => {
-                let req = &mut self.req;
-                req.rtx.clear();
-                let una = req.una;
-                req.rtx.push_back(una);
-                if let Some(s) = req.sacks.as_deref() {
+                self.rtx.clear();
+                let una = self.una;
+                self.rtx.push_back(una);
+                if let Some(s) = self.sacks.as_deref() {
                     let n = s.highest.map_or(0, |h| h.distance(una).max(0) as u32);
                     for i in 1..n {
                         let p = una.add(i);
                         if !s.ring.get(p) {
-                            req.rtx.push_back(p);
+                            self.rtx.push_back(p);
                         }
                     }
                 }
                 // And every gap between the responses that did arrive: each starts a run
                 // asked for again up to the next arrival.
-                if let Some(r) = req.responses.as_ref() {
+                if let Some(r) = self.responses.as_ref() {
                     for p in r.gap_starts(una) {
-                        let awaits_response = req
+                        let awaits_response = self
                             .locate(p)
-                            .is_some_and(|(i, _)| req.sq[i].op.is_read_or_atomic());
-                        if awaits_response && !req.rtx.contains(&p) {
-                            req.rtx.push_back(p);
+                            .is_some_and(|(i, _)| self.sq[i].op.is_read_or_atomic());
+                        if awaits_response && !self.rtx.contains(&p) {
+                            self.rtx.push_back(p);
                         }
                     }
                 }
@@ -309,6 +332,7 @@ impl Qp {
     /// The next queued selective retransmission, if any.
     fn retransmission<'m>(
         &mut self,
+        cx: &mut QpContext,
         now: u64,
         buf: &mut [u8],
         mem: &'m MrTable,
@@ -316,44 +340,49 @@ impl Qp {
     ) -> Option<TxOut<'m>> {
         loop {
             // Single responses found lost go first: each is asked for alone.
-            let (psn, single) = match self.req.responses.as_mut().and_then(|r| r.next_reread()) {
+            let (psn, single) = match self.responses.as_mut().and_then(|r| r.next_reread()) {
                 Some(p) => (p, true),
-                None => match self.req.rtx.pop_front() {
+                None => match self.rtx.pop_front() {
                     Some(p) => (p, false),
                     None => return None,
                 },
             };
-            let Some((idx, pkt)) = self.req.resendable(psn) else {
+            let Some((idx, pkt)) = self.resendable(psn) else {
                 continue;
             };
             let mut read_pkts = u32::MAX;
-            if self.req.sq[idx].op == WrOpcode::Read {
-                match self.req.responses.as_ref() {
+            if self.sq[idx].op == WrOpcode::Read {
+                match self.responses.as_ref() {
                     // In-order responses: only the READ at `una` is worth asking again, for
                     // everything from there on.
-                    None if psn != self.req.una => continue,
+                    None if psn != self.una => continue,
                     None => {}
                     Some(_) if single => read_pkts = 1,
                     Some(r) => {
                         // Up to the next response that arrived; queued PSNs inside the run
                         // are covered by it.
-                        let left = self.req.sq[idx].npkts - pkt;
+                        let left = self.sq[idx].npkts - pkt;
                         read_pkts = r.missing_run(psn, left);
                         let end = psn.add(read_pkts);
-                        self.req
-                            .rtx
+                        self.rtx
                             .retain(|p| !(p.distance(psn) > 0 && p.distance(end) < 0));
                     }
                 }
             }
-            return match self.emit_request(now, idx, (pkt, read_pkts, false), buf, mem, split_min) {
+            return match self.emit_request(
+                cx,
+                now,
+                idx,
+                (pkt, read_pkts, false),
+                (buf, mem, split_min),
+            ) {
                 Ok(n) => {
-                    self.counters.retransmitted_packets += 1;
-                    self.arm_retry_if_idle(now);
+                    cx.counters.retransmitted_packets += 1;
+                    self.arm_retry_if_idle(cx, now);
                     Some(n)
                 }
                 Err(status) => {
-                    self.send_queue_error(idx, status);
+                    cx.send_queue_error(idx, status);
                     None
                 }
             };
@@ -361,56 +390,53 @@ impl Qp {
     }
 
     /// The next request packet, if the window, credits and READ/atomic limits allow one.
-    pub(crate) fn requester_tx<'m>(
+    pub(crate) fn transmit<'m>(
         &mut self,
+        cx: &mut QpContext,
         now: u64,
         buf: &mut [u8],
         mem: &'m MrTable,
         split_min: usize,
     ) -> Option<TxOut<'m>> {
-        if !matches!(self.state, QpState::Rts | QpState::Sqd)
-            || self.req.timers.is_armed(Timer::Rnr)
-        {
+        if !matches!(cx.state, QpState::Rts | QpState::Sqd) || self.timers.is_armed(Timer::Rnr) {
             return None;
         }
-        if let Some(t) = self.req.timers.get(Timer::Pace) {
+        if let Some(t) = self.timers.get(Timer::Pace) {
             if t > now {
                 return None;
             }
-            self.req.timers.stop(Timer::Pace);
+            self.timers.stop(Timer::Pace);
         }
-        if !self.req.rtx.is_empty() || self.req.responses.as_ref().is_some_and(|r| r.has_rereads())
-        {
-            if let Some(out) = self.retransmission(now, buf, mem, split_min) {
+        if !self.rtx.is_empty() || self.responses.as_ref().is_some_and(|r| r.has_rereads()) {
+            if let Some(out) = self.retransmission(cx, now, buf, mem, split_min) {
                 return Some(out);
             }
-            if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            if !matches!(cx.state, QpState::Rts | QpState::Sqd) {
                 return None;
             }
         }
-        let window = self
+        let window = cx
             .recovery
             .window()
-            .min(self.congestion.window().unwrap_or(u32::MAX))
+            .min(cx.congestion.window().unwrap_or(u32::MAX))
             .min(1 << 22) as i32;
-        let rc = self.qp_type == QpType::Rc;
-        let req = &mut self.req;
-        if req.cur >= req.sq.len() {
+        let rc = cx.qp_type == QpType::Rc;
+        if self.cur >= self.sq.len() {
             return None;
         }
-        if req.cur == req.assigned {
-            if self.state == QpState::Sqd {
+        if self.cur == self.assigned {
+            if cx.state == QpState::Sqd {
                 return None;
             }
-            let w = &req.sq[req.cur];
+            let w = &self.sq[self.cur];
             if rc {
                 let rd_atomic = w.op.is_read_or_atomic();
-                if rd_atomic && req.rd_atomic_inflight >= u32::from(self.attr.max_rd_atomic.max(1))
-                    || w.flags.contains(SendFlags::FENCE) && req.rd_atomic_inflight > 0
+                if rd_atomic && self.rd_atomic_inflight >= u32::from(cx.attr.max_rd_atomic.max(1))
+                    || w.flags.contains(SendFlags::FENCE) && self.rd_atomic_inflight > 0
                     || w.op.consumes_recv()
-                        && req.consumers_inflight > 0
-                        && req.credits.is_some_and(|c| req.consumers_inflight >= c)
-                    || req.nxt.distance(req.una) >= window
+                        && self.consumers_inflight > 0
+                        && self.credits.is_some_and(|c| self.consumers_inflight >= c)
+                    || self.nxt.distance(self.una) >= window
                 {
                     return None;
                 }
@@ -421,75 +447,75 @@ impl Qp {
                 Access::NONE
             };
             if let WqeData::Sges(s) = &w.data {
-                if sg::check(mem, self.pd, s, needed).is_err() {
-                    let at = req.cur;
-                    self.send_queue_error(at, WcStatus::LocProtErr);
+                if sg::check(mem, cx.pd, s, needed).is_err() {
+                    let at = self.cur;
+                    cx.send_queue_error(at, WcStatus::LocProtErr);
                     return None;
                 }
             }
-            if self.qp_type == QpType::Ud && w.len > self.mtu {
-                let at = req.cur;
-                self.send_queue_error(at, WcStatus::LocLenErr);
+            if cx.qp_type == QpType::Ud && w.len > cx.mtu {
+                let at = self.cur;
+                cx.send_queue_error(at, WcStatus::LocLenErr);
                 return None;
             }
             let npkts = match w.op {
                 WrOpcode::CmpSwp | WrOpcode::FetchAdd => 1,
-                _ => w.len.div_ceil(self.mtu).max(1),
+                _ => w.len.div_ceil(cx.mtu).max(1),
             };
             let (rd, cons) = (w.op.is_read_or_atomic(), w.op.consumes_recv());
-            let w = &mut req.sq[req.cur];
-            w.first_psn = req.nxt;
+            let w = &mut self.sq[self.cur];
+            w.first_psn = self.nxt;
             w.npkts = npkts;
-            req.nxt = req.nxt.add(npkts);
-            req.assigned += 1;
-            req.rd_atomic_inflight += u32::from(rd);
-            req.consumers_inflight += u32::from(cons);
+            self.nxt = self.nxt.add(npkts);
+            self.assigned += 1;
+            self.rd_atomic_inflight += u32::from(rd);
+            self.consumers_inflight += u32::from(cons);
         }
-        let psn = req.sq[req.cur].first_psn.add(req.cur_pkt);
-        if rc && psn.distance(req.una) >= window {
+        let psn = self.sq[self.cur].first_psn.add(self.cur_pkt);
+        if rc && psn.distance(self.una) >= window {
             return None;
         }
-        let (idx, pkt) = (req.cur, req.cur_pkt);
+        let (idx, pkt) = (self.cur, self.cur_pkt);
         // A window narrower than the AckReq spacing may hold no packet that asks for an
         // acknowledgement, and would stall until the timer fired: the packet that fills it
         // asks. (Wider windows always hold one.)
-        let fills = window < ACK_REQ_EVERY as i32 && psn.distance(req.una) + 1 >= window;
-        let n = match self.emit_request(now, idx, (pkt, u32::MAX, fills), buf, mem, split_min) {
+        let fills = window < ACK_REQ_EVERY as i32 && psn.distance(self.una) + 1 >= window;
+        let n = match self.emit_request(cx, now, idx, (pkt, u32::MAX, fills), (buf, mem, split_min))
+        {
             Ok(n) => n,
             Err(status) => {
-                self.send_queue_error(idx, status);
+                cx.send_queue_error(idx, status);
                 return None;
             }
         };
-        let req = &mut self.req;
-        let w = &req.sq[idx];
+        let w = &self.sq[idx];
         let (npkts, is_read) = (w.npkts, w.op == WrOpcode::Read);
         let end = if is_read {
             w.first_psn.add(npkts)
         } else {
             psn.add(1)
         };
-        if psn.before(req.sent_hw) {
-            self.counters.retransmitted_packets += 1;
+        if psn.before(self.sent_hw) {
+            cx.counters.retransmitted_packets += 1;
         }
-        if req.sent_hw.before(end) {
-            req.sent_hw = end;
+        if self.sent_hw.before(end) {
+            self.sent_hw = end;
         }
-        req.cur_pkt = if is_read { npkts } else { pkt + 1 };
-        if req.cur_pkt >= npkts {
-            req.cur += 1;
-            req.cur_pkt = 0;
+        self.cur_pkt = if is_read { npkts } else { pkt + 1 };
+        if self.cur_pkt >= npkts {
+            self.cur += 1;
+            self.cur_pkt = 0;
             if !rc {
                 // UC and UD complete a WR once its last packet is on the wire.
-                if let Some(w) = req.pop_front() {
+                if let Some(w) = self.pop_front() {
                     let len = w.len;
-                    self.push_send_completion(&w, WcStatus::Success, len);
+                    cx.push_send_completion(&w, WcStatus::Success, len);
                 }
-                self.req.una = self.req.nxt;
+                self.una = self.nxt;
             }
         }
         if rc {
-            self.arm_retry_if_idle(now);
+            self.arm_retry_if_idle(cx, now);
         }
         Some(n)
     }
@@ -499,23 +525,22 @@ impl Qp {
     /// place. Congestion control hears of the packet here, where its length is known.
     fn emit_request<'m>(
         &mut self,
+        cx: &mut QpContext,
         now: u64,
         idx: usize,
         (pkt, read_pkts, ack_req): (u32, u32, bool),
-        buf: &mut [u8],
-        mem: &'m MrTable,
-        split_min: usize,
+        (buf, mem, split_min): (&mut [u8], &'m MrTable, usize),
     ) -> Result<TxOut<'m>, WcStatus> {
-        let mtu = self.mtu;
+        let mtu = cx.mtu;
         let (first_psn, npkts) = {
-            let w = &self.req.sq[idx];
+            let w = &self.sq[idx];
             (w.first_psn, w.npkts)
         };
         let psn = first_psn.add(pkt);
-        let retrans = psn.before(self.req.sent_hw);
-        let path = self.path.select(self.base_path(), psn, retrans);
+        let retrans = psn.before(self.sent_hw);
+        let path = cx.path.select(cx.base_path(), psn, retrans);
         let sport = path.udp_src_port;
-        let w = &self.req.sq[idx];
+        let w = &self.sq[idx];
         let pos = match (npkts, pkt) {
             (1, _) => Position::Only,
             (_, 0) => Position::First,
@@ -525,29 +550,29 @@ impl Qp {
         let last = matches!(pos, Position::Last | Position::Only);
         // Placement delivery: every WRITE packet says where it lands, so it can arrive in
         // any order (ferroce's SR_RDMA_WRITE_* opcodes).
-        let placing_write = self.qp_type == QpType::Rc
+        let placing_write = cx.qp_type == QpType::Rc
             && matches!(w.op, WrOpcode::Write | WrOpcode::WriteWithImm)
-            && self.req.sacks.is_some();
+            && self.sacks.is_some();
         // The frame's headers, filled in place: the extension headers go straight into the
         // repr rather than through a copy (176 bytes each way, on every packet).
-        let (transport, mut r) = match (self.qp_type, w.ud.as_deref()) {
+        let (transport, mut r) = match (cx.qp_type, w.ud.as_deref()) {
             (QpType::Ud, Some(ud)) => {
                 let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
-                    self.attr.qkey
+                    cx.attr.qkey
                 } else {
                     ud.remote_qkey
                 };
                 let mut r = ud.av.template(ud.remote_qpn, sport).repr();
                 r.ext.deth = Some(DethRepr {
                     qkey,
-                    src_qp: self.qpn,
+                    src_qp: cx.qpn,
                 });
                 (Transport::Ud, r)
             }
-            (QpType::Uc, _) => (Transport::Uc, self.template.repr()),
+            (QpType::Uc, _) => (Transport::Uc, cx.template.repr()),
             // ferroce's SR_RDMA_WRITE_* opcodes.
-            _ if placing_write => (Transport::Manufacturer, self.template.repr()),
-            _ => (Transport::Rc, self.template.repr()),
+            _ if placing_write => (Transport::Manufacturer, cx.template.repr()),
+            _ => (Transport::Rc, cx.template.repr()),
         };
         let off = pkt * mtu;
         let mut plen = (w.len - off.min(w.len)).min(mtu);
@@ -622,17 +647,17 @@ impl Qp {
         r.bth.opcode = Opcode::compose(transport, kind, pos, suffix).ok_or(WcStatus::LocQpOpErr)?;
         super::set_psn(&mut r, psn);
         r.bth.solicited = last && w.flags.contains(SendFlags::SOLICITED);
-        r.bth.ack_req = self.qp_type == QpType::Rc
+        r.bth.ack_req = cx.qp_type == QpType::Rc
             && (last || ack_req || psn.value() % ACK_REQ_EVERY == ACK_REQ_EVERY - 1);
         r.udp_src_port = sport;
         r.payload_len = plen as usize;
-        let pd = self.pd;
+        let pd = cx.pd;
         if let WqeData::Sges(s) = &w.data {
             if plen as usize >= split_min {
                 let spans = sg::spans(mem, pd, s, u64::from(off), plen as usize)
                     .map_err(|_| WcStatus::LocProtErr)?;
                 let out = tx::emit_split(&r, buf, spans).ok_or(WcStatus::LocLenErr)?;
-                self.sent(now, psn, out.len(), path, retrans);
+                self.sent(cx, now, psn, out.len(), path, retrans);
                 return Ok(out);
             }
         }
@@ -650,68 +675,88 @@ impl Qp {
         if failed {
             return Err(WcStatus::LocProtErr);
         }
-        self.sent(now, psn, n, path, retrans);
+        self.sent(cx, now, psn, n, path, retrans);
         Ok(TxOut::Whole(n))
     }
 
     /// A response (ACK, NAK, READ response, atomic ACK) for the requester.
-    pub(crate) fn requester_rx(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &MrTable) {
-        self.dispatch_response(now, pkt, mem);
-        self.report_acks(now);
+    pub(crate) fn receive(
+        &mut self,
+        cx: &mut QpContext,
+        now: u64,
+        pkt: &RocePacket<'_>,
+        mem: &MrTable,
+    ) {
+        self.dispatch_response(cx, now, pkt, mem);
+        self.report_acks(cx, now);
     }
 
     /// A request packet of `bytes` left at `now`: congestion control hears of it, and under a
     /// pacing rate the next one waits its turn.
-    fn sent(&mut self, now: u64, psn: Psn, bytes: usize, path: Path, retransmission: bool) {
-        let Some(records) = self.congestion.sends() else {
+    fn sent(
+        &mut self,
+        cx: &mut QpContext,
+        now: u64,
+        psn: Psn,
+        bytes: usize,
+        path: Path,
+        retransmission: bool,
+    ) {
+        let Some(records) = cx.congestion.sends() else {
             return;
         };
         records.note(psn, now, bytes, path, retransmission);
-        self.congestion.on_sent(now, psn, bytes, retransmission);
-        if let Some(rate) = self.congestion.pacing_rate().filter(|&r| r > 0) {
+        cx.congestion.on_sent(now, psn, bytes, retransmission);
+        if let Some(rate) = cx.congestion.pacing_rate().filter(|&r| r > 0) {
             let gap = (bytes as u128 * 1_000_000_000 / u128::from(rate)) as u64;
-            self.req.timers.set(Timer::Pace, now + gap);
+            self.timers.set(Timer::Pace, now + gap);
         }
     }
 
     /// Tells congestion control how far `una` moved since it last heard. Called after each
     /// response, and before a loss is reported, so a controller sees events in their order.
-    fn report_acks(&mut self, now: u64) {
-        let acked = self.req.una.distance(self.req.cc_una);
+    fn report_acks(&mut self, cx: &mut QpContext, now: u64) {
+        let acked = self.una.distance(self.cc_una);
         if acked > 0 {
-            self.req.cc_una = self.req.una;
+            self.cc_una = self.una;
             // The newest packet acknowledged gives the sample.
-            let newest = self.req.una.sub(1);
-            let rtt = self.congestion.sends().and_then(|s| s.rtt(newest, now));
+            let newest = self.una.sub(1);
+            let rtt = cx.congestion.sends().and_then(|s| s.rtt(newest, now));
             let ack = AckEvent {
                 acked: acked as u32,
                 rtt,
             };
-            self.congestion.on_ack(now, ack);
+            cx.congestion.on_ack(now, ack);
         }
     }
 
-    fn dispatch_response(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &MrTable) {
+    fn dispatch_response(
+        &mut self,
+        cx: &mut QpContext,
+        now: u64,
+        pkt: &RocePacket<'_>,
+        mem: &MrTable,
+    ) {
         let psn = pkt.repr.bth.psn;
         let aeth = pkt.repr.ext.aeth;
         match (pkt.repr.bth.opcode.kind(), aeth) {
             (Some(Kind::Acknowledge), Some(a)) if pkt.repr.bth.opcode == Opcode::SR_ACKNOWLEDGE => {
                 if let Some(sack) = pkt.repr.ext.sack_eth {
-                    self.on_sack(now, psn, a.syndrome, sack);
+                    self.on_sack(cx, now, psn, a.syndrome, sack);
                 }
             }
             (Some(Kind::Acknowledge), Some(a)) => match Syndrome::from_byte(a.syndrome) {
-                Syndrome::Ack { credits } => self.on_ack(now, psn, credits),
-                Syndrome::RnrNak { timer } => self.on_rnr_nak(now, psn, timer),
-                Syndrome::Nak(code) => self.on_nak(now, psn, code),
-                Syndrome::Reserved(_) => self.requester_malformed(psn),
+                Syndrome::Ack { credits } => self.on_ack(cx, now, psn, credits),
+                Syndrome::RnrNak { timer } => self.on_rnr_nak(cx, now, psn, timer),
+                Syndrome::Nak(code) => self.on_nak(cx, now, psn, code),
+                Syndrome::Reserved(_) => self.malformed(cx, psn),
             },
-            (Some(Kind::ReadResponse), _) => self.on_read_response(now, pkt, mem),
+            (Some(Kind::ReadResponse), _) => self.on_read_response(cx, now, pkt, mem),
             (Some(Kind::AtomicAcknowledge), Some(a)) => {
                 let orig = pkt.repr.ext.atomic_ack_eth.map_or(0, |x| x.orig_data);
-                self.on_atomic_ack(now, psn, a.syndrome, orig, mem);
+                self.on_atomic_ack(cx, now, psn, a.syndrome, orig, mem);
             }
-            _ => self.counters.rx_dropped += 1,
+            _ => cx.counters.rx_dropped += 1,
         }
     }
 
@@ -720,32 +765,32 @@ impl Qp {
     /// is a ghost, dropped; otherwise the oldest outstanding request fails with BAD_RESP_ERR
     /// and the QP enters ERR (IBTA §9.9.2: a malformed or unexpected response is a
     /// requester class error, not a loss to retry).
-    pub(crate) fn requester_malformed(&mut self, psn: Psn) {
+    pub(crate) fn malformed(&mut self, cx: &mut QpContext, psn: Psn) {
         // A NAK-shaped ACKNOWLEDGE may name `nxt`, the PSN the responder expects next.
-        if psn.distance(self.req.una) < 0 || psn.distance(self.req.nxt) > 0 {
-            self.counters.ghost_responses += 1;
+        if psn.distance(self.una) < 0 || psn.distance(self.nxt) > 0 {
+            cx.counters.ghost_responses += 1;
             return;
         }
-        let idx = self.req.locate(psn).map_or(0, |(i, _)| i);
-        self.bad_response(idx);
+        let idx = self.locate(psn).map_or(0, |(i, _)| i);
+        self.bad_response(cx, idx);
     }
 
     /// Fails send WQE `idx` with BAD_RESP_ERR; the QP enters ERR and the rest are flushed.
-    pub(super) fn bad_response(&mut self, idx: usize) {
-        self.counters.bad_responses += 1;
-        self.span()
-            .in_scope(|| tracing::debug!(una = self.req.una.value(), idx, "bad response"));
-        self.enter_error(Some((idx, WcStatus::BadRespErr)));
+    pub(super) fn bad_response(&mut self, cx: &mut QpContext, idx: usize) {
+        cx.counters.bad_responses += 1;
+        cx.span()
+            .in_scope(|| tracing::debug!(una = self.una.value(), idx, "bad response"));
+        cx.enter_error(Some((idx, WcStatus::BadRespErr)));
     }
 
     /// True when `psn` names a packet sent and not yet acknowledged.
     fn outstanding(&self, psn: Psn) -> bool {
-        psn.distance(self.req.una) >= 0 && self.req.nxt.distance(psn) > 0
+        psn.distance(self.una) >= 0 && self.nxt.distance(psn) > 0
     }
 
     fn take_credits(&mut self, syndrome: u8) {
         if let Syndrome::Ack { credits } = Syndrome::from_byte(syndrome) {
-            self.req.credits = super::credits_of(credits);
+            self.credits = super::credits_of(credits);
         }
     }
 
@@ -756,118 +801,117 @@ impl Qp {
     /// of its responses arrived, however they were ordered, and the SEND/WRITEs after it up
     /// to the highest `limit` seen then complete too: responses are sprayed, so an
     /// acknowledgement overtaking them says nothing of their loss.
-    fn ack_through(&mut self, now: u64, limit: Psn) -> Acked {
+    fn ack_through(&mut self, cx: &mut QpContext, now: u64, limit: Psn) -> Acked {
         let mut moved = false;
         let mut progressed = false;
-        let limit = match self.req.responses.as_mut() {
+        let limit = match self.responses.as_mut() {
             Some(r) => {
-                let before = r.acknowledged(self.req.una);
+                let before = r.acknowledged(self.una);
                 let after = r.acknowledged(limit);
                 progressed = after != before;
                 after
             }
             None => limit,
         };
-        while self.req.assigned > 0 {
-            let w = &self.req.sq[0];
+        while self.assigned > 0 {
+            let w = &self.sq[0];
             if w.op.is_read_or_atomic() {
-                let Some(r) = self.req.responses.as_ref() else {
-                    if self.req.una.before(limit) {
+                let Some(r) = self.responses.as_ref() else {
+                    if self.una.before(limit) {
                         return Acked::ImpliedNak;
                     }
                     break;
                 };
                 let end = w.last_psn().add(1);
-                let una = r.arrived_through(self.req.una, end);
-                if una != self.req.una {
-                    self.req.una = una;
+                let una = r.arrived_through(self.una, end);
+                if una != self.una {
+                    self.una = una;
                     moved = true;
                 }
                 if una != end {
                     break;
                 }
-                if let Some(w) = self.req.pop_front() {
+                if let Some(w) = self.pop_front() {
                     let len = if w.op.is_atomic() { 8 } else { w.len };
-                    self.push_send_completion(&w, WcStatus::Success, len);
+                    cx.push_send_completion(&w, WcStatus::Success, len);
                 }
                 continue;
             }
             let last = w.last_psn();
             if last.before(limit) {
-                self.req.una = last.add(1);
+                self.una = last.add(1);
                 moved = true;
-                if let Some(w) = self.req.pop_front() {
+                if let Some(w) = self.pop_front() {
                     let len = w.len;
-                    self.push_send_completion(&w, WcStatus::Success, len);
+                    cx.push_send_completion(&w, WcStatus::Success, len);
                 }
                 continue;
             }
-            if self.req.una.before(limit) {
-                self.req.una = limit;
+            if self.una.before(limit) {
+                self.una = limit;
                 moved = true;
             }
             break;
         }
         if moved {
-            self.on_progress(now);
+            self.on_progress(cx, now);
         } else if progressed {
             // Not our doing that nothing completed: a response is missing, which its own
             // recovery handles. The retry budget is for a responder that stopped answering.
-            self.req.retries_left = self.attr.retry_cnt;
+            self.retries_left = cx.attr.retry_cnt;
         }
         Acked::Ok(moved || progressed)
     }
 
-    fn on_progress(&mut self, now: u64) {
-        let deadline = self.ack_deadline(now);
-        let req = &mut self.req;
-        if let Some(r) = req.responses.as_mut() {
-            r.slide(req.una);
+    fn on_progress(&mut self, cx: &mut QpContext, now: u64) {
+        let deadline = cx.ack_deadline(now);
+        if let Some(r) = self.responses.as_mut() {
+            r.slide(self.una);
         }
-        if let Some(s) = req.sacks.as_deref_mut() {
-            s.slide(req.una);
-            if s.highest.is_some_and(|h| h.before(req.una)) {
+        if let Some(s) = self.sacks.as_deref_mut() {
+            s.slide(self.una);
+            if s.highest.is_some_and(|h| h.before(self.una)) {
                 s.highest = None;
             }
         }
-        req.retries_left = self.attr.retry_cnt;
-        req.rnr_retries_left = self.attr.rnr_retry;
-        req.recovering = None;
-        let pending = req.una != req.nxt;
-        req.timers
+        self.retries_left = cx.attr.retry_cnt;
+        self.rnr_retries_left = cx.attr.rnr_retry;
+        self.recovering = None;
+        let pending = self.una != self.nxt;
+        self.timers
             .set_or_stop(Timer::Retry, deadline.filter(|_| pending));
-        if req.cursor_psn().before(req.una) {
-            let una = req.una;
-            req.rewind_to(una);
+        if self.cursor_psn().before(self.una) {
+            let una = self.una;
+            self.rewind_to(una);
         }
     }
 
-    fn implied_nak(&mut self, now: u64) {
-        self.counters.implied_nak_seq_err += 1;
-        let una = self.req.una;
-        if self.req.recovering == Some(una) {
+    fn implied_nak(&mut self, cx: &mut QpContext, now: u64) {
+        cx.counters.implied_nak_seq_err += 1;
+        let una = self.una;
+        if self.recovering == Some(una) {
             return;
         }
-        self.req.recovering = Some(una);
-        let r = self.recovery.on_sequence_error(una, self.req.window());
-        self.retransmit(now, r);
-        self.arm_retry(now);
+        self.recovering = Some(una);
+        let r = cx.recovery.on_sequence_error(una, self.window());
+        self.retransmit(cx, now, r);
+        self.arm_retry(cx, now);
     }
 
     /// A selective acknowledgement: cumulative up to `psn`, plus which later PSNs arrived, a
     /// PSN the responder declares lost, and a path it asks to avoid.
-    fn on_sack(&mut self, now: u64, psn: Psn, syndrome: u8, sack: SackEthRepr) {
-        self.counters.sacks_received += 1;
+    fn on_sack(&mut self, cx: &mut QpContext, now: u64, psn: Psn, syndrome: u8, sack: SackEthRepr) {
+        cx.counters.sacks_received += 1;
         if self.outstanding(psn) {
             self.take_credits(syndrome);
-            if let Acked::ImpliedNak = self.ack_through(now, psn.add(1)) {
-                self.implied_nak(now);
+            if let Acked::ImpliedNak = self.ack_through(cx, now, psn.add(1)) {
+                self.implied_nak(cx, now);
             }
-        } else if psn.before(self.req.una) && psn.distance(self.req.una) > -(1 << 22) {
+        } else if psn.before(self.una) && psn.distance(self.una) > -(1 << 22) {
             self.take_credits(syndrome);
         }
-        let (una, nxt) = (self.req.una, self.req.nxt);
-        let Some(s) = self.req.sacks.as_deref_mut() else {
+        let (una, nxt) = (self.una, self.nxt);
+        let Some(s) = self.sacks.as_deref_mut() else {
             return;
         };
         let base = sack.base;
@@ -885,42 +929,41 @@ impl Qp {
             }
         }
         if sack.flags & SackEthRepr::LOST != 0 {
-            self.counters.loss_reports_received += 1;
-            self.span()
+            cx.counters.loss_reports_received += 1;
+            cx.span()
                 .in_scope(|| tracing::debug!(psn = sack.lost.value(), "loss report"));
             // The responder cannot tell a READ's response PSNs from requests it never saw
             // (it learns the READ's length only from the request): a report inside a READ
             // is about responses, which the requester judges itself.
             let inside_read = self
-                .req
                 .locate(sack.lost)
-                .is_some_and(|(i, pkt)| self.req.sq[i].op == WrOpcode::Read && pkt > 0);
+                .is_some_and(|(i, pkt)| self.sq[i].op == WrOpcode::Read && pkt > 0);
             if !inside_read {
-                self.req.push_rtx(sack.lost);
-                self.report_acks(now);
-                self.congestion.on_loss(now, Loss::Selective);
+                self.push_rtx(sack.lost);
+                self.report_acks(cx, now);
+                cx.congestion.on_loss(now, Loss::Selective);
             }
-            self.arm_retry_if_idle(now);
+            self.arm_retry_if_idle(cx, now);
         }
         if sack.flags & SackEthRepr::AVOID != 0 {
-            self.counters.path_avoidances += 1;
-            self.path.avoid(u16::from(sack.path));
+            cx.counters.path_avoidances += 1;
+            cx.path.avoid(u16::from(sack.path));
         }
     }
 
-    fn on_ack(&mut self, now: u64, psn: Psn, credits: u8) {
+    fn on_ack(&mut self, cx: &mut QpContext, now: u64, psn: Psn, credits: u8) {
         if !self.outstanding(psn) {
             // Stale (an older ACK overtaken by a newer one) or for nothing we sent.
-            if psn.before(self.req.una) && psn.distance(self.req.una) > -(1 << 22) {
-                self.req.credits = super::credits_of(credits);
+            if psn.before(self.una) && psn.distance(self.una) > -(1 << 22) {
+                self.credits = super::credits_of(credits);
             } else {
-                self.counters.ghost_responses += 1;
+                cx.counters.ghost_responses += 1;
             }
             return;
         }
-        self.req.credits = super::credits_of(credits);
-        if let Acked::ImpliedNak = self.ack_through(now, psn.add(1)) {
-            self.implied_nak(now);
+        self.credits = super::credits_of(credits);
+        if let Acked::ImpliedNak = self.ack_through(cx, now, psn.add(1)) {
+            self.implied_nak(cx, now);
         }
     }
 
@@ -930,49 +973,45 @@ impl Qp {
     /// stay behind acknowledged PSNs (a READ whose responses are missing holds it), so the
     /// highest acknowledgement is what tells; without placement it is `una`.
     fn stale_nak(&self, psn: Psn) -> bool {
-        let acked = self
-            .req
-            .responses
-            .as_ref()
-            .map_or(self.req.una, |r| r.acked());
+        let acked = self.responses.as_ref().map_or(self.una, |r| r.acked());
         psn.before(acked)
     }
 
-    fn on_rnr_nak(&mut self, now: u64, psn: Psn, timer: u8) {
+    fn on_rnr_nak(&mut self, cx: &mut QpContext, now: u64, psn: Psn, timer: u8) {
         if !self.outstanding(psn) || self.stale_nak(psn) {
-            self.counters.ghost_responses += 1;
+            cx.counters.ghost_responses += 1;
             return;
         }
-        if let Acked::ImpliedNak = self.ack_through(now, psn) {
-            self.implied_nak(now);
+        if let Acked::ImpliedNak = self.ack_through(cx, now, psn) {
+            self.implied_nak(cx, now);
             return;
         }
-        self.counters.rnr_naks_received += 1;
-        self.span()
+        cx.counters.rnr_naks_received += 1;
+        cx.span()
             .in_scope(|| tracing::debug!(psn = psn.value(), timer, "RNR NAK"));
-        if self.attr.rnr_retry != RNR_RETRY_INFINITE {
-            if self.req.rnr_retries_left == 0 {
-                self.counters.rnr_nak_retry_err += 1;
-                self.enter_error(Some((0, WcStatus::RnrRetryExcErr)));
+        if cx.attr.rnr_retry != RNR_RETRY_INFINITE {
+            if self.rnr_retries_left == 0 {
+                cx.counters.rnr_nak_retry_err += 1;
+                cx.enter_error(Some((0, WcStatus::RnrRetryExcErr)));
                 return;
             }
-            self.req.rnr_retries_left -= 1;
+            self.rnr_retries_left -= 1;
         }
-        self.req.timers.set(Timer::Rnr, now + rnr_timer_ns(timer));
-        self.req.timers.stop(Timer::Retry);
-        self.req.rewind_to(psn);
+        self.timers.set(Timer::Rnr, now + rnr_timer_ns(timer));
+        self.timers.stop(Timer::Retry);
+        self.rewind_to(psn);
     }
 
-    fn on_nak(&mut self, now: u64, psn: Psn, code: NakCode) {
+    fn on_nak(&mut self, cx: &mut QpContext, now: u64, psn: Psn, code: NakCode) {
         // A NAK names the PSN the responder expected, which may be `nxt` itself.
-        if psn.distance(self.req.una) < 0 || psn.distance(self.req.nxt) > 0 {
-            self.counters.ghost_responses += 1;
+        if psn.distance(self.una) < 0 || psn.distance(self.nxt) > 0 {
+            cx.counters.ghost_responses += 1;
             return;
         }
-        let moved = match self.ack_through(now, psn) {
+        let moved = match self.ack_through(cx, now, psn) {
             Acked::Ok(moved) => moved,
             Acked::ImpliedNak => {
-                self.implied_nak(now);
+                self.implied_nak(cx, now);
                 return;
             }
         };
@@ -982,98 +1021,104 @@ impl Qp {
             // charge `retry_cnt` (seed 2593 of the RNIC-SR exactly-once test spent all seven
             // retries on stale NAKs in 2 µs while a READ's lost response held `una`).
             NakCode::PsnSequenceError if self.stale_nak(psn) => {
-                self.counters.ghost_responses += 1;
+                cx.counters.ghost_responses += 1;
             }
             NakCode::PsnSequenceError => {
-                self.counters.packet_seq_err += 1;
-                self.span()
+                cx.counters.packet_seq_err += 1;
+                cx.span()
                     .in_scope(|| tracing::debug!(psn = psn.value(), "PSN sequence error NAK"));
-                if psn == self.req.nxt || self.req.recovering == Some(psn) {
+                if psn == self.nxt || self.recovering == Some(psn) {
                     return;
                 }
-                self.req.recovering = Some(psn);
+                self.recovering = Some(psn);
                 if !moved {
-                    if self.req.retries_left == 0 {
-                        self.enter_error(Some((0, WcStatus::RetryExcErr)));
+                    if self.retries_left == 0 {
+                        cx.enter_error(Some((0, WcStatus::RetryExcErr)));
                         return;
                     }
-                    self.req.retries_left -= 1;
+                    self.retries_left -= 1;
                 }
-                let r = self.recovery.on_sequence_error(psn, self.req.window());
-                self.retransmit(now, r);
-                self.arm_retry(now);
+                let r = cx.recovery.on_sequence_error(psn, self.window());
+                self.retransmit(cx, now, r);
+                self.arm_retry(cx, now);
             }
             NakCode::InvalidRequest => {
-                self.counters.req_remote_invalid_request += 1;
-                self.enter_error(Some((0, WcStatus::RemInvReqErr)));
+                cx.counters.req_remote_invalid_request += 1;
+                cx.enter_error(Some((0, WcStatus::RemInvReqErr)));
             }
             NakCode::RemoteAccessError => {
-                self.counters.req_remote_access_errors += 1;
-                self.enter_error(Some((0, WcStatus::RemAccessErr)));
+                cx.counters.req_remote_access_errors += 1;
+                cx.enter_error(Some((0, WcStatus::RemAccessErr)));
             }
-            NakCode::RemoteOperationalError => self.enter_error(Some((0, WcStatus::RemOpErr))),
+            NakCode::RemoteOperationalError => cx.enter_error(Some((0, WcStatus::RemOpErr))),
             // Invalid RD request is for Reliable Datagram; on RC it, like a reserved code,
             // is a NAK no responder may send.
-            NakCode::InvalidRdRequest | NakCode::Reserved(_) => self.bad_response(0),
+            NakCode::InvalidRdRequest | NakCode::Reserved(_) => self.bad_response(cx, 0),
         }
     }
 
     /// The common start of READ response and atomic ACK handling: the response must name an
     /// outstanding PSN, acknowledges the SEND/WRITEs before it, and is for the front WQE.
     /// False when it was dropped or turned out to be an implied NAK.
-    fn response_target(&mut self, now: u64, psn: Psn) -> bool {
+    fn response_target(&mut self, cx: &mut QpContext, now: u64, psn: Psn) -> bool {
         if !self.outstanding(psn) {
             // Duplicates of responses already placed arrive after every READ re-issue.
-            self.counters.ghost_responses += 1;
+            cx.counters.ghost_responses += 1;
             return false;
         }
-        if let Acked::ImpliedNak = self.ack_through(now, psn) {
-            self.implied_nak(now);
+        if let Acked::ImpliedNak = self.ack_through(cx, now, psn) {
+            self.implied_nak(cx, now);
             return false;
         }
-        if self.req.assigned == 0 {
-            self.counters.ghost_responses += 1;
+        if self.assigned == 0 {
+            cx.counters.ghost_responses += 1;
             return false;
         }
         true
     }
 
-    fn on_read_response(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &MrTable) {
-        if self.req.responses.is_some() {
-            self.place_read_response(now, pkt, mem);
+    fn on_read_response(
+        &mut self,
+        cx: &mut QpContext,
+        now: u64,
+        pkt: &RocePacket<'_>,
+        mem: &MrTable,
+    ) {
+        if self.responses.is_some() {
+            self.place_read_response(cx, now, pkt, mem);
             return;
         }
         let psn = pkt.repr.bth.psn;
-        if !self.response_target(now, psn) {
+        if !self.response_target(cx, now, psn) {
             return;
         }
-        let Some(w) = self.req.sq.front() else {
+        let Some(w) = self.sq.front() else {
             return;
         };
         if w.op != WrOpcode::Read || !w.contains(psn) {
             // The PSN is outstanding and the WQEs before it acknowledged: it answers a
             // request that is not a READ.
-            self.bad_response(0);
+            self.bad_response(cx, 0);
             return;
         }
-        if psn != self.req.una {
+        if psn != self.una {
             // Earlier responses of this READ are missing.
-            self.implied_nak(now);
+            self.implied_nak(cx, now);
             return;
         }
         let idx = psn.distance(w.first_psn) as u32;
         let is_last = idx + 1 == w.npkts;
-        if !self.land_read_response(0, idx, pkt, mem, false) {
+        if !self.land_read_response(cx, 0, idx, pkt, mem, false) {
             return;
         }
-        self.req.una = psn.add(1);
+        self.una = psn.add(1);
         if is_last {
-            if let Some(w) = self.req.pop_front() {
+            if let Some(w) = self.pop_front() {
                 let len = w.len;
-                self.push_send_completion(&w, WcStatus::Success, len);
+                cx.push_send_completion(&w, WcStatus::Success, len);
             }
         }
-        self.on_progress(now);
+        self.on_progress(cx, now);
     }
 
     /// Checks READ response `pkt` as packet `i` of `sq[idx]` and writes its payload there;
@@ -1082,14 +1127,15 @@ impl Qp {
     /// opcode (LAST or ONLY); in order, every position is checked.
     fn land_read_response(
         &mut self,
+        cx: &mut QpContext,
         idx: usize,
         i: u32,
         pkt: &RocePacket<'_>,
         mem: &MrTable,
         any_position: bool,
     ) -> bool {
-        let w = &self.req.sq[idx];
-        let off = i * self.mtu;
+        let w = &self.sq[idx];
+        let off = i * cx.mtu;
         // The caller checked the opcode is a READ response.
         let pos = pkt.repr.bth.opcode.position();
         let fits = if i + 1 == w.npkts {
@@ -1098,87 +1144,95 @@ impl Qp {
         } else {
             let position_ok =
                 any_position || matches!(pos, Some(Position::First | Position::Middle));
-            position_ok && pkt.payload.len() as u32 == self.mtu
+            position_ok && pkt.payload.len() as u32 == cx.mtu
         };
         // FIRST, LAST and ONLY carry an AETH, which must say ACK: a responder refuses a
         // READ with an ACKNOWLEDGE packet, never inside the response stream.
         let aeth_ok = pkt.repr.ext.aeth.is_none_or(|a| is_ack(a.syndrome));
         if !fits || !aeth_ok {
-            self.bad_response(idx);
+            self.bad_response(cx, idx);
             return false;
         }
         let placed = match &w.data {
-            WqeData::Sges(s) => sg::scatter(mem, self.pd, s, u64::from(off), pkt.payload),
+            WqeData::Sges(s) => sg::scatter(mem, cx.pd, s, u64::from(off), pkt.payload),
             WqeData::Inline(_) => Err(sg::SgError::Length),
         };
         if let Some(a) = pkt.repr.ext.aeth {
             self.take_credits(a.syndrome);
         }
         if placed.is_err() {
-            self.enter_error(Some((0, WcStatus::LocProtErr)));
+            cx.enter_error(Some((0, WcStatus::LocProtErr)));
             return false;
         }
         true
     }
 
-    fn on_atomic_ack(&mut self, now: u64, psn: Psn, syndrome: u8, orig: u64, mem: &MrTable) {
-        if self.req.responses.is_some() {
-            self.place_atomic_ack(now, psn, syndrome, orig, mem);
+    fn on_atomic_ack(
+        &mut self,
+        cx: &mut QpContext,
+        now: u64,
+        psn: Psn,
+        syndrome: u8,
+        orig: u64,
+        mem: &MrTable,
+    ) {
+        if self.responses.is_some() {
+            self.place_atomic_ack(cx, now, psn, syndrome, orig, mem);
             return;
         }
-        if !self.response_target(now, psn) {
+        if !self.response_target(cx, now, psn) {
             return;
         }
-        let Some(w) = self.req.sq.front() else {
+        let Some(w) = self.sq.front() else {
             return;
         };
         if !w.op.is_atomic() || w.first_psn != psn || !is_ack(syndrome) {
-            self.bad_response(0);
+            self.bad_response(cx, 0);
             return;
         }
         let placed = match &w.data {
-            WqeData::Sges(s) => sg::scatter(mem, self.pd, s, 0, &orig.to_ne_bytes()),
+            WqeData::Sges(s) => sg::scatter(mem, cx.pd, s, 0, &orig.to_ne_bytes()),
             WqeData::Inline(_) => Err(sg::SgError::Length),
         };
         if placed.is_err() {
-            self.enter_error(Some((0, WcStatus::LocProtErr)));
+            cx.enter_error(Some((0, WcStatus::LocProtErr)));
             return;
         }
         self.take_credits(syndrome);
-        self.req.una = psn.add(1);
-        if let Some(w) = self.req.pop_front() {
-            self.push_send_completion(&w, WcStatus::Success, 8);
+        self.una = psn.add(1);
+        if let Some(w) = self.pop_front() {
+            cx.push_send_completion(&w, WcStatus::Success, 8);
         }
-        self.on_progress(now);
+        self.on_progress(cx, now);
     }
 
-    pub(crate) fn requester_timeout(&mut self, now: u64) {
+    pub(crate) fn on_timeout(&mut self, cx: &mut QpContext, now: u64) {
         for t in [Timer::Rnr, Timer::Pace] {
-            if self.req.timers.expired(t, now) {
-                self.req.timers.stop(t);
+            if self.timers.expired(t, now) {
+                self.timers.stop(t);
             }
         }
-        if !self.req.timers.expired(Timer::Retry, now) {
+        if !self.timers.expired(Timer::Retry, now) {
             return;
         }
-        if self.req.una == self.req.nxt {
-            self.req.timers.stop(Timer::Retry);
+        if self.una == self.nxt {
+            self.timers.stop(Timer::Retry);
             return;
         }
-        self.counters.local_ack_timeout_err += 1;
-        let (una, left) = (self.req.una.value(), self.req.retries_left);
-        self.span()
+        cx.counters.local_ack_timeout_err += 1;
+        let (una, left) = (self.una.value(), self.retries_left);
+        cx.span()
             .in_scope(|| tracing::debug!(una, retries_left = left, "local ACK timeout"));
-        if self.req.retries_left == 0 {
-            self.enter_error(Some((0, WcStatus::RetryExcErr)));
+        if self.retries_left == 0 {
+            cx.enter_error(Some((0, WcStatus::RetryExcErr)));
             return;
         }
-        self.req.retries_left -= 1;
-        self.req.recovering = None;
-        self.congestion.on_timeout(now);
-        let r = self.recovery.on_timeout(self.req.window());
-        self.retransmit(now, r);
-        self.arm_retry(now);
+        self.retries_left -= 1;
+        self.recovering = None;
+        cx.congestion.on_timeout(now);
+        let r = cx.recovery.on_timeout(self.window());
+        self.retransmit(cx, now, r);
+        self.arm_retry(cx, now);
     }
 }
 
