@@ -170,17 +170,17 @@ impl Device {
     /// what failover onto another port's engine does. Posts and frames follow it: a post
     /// that finds the QP gone from the engine it locked goes through the QP's inbox, which
     /// travels with it, and a frame an engine no longer serves is handed on.
-    pub(crate) fn move_qp(&self, qpn: u32, to: usize) -> Result<(), crate::verbs::VerbsError> {
+    pub(crate) fn move_qp(&self, qpn: u32, to: usize) -> Result<(), crate::error::VerbsError> {
         let engines = self.engines.len();
         if to >= engines {
-            return Err(crate::verbs::VerbsError::NoSuchEngine {
+            return Err(crate::error::VerbsError::NoSuchEngine {
                 engine: to,
                 engines,
             });
         }
         let from = self.homes.owner(qpn);
         let taken = self.engines[from].lock().core_mut().take_qp(qpn);
-        let taken = taken.ok_or(crate::verbs::VerbsError::NoSuchQp(qpn))?;
+        let taken = taken.ok_or(crate::error::VerbsError::NoSuchQp(qpn))?;
         // Entered before the QP arrives: a post in between finds it on neither engine and
         // queues in its inbox, which the arrival rings for.
         self.homes.set(qpn, to);
@@ -208,10 +208,10 @@ impl Device {
     /// Registers memory with the first engine's table (`f` returns the keys and whatever
     /// else the caller wants back), lets the port map it (a zero-copy DPDK port on a NIC),
     /// and enters the region in every other engine's table under the same keys.
-    pub(crate) fn register<T, E: Into<crate::verbs::VerbsError>>(
+    pub(crate) fn register<T, E: Into<crate::error::VerbsError>>(
         &self,
         f: impl FnOnce(&mut MrTable) -> Result<(MrKeys, T), E>,
-    ) -> Result<(MrKeys, T), crate::verbs::VerbsError> {
+    ) -> Result<(MrKeys, T), crate::error::VerbsError> {
         let mut first = self.engine();
         let (keys, out) = f(first.core_mut().mem()).map_err(Into::into)?;
         if let Some((addr, len)) = first.core_mut().mem().extent(keys.lkey) {

@@ -15,6 +15,7 @@ pub mod spec;
 pub mod timer;
 
 mod device;
+mod error;
 mod slot;
 mod stats;
 mod threads;

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::device::Device;
-use crate::verbs::VerbsError;
+use crate::error::VerbsError;
 
 /// Hands `dev`'s loop to engine threads (see `Context::start_engine_thread`).
 pub(crate) fn start(dev: &Arc<Device>) -> Result<(), VerbsError> {

@@ -10,51 +10,15 @@ use std::time::Duration;
 
 use ferroce_drivers::LinkState;
 use ferroce_stack::transport::{
-    Access, AddressVector, AttrMask, Counters, ModifyError, Mtu, PdId, PostError, Qp, QpAttr,
-    QpCaps, QpConfig, QpState, QpType, RecvWr, SendWr, WorkCompletion,
+    Access, AddressVector, AttrMask, Counters, Mtu, PdId, PostError, Qp, QpAttr, QpCaps, QpConfig,
+    QpState, QpType, RecvWr, SendWr, WorkCompletion,
 };
 use ferroce_stack::wire::{MacAddr, Qpn};
 use smallvec::SmallVec;
 
 use crate::device::Device;
 use crate::engine::{state_code, ChannelShared, CqShared, Op, OwnedSend, PortCounters, QpShared};
-
-/// A verbs-layer error (libibverbs reports these as errno values).
-#[derive(Debug, thiserror::Error)]
-pub enum VerbsError {
-    /// Registration refused (bad access flags, wrapping range).
-    #[error("memory registration failed: {0}")]
-    Register(#[from] ferroce_stack::transport::RegisterError),
-    /// `modify_qp` refused.
-    #[error("modify_qp failed: {0}")]
-    Modify(#[from] ModifyError),
-    /// The object belongs to another context.
-    #[error("{0} belongs to another device")]
-    WrongDevice(&'static str),
-    /// The QP is gone.
-    #[error("QP {0:#x} does not exist")]
-    NoSuchQp(u32),
-    /// A GID index other than 0.
-    #[error("GID index {0} is out of range (the port has one GID)")]
-    GidIndex(u32),
-    /// The port could not map the registered memory for sending in place.
-    #[error("memory registration failed: {0}")]
-    Map(#[from] ferroce_drivers::MapError),
-    /// The device specification could not be opened.
-    #[error("{0}")]
-    Open(String),
-    /// No engine with that index.
-    #[error("engine {engine} does not exist (the device has {engines})")]
-    NoSuchEngine {
-        /// The index asked for.
-        engine: usize,
-        /// How many the device has.
-        engines: usize,
-    },
-    /// A reliability policy can only be set before the QP reaches RTR.
-    #[error("set the reliability policy before RTR; the QP is in {0}")]
-    PolicyAfterRtr(QpState),
-}
+pub use crate::error::VerbsError;
 
 /// A post that stopped at a bad WR: `index` of it in the list, and why (`bad_wr` in C).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -23,6 +23,7 @@ macro_rules! flag_set {
     };
 }
 
+pub mod av;
 pub mod congestion;
 pub mod counters;
 pub mod loopback;

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use smallvec::SmallVec;
 
-use super::qp::RecvWqe;
+use super::wr::RecvWqe;
 use super::wr::{PostError, RecvWr};
 
 #[derive(Debug)]

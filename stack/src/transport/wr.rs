@@ -6,7 +6,7 @@ use core::fmt;
 
 use crate::wire::{MacAddr, Qpn};
 
-use super::qp::AddressVector;
+use super::av::AddressVector;
 
 /// One scatter/gather element: `length` bytes at `addr` in the region of `lkey`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -366,4 +366,11 @@ pub enum PostError {
     /// A message longer than 2^31 bytes.
     #[error("message of {0} bytes exceeds 2^31")]
     MessageTooLong(u64),
+}
+
+/// A posted receive WR (as a QP or SRQ keeps it).
+#[derive(Clone, Debug)]
+pub(crate) struct RecvWqe {
+    pub(crate) wr_id: u64,
+    pub(crate) sges: smallvec::SmallVec<[Sge; 2]>,
 }

@@ -23,7 +23,6 @@ mod responder;
 mod ring;
 mod sends;
 
-use core::net::IpAddr;
 use std::collections::VecDeque;
 
 use smallvec::SmallVec;
@@ -39,11 +38,11 @@ use super::wr::{
     Payload, PostError, RecvWr, SendFlags, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
     WrOpcode,
 };
-use crate::wire::{
-    BthRepr, Checks, Ecn, EthernetRepr, ExtHeaders, IpRepr, Ipv4Repr, Ipv6Repr, MacAddr, Malformed,
-    Opcode, Psn, Qpn, RocePacket, RoceRepr, VlanTag, DEFAULT_PKEY, ETHERTYPE_IPV4,
-};
+use crate::wire::{Checks, Malformed, Opcode, Psn, Qpn, RocePacket, RoceRepr};
 
+pub use super::av::AddressVector;
+use super::av::Template;
+pub(crate) use super::wr::RecvWqe;
 pub use policies::Policies;
 use policies::{CongestionSlot, PathSlot};
 pub use requester::ACK_REQ_EVERY;
@@ -100,120 +99,6 @@ impl Mtu {
                 _ => Self::Mtu256,
             };
         }
-    }
-}
-
-/// How frames reach the peer: the addressing of every packet of a connected QP, or of one UD
-/// send. The verbs layer fills the source fields from the port; a GID maps to `src`/`dst`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AddressVector {
-    /// Our MAC.
-    pub smac: MacAddr,
-    /// The next hop's MAC.
-    pub dmac: MacAddr,
-    /// Optional 802.1Q tag.
-    pub vlan: Option<VlanTag>,
-    /// Our IP address (the source GID).
-    pub src: IpAddr,
-    /// The peer's IP address (the destination GID).
-    pub dst: IpAddr,
-    /// GRH traffic class: DSCP in the top six bits, ECN in the low two.
-    pub traffic_class: u8,
-    /// Hop limit / TTL.
-    pub hop_limit: u8,
-    /// IPv6 flow label.
-    pub flow_label: u32,
-    /// UDP source port (flow entropy); `None` derives one from the QP numbers, as ConnectX
-    /// does, so different QPs spread over ECMP paths.
-    pub udp_src_port: Option<u16>,
-}
-
-impl Default for AddressVector {
-    fn default() -> Self {
-        Self {
-            smac: MacAddr([0; 6]),
-            dmac: MacAddr([0; 6]),
-            vlan: None,
-            src: IpAddr::V4(core::net::Ipv4Addr::UNSPECIFIED),
-            dst: IpAddr::V4(core::net::Ipv4Addr::UNSPECIFIED),
-            traffic_class: 0,
-            hop_limit: 64,
-            flow_label: 0,
-            udp_src_port: None,
-        }
-    }
-}
-
-impl AddressVector {
-    /// The frame headers for packets on this path to `dest_qpn` (opcode, PSN and extension
-    /// headers are filled per packet).
-    pub(crate) fn template(&self, dest_qpn: Qpn, udp_src_port: u16) -> Template {
-        let dscp = self.traffic_class >> 2;
-        let ecn = Ecn::from_bits(self.traffic_class);
-        let ip = match (self.src, self.dst) {
-            (IpAddr::V4(src), IpAddr::V4(dst)) => IpRepr::V4(Ipv4Repr {
-                src,
-                dst,
-                dscp,
-                ecn,
-                ident: 0,
-                dont_frag: true,
-                ttl: self.hop_limit,
-            }),
-            (src, dst) => IpRepr::V6(Ipv6Repr {
-                src: to_v6(src),
-                dst: to_v6(dst),
-                dscp,
-                ecn,
-                flow_label: self.flow_label & 0xf_ffff,
-                hop_limit: self.hop_limit,
-            }),
-        };
-        let mut bth = BthRepr::new(Opcode::RC_ACKNOWLEDGE, dest_qpn, Psn::new(0));
-        bth.pkey = DEFAULT_PKEY;
-        Template {
-            eth: EthernetRepr {
-                dst: self.dmac,
-                src: self.smac,
-                vlan: self.vlan,
-                ethertype: ETHERTYPE_IPV4,
-            },
-            ip,
-            udp_src_port,
-            bth,
-        }
-    }
-}
-
-/// What every packet on one path shares: addressing and the BTH fields fixed at RTR.
-/// Extension headers and lengths are per packet, so they are not kept: a connected QP holds
-/// one of these, and an idle QP's footprint counts (`benches/transport.rs`).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Template {
-    eth: EthernetRepr,
-    ip: IpRepr,
-    udp_src_port: u16,
-    bth: BthRepr,
-}
-
-impl Template {
-    /// The frame headers, no extension header, no payload.
-    pub(crate) fn repr(&self) -> RoceRepr {
-        RoceRepr {
-            eth: self.eth,
-            ip: self.ip,
-            udp_src_port: self.udp_src_port,
-            bth: self.bth,
-            ext: ExtHeaders::default(),
-            payload_len: 0,
-        }
-    }
-}
-
-fn to_v6(a: IpAddr) -> core::net::Ipv6Addr {
-    match a {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-        IpAddr::V6(v6) => v6,
     }
 }
 
@@ -375,13 +260,6 @@ impl SendWqe {
         let d = psn.distance(self.first_psn);
         d >= 0 && (d as u32) < self.npkts
     }
-}
-
-/// A posted receive WR (as a QP or SRQ keeps it).
-#[derive(Clone, Debug)]
-pub(crate) struct RecvWqe {
-    pub(crate) wr_id: u64,
-    pub(crate) sges: SmallVec<[Sge; 2]>,
 }
 
 /// What a QP's two halves share, and the context each half's handlers take: the
