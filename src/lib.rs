@@ -7,6 +7,7 @@
 pub use ferroce_drivers as drivers;
 pub use ferroce_reliability as reliability;
 pub use ferroce_stack as stack;
+pub use ferroce_testbed as testbed;
 pub use ferroce_verbs as verbs;
 
 /// The libdpdk version pkg-config found when this crate was built, or `None` when the build

@@ -13,21 +13,19 @@ use support::*;
 
 const MEM: usize = 1 << 20;
 
-fn world(seed: u64) -> SimWorld {
-    let mut w = two_hosts(seed, LinkModel::new(25_000_000_000, 2_000), MEM);
-    connect_pair(
-        &mut w,
+fn world(seed: u64) -> Testbed {
+    let mut w = pair(seed, LinkModel::new(25_000_000_000, 2_000), MEM);
+    w.connect(
         QpType::Rc,
-        1,
-        2,
-        0xff_fffe,
-        0x10,
-        ConnOpts::default(),
+        ((0, 1), (1, 2)),
+        (0xff_fffe, 0x10),
+        &ConnOpts::default(),
+        None,
     );
     w
 }
 
-fn src(w: &SimWorld, len: u32) -> [Sge; 1] {
+fn src(w: &Testbed, len: u32) -> [Sge; 1] {
     [Sge {
         addr: 0,
         length: len,
@@ -41,10 +39,10 @@ fn statuses(c: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {
 
 /// Posts `bad` then two good WRITEs behind it; checks the requester completes `bad` with
 /// `want`, flushes the rest, both QPs end in ERR, and b's memory is untouched.
-fn refused(seed: u64, bad: impl Fn(&mut SimWorld) -> SendWr<'static>, want: WcStatus) {
+fn refused(seed: u64, bad: impl Fn(&mut Testbed) -> SendWr<'static>, want: WcStatus) {
     let mut w = world(seed);
-    w.hosts[0].bytes_mut()[..64].fill(0xab);
-    let before = w.hosts[1].bytes().to_vec();
+    w.hosts[0].write(0, &[0xab; 64]);
+    let before = w.hosts[1].bytes();
     let wr = bad(&mut w);
     w.hosts[0].qp(1).post_send(&wr).unwrap();
     let s = Box::leak(Box::new(src(&w, 64)));
@@ -53,7 +51,7 @@ fn refused(seed: u64, bad: impl Fn(&mut SimWorld) -> SendWr<'static>, want: WcSt
         let ok = SendWr::new(id, WrOpcode::Write, Payload::Sges(s)).remote(0x100, rkey);
         w.hosts[0].qp(1).post_send(&ok).unwrap();
     }
-    assert!(w.run(10_000_000_000), "hung");
+    assert!(w.drive_until(10_000_000_000), "hung");
     assert_eq!(
         statuses(&w.hosts[0].completions),
         [
@@ -65,7 +63,7 @@ fn refused(seed: u64, bad: impl Fn(&mut SimWorld) -> SendWr<'static>, want: WcSt
     assert_eq!(w.hosts[0].qp(1).state(), QpState::Err);
     assert_eq!(w.hosts[1].qp(2).state(), QpState::Err);
     assert!(
-        w.hosts[1].bytes() == &before[..],
+        w.hosts[1].bytes() == before,
         "the responder wrote something"
     );
     // Later posts are flushed at once.
@@ -120,16 +118,11 @@ fn out_of_bounds_is_a_remote_access_error() {
 }
 
 /// Registers 4 KiB of b's buffer at 0x8_0000 with `access` in `pd`; returns its rkey.
-fn extra_region(w: &mut SimWorld, pd: PdId, access: Access) -> u32 {
-    let b = &mut w.hosts[1];
-    let base = b.buf.as_mut_ptr().cast::<u8>();
-    // SAFETY: inside b's buffer, which outlives its table.
-    unsafe {
-        b.mem
-            .register(pd, base.add(0x8_0000), 4096, 0x8_0000, access)
-    }
-    .unwrap()
-    .rkey
+fn extra_region(w: &mut Testbed, pd: PdId, access: Access) -> u32 {
+    w.hosts[1]
+        .register_window(pd, 0x8_0000, 4096, access)
+        .unwrap()
+        .rkey
 }
 
 #[test]
@@ -233,7 +226,7 @@ fn receive_too_small_is_an_invalid_request_and_a_local_length_error() {
             .qp(1)
             .post_send(&SendWr::new(1, WrOpcode::Send, Payload::Sges(&s)))
             .unwrap();
-        assert!(w.run(10_000_000_000));
+        assert!(w.drive_until(10_000_000_000));
         assert_eq!(
             statuses(&w.hosts[0].completions),
             [(1, WcStatus::RemInvReqErr)]
@@ -260,7 +253,7 @@ fn bad_lkey_is_a_local_protection_error() {
             .unwrap();
         q.post_send(&SendWr::new(2, WrOpcode::Write, Payload::Sges(&s)).remote(0, rkey))
             .unwrap();
-        assert!(w.run(10_000_000_000));
+        assert!(w.drive_until(10_000_000_000));
         assert_eq!(
             statuses(&w.hosts[0].completions),
             [(1, WcStatus::LocProtErr), (2, WcStatus::WrFlushErr)]
@@ -279,7 +272,7 @@ fn rnr_then_success_once_a_receive_is_posted() {
             .post_send(&SendWr::new(1, WrOpcode::Send, Payload::Sges(&s)))
             .unwrap();
         // min_rnr_timer 1 = 10 µs; run 1 ms with no receive posted.
-        assert!(!w.run(1_000_000));
+        assert!(!w.drive_until(1_000_000));
         assert!(w.hosts[0].completions.is_empty());
         let c = *w.hosts[0].qps[0].counters();
         assert!(c.rnr_naks_received >= 10, "{c:?}");
@@ -300,7 +293,7 @@ fn rnr_then_success_once_a_receive_is_posted() {
                 sg_list: &r,
             })
             .unwrap();
-        assert!(w.run(10_000_000_000));
+        assert!(w.drive_until(10_000_000_000));
         assert_eq!(statuses(&w.hosts[0].completions), [(1, WcStatus::Success)]);
         assert_eq!(statuses(&w.hosts[1].completions), [(7, WcStatus::Success)]);
     });
@@ -309,19 +302,19 @@ fn rnr_then_success_once_a_receive_is_posted() {
 #[test]
 fn rnr_retry_exhausted() {
     seeded([19], |seed| {
-        let mut w = two_hosts(seed, LinkModel::new(25_000_000_000, 2_000), MEM);
+        let mut w = pair(seed, LinkModel::new(25_000_000_000, 2_000), MEM);
         let o = ConnOpts {
             rnr_retry: 2,
             ..ConnOpts::default()
         };
-        connect_pair(&mut w, QpType::Rc, 1, 2, 5, 5, o);
+        w.connect(QpType::Rc, ((0, 1), (1, 2)), (5, 5), &o, None);
         let s = src(&w, 100);
         let q = w.hosts[0].qp(1);
         q.post_send(&SendWr::new(1, WrOpcode::Send, Payload::Sges(&s)))
             .unwrap();
         q.post_send(&SendWr::new(2, WrOpcode::Send, Payload::Sges(&s)))
             .unwrap();
-        assert!(w.run(10_000_000_000), "hung");
+        assert!(w.drive_until(10_000_000_000), "hung");
         assert_eq!(
             statuses(&w.hosts[0].completions),
             [(1, WcStatus::RnrRetryExcErr), (2, WcStatus::WrFlushErr)]
@@ -340,13 +333,13 @@ fn link_down_for_good_ends_in_retry_exceeded() {
             schedule: vec![(50_000, false)],
             ..LinkModel::new(25_000_000_000, 2_000)
         };
-        let mut w = two_hosts(seed, model, MEM);
+        let mut w = pair(seed, model, MEM);
         let o = ConnOpts {
             timeout: 10,
             retry_cnt: 3,
             ..ConnOpts::default()
         };
-        connect_pair(&mut w, QpType::Rc, 1, 2, 0, 0, o);
+        w.connect(QpType::Rc, ((0, 1), (1, 2)), (0, 0), &o, None);
         let s = src(&w, 4000);
         let rkey = w.hosts[1].keys.rkey;
         for id in 0..100 {
@@ -354,7 +347,7 @@ fn link_down_for_good_ends_in_retry_exceeded() {
             w.hosts[0].qp(1).post_send(&wr).unwrap();
         }
         // Virtual time is bounded by (retry_cnt + 1) timeouts of 4.2 ms; the loop goes idle.
-        assert!(w.run(60_000_000_000), "hung");
+        assert!(w.drive_until(60_000_000_000), "hung");
         assert!(w.fabric.now() < 30_000_000, "took {} ns", w.fabric.now());
         let c = &w.hosts[0].completions;
         assert_eq!(c.len(), 100, "every WR completes once");
@@ -382,7 +375,7 @@ fn link_down_for_good_ends_in_retry_exceeded() {
 
 #[test]
 fn state_rules_reject_early_posts_and_illegal_transitions() {
-    let mut w = two_hosts(1, LinkModel::default(), 4096);
+    let mut w = pair(1, LinkModel::default(), 4096);
     w.hosts[0].add_qp(1, QpType::Rc);
     let q = w.hosts[0].qp(1);
     let s = [Sge {

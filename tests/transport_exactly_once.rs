@@ -101,7 +101,7 @@ fn impaired_link(rng: &mut Rng) -> LinkModel {
 struct Scheme {
     /// Parallel paths between the hosts (each its own impaired link); 0: one direct link.
     paths: usize,
-    policy: Option<PolicyFn>,
+    policy: Option<fn() -> Policies>,
 }
 
 const GO_BACK_N: Scheme = Scheme {
@@ -120,19 +120,18 @@ fn run_scheme(seed: u64, scheme: Scheme) -> (u64, u64) {
         if std::env::var_os("FERROCE_DEBUG").is_some() {
             eprintln!("{model:?}");
         }
-        two_hosts(seed, model, MEM)
+        pair(seed, model, MEM)
     } else {
         let models: Vec<LinkModel> = (0..scheme.paths).map(|_| impaired_link(&mut rng)).collect();
         if std::env::var_os("FERROCE_DEBUG").is_some() {
             eprintln!("{models:#?}");
         }
-        multipath_hosts(seed, models, MEM)
+        multipath(seed, models, MEM)
     };
     for (i, h) in w.hosts.iter_mut().enumerate() {
         let mut r = Rng(seed ^ (0x5eed + i as u64));
-        for b in &mut h.bytes_mut()[SRC..SRC + SRC_LEN] {
-            *b = r.next() as u8;
-        }
+        let fill: Vec<u8> = (SRC..SRC + SRC_LEN).map(|_| r.next() as u8).collect();
+        h.write(SRC, &fill);
     }
     let mtu = [
         Mtu::Mtu256,
@@ -158,12 +157,11 @@ fn run_scheme(seed: u64, scheme: Scheme) -> (u64, u64) {
             }
         };
         let (pa, pb) = (psn(), psn());
-        connect_pair_with(
-            &mut w,
+        w.connect(
             QpType::Rc,
-            (0x10 + p, 0x20 + p),
+            ((0, 0x10 + p), (1, 0x20 + p)),
             (pa, pb),
-            o,
+            &o,
             scheme.policy,
         );
     }
@@ -349,7 +347,7 @@ fn run_scheme(seed: u64, scheme: Scheme) -> (u64, u64) {
     }
 
     assert!(
-        w.run(20_000_000_000),
+        w.drive_until(20_000_000_000),
         "did not finish within 20 s of virtual time"
     );
 
@@ -398,18 +396,18 @@ fn run_scheme(seed: u64, scheme: Scheme) -> (u64, u64) {
     }
     for p in &posted {
         let peer = 1 - p.host;
-        let (pm, hm) = (w.hosts[peer].bytes(), w.hosts[p.host].bytes());
+        let (pm, hm) = (&w.hosts[peer], &w.hosts[p.host]);
         match p.what {
             Expect::Write { src, dst, len } => {
                 assert!(
-                    pm[dst..dst + len] == hm[SRC + src..SRC + src + len],
+                    pm.read(dst, len) == hm.read(SRC + src, len),
                     "WRITE {:#x}",
                     p.wr_id
                 );
             }
             Expect::Read { src, dst, len } => {
                 assert!(
-                    hm[dst..dst + len] == pm[SRC + src..SRC + src + len],
+                    hm.read(dst, len) == pm.read(SRC + src, len),
                     "READ {:#x}",
                     p.wr_id
                 );
@@ -432,12 +430,12 @@ fn run_scheme(seed: u64, scheme: Scheme) -> (u64, u64) {
                 match write_imm {
                     Some(dst) => {
                         assert_eq!(c.opcode, WcOpcode::RecvRdmaWithImm);
-                        assert!(pm[dst..dst + len] == hm[SRC + src..SRC + src + len]);
+                        assert!(pm.read(dst, len) == hm.read(SRC + src, len));
                     }
                     None => {
                         assert_eq!(c.opcode, WcOpcode::Recv);
                         assert!(
-                            pm[at..at + len] == hm[SRC + src..SRC + src + len],
+                            pm.read(at, len) == hm.read(SRC + src, len),
                             "SEND {:#x}",
                             p.wr_id
                         );
@@ -541,7 +539,7 @@ fn every_wr_completes_exactly_once_under_impairment() {
 /// repeat, ConnectX's RNIC-SR and timeout-only.
 ///
 /// Seeds that once failed run every time, whatever `FERROCE_SEEDS` says.
-fn sprayed(name: &str, policy: PolicyFn, default_seeds: u64) {
+fn sprayed(name: &str, policy: fn() -> Policies, default_seeds: u64) {
     let n: u64 = std::env::var("FERROCE_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())

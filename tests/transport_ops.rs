@@ -27,11 +27,11 @@ fn sge<P>(h: &Host<P>, addr: usize, len: usize) -> Sge {
     }
 }
 
-fn clean(seed: u64) -> SimWorld {
-    two_hosts(seed, LinkModel::new(100_000_000_000, 1_000), MEM)
+fn clean(seed: u64) -> Testbed {
+    pair(seed, LinkModel::new(100_000_000_000, 1_000), MEM)
 }
 
-fn take(w: &mut SimWorld, host: usize) -> Vec<ferroce::stack::transport::WorkCompletion> {
+fn take(w: &mut Testbed, host: usize) -> Vec<ferroce::stack::transport::WorkCompletion> {
     std::mem::take(&mut w.hosts[host].completions)
 }
 
@@ -40,12 +40,18 @@ fn rc_every_operation() {
     seeded([1, 2, 3], |seed| {
         let mut w = clean(seed);
         let o = ConnOpts::default();
-        connect_pair(&mut w, QpType::Rc, 0x11, 0x22, 0xff_fff0, 0x12_3456, o);
+        w.connect(
+            QpType::Rc,
+            ((0, 0x11), (1, 0x22)),
+            (0xff_fff0, 0x12_3456),
+            &o,
+            None,
+        );
         let a_src = pattern(1, 3000);
-        w.hosts[0].bytes_mut()[0..3000].copy_from_slice(&a_src);
+        w.hosts[0].write(0, &a_src);
         let b_data = pattern(7, 5000);
-        w.hosts[1].bytes_mut()[0x8000..0x8000 + 5000].copy_from_slice(&b_data);
-        w.hosts[1].bytes_mut()[0xd_0000..0xd_0008].copy_from_slice(&40u64.to_ne_bytes());
+        w.hosts[1].write(0x8000, &b_data);
+        w.hosts[1].write(0xd_0000, &40u64.to_ne_bytes());
 
         // Receives on b: two plain, one for a WRITE_WITH_IMM, one scattered over two SGEs.
         let bk = w.hosts[1].keys.lkey;
@@ -130,7 +136,7 @@ fn rc_every_operation() {
         for wr in &wrs {
             w.hosts[0].qp(0x11).post_send(wr).unwrap();
         }
-        assert!(w.run(1_000_000_000), "did not go idle");
+        assert!(w.drive_until(1_000_000_000), "did not go idle");
 
         let a = take(&mut w, 0);
         let ids: Vec<u64> = a.iter().map(|c| c.wr_id).collect();
@@ -186,12 +192,16 @@ fn rc_every_operation() {
 fn rc_send_with_invalidate_revokes_the_key() {
     seeded([4], |seed| {
         let mut w = clean(seed);
-        connect_pair(&mut w, QpType::Rc, 1, 2, 0, 0, ConnOpts::default());
+        w.connect(
+            QpType::Rc,
+            ((0, 1), (1, 2)),
+            (0, 0),
+            &ConnOpts::default(),
+            None,
+        );
         // A second region on b, which the SEND_WITH_INV revokes.
         let b = &mut w.hosts[1];
-        let base = b.buf.as_mut_ptr().cast::<u8>();
-        // SAFETY: inside b's buffer, which outlives its table.
-        let extra = unsafe { b.mem.register(PD, base.add(0x8_0000), 4096, 0x8_0000, ALL) }.unwrap();
+        let extra = b.register_window(PD, 0x8_0000, 4096, ALL).unwrap();
         let s = [Sge {
             addr: 0x1000,
             length: 64,
@@ -206,7 +216,7 @@ fn rc_send_with_invalidate_revokes_the_key() {
         let src = [sge(&w.hosts[0], 0, 16)];
         let wr = SendWr::new(1, WrOpcode::SendWithInv, Payload::Sges(&src)).imm(extra.rkey);
         w.hosts[0].qp(1).post_send(&wr).unwrap();
-        assert!(w.run(1_000_000_000));
+        assert!(w.drive_until(1_000_000_000));
         let r = take(&mut w, 1);
         assert_eq!(r.len(), 1);
         assert_eq!(
@@ -217,7 +227,7 @@ fn rc_send_with_invalidate_revokes_the_key() {
         // A WRITE with the revoked key now fails with a remote access error.
         let wr = SendWr::new(2, WrOpcode::Write, Payload::Sges(&src)).remote(0x8_0000, extra.rkey);
         w.hosts[0].qp(1).post_send(&wr).unwrap();
-        assert!(w.run(1_000_000_000));
+        assert!(w.drive_until(1_000_000_000));
         let a = take(&mut w, 0);
         assert_eq!(a.last().unwrap().status, WcStatus::RemAccessErr, "{a:#?}");
     });
@@ -241,10 +251,10 @@ fn rc_every_path_mtu() {
                 mtu,
                 ..ConnOpts::default()
             };
-            connect_pair(&mut w, QpType::Rc, 1, 2, 100, 200, o);
+            w.connect(QpType::Rc, ((0, 1), (1, 2)), (100, 200), &o, None);
             let len = 10_000 + i * 7;
             let data = pattern(i as u8, len);
-            w.hosts[0].bytes_mut()[..len].copy_from_slice(&data);
+            w.hosts[0].write(0, &data);
             let bk = w.hosts[1].keys;
             let s = [Sge {
                 addr: 0x4_0000,
@@ -271,16 +281,16 @@ fn rc_every_path_mtu() {
                 &SendWr::new(3, WrOpcode::Read, Payload::Sges(&back)).remote(0x1_0000, bk.rkey),
             )
             .unwrap();
-            assert!(w.run(1_000_000_000));
+            assert!(w.drive_until(1_000_000_000));
             let a = take(&mut w, 0);
             assert_eq!(a.len(), 3, "{mtu:?}: {a:#?}");
             assert!(
                 a.iter().all(|c| c.status == WcStatus::Success),
                 "{mtu:?}: {a:#?}"
             );
-            assert_eq!(&w.hosts[1].bytes()[0x1_0000..0x1_0000 + len], &data[..]);
-            assert_eq!(&w.hosts[1].bytes()[0x4_0000..0x4_0000 + len], &data[..]);
-            assert_eq!(&w.hosts[0].bytes()[0x8_0000..0x8_0000 + len], &data[..]);
+            assert_eq!(&w.hosts[1].read(0x1_0000, len)[..], &data[..]);
+            assert_eq!(&w.hosts[1].read(0x4_0000, len)[..], &data[..]);
+            assert_eq!(&w.hosts[0].read(0x8_0000, len)[..], &data[..]);
             // Packets on the wire: ceil(len / mtu) per direction of data, plus requests/ACKs.
             let pkts = len.div_ceil(mtu.bytes() as usize) as u64;
             let c = *w.hosts[0].qps[0].counters();
@@ -293,17 +303,15 @@ fn rc_every_path_mtu() {
 fn uc_send_and_write() {
     seeded([6], |seed| {
         let mut w = clean(seed);
-        connect_pair(
-            &mut w,
+        w.connect(
             QpType::Uc,
-            3,
-            4,
-            0xff_ffff,
-            0xff_ffff,
-            ConnOpts::default(),
+            ((0, 3), (1, 4)),
+            (0xff_ffff, 0xff_ffff),
+            &ConnOpts::default(),
+            None,
         );
         let data = pattern(3, 2500);
-        w.hosts[0].bytes_mut()[..2500].copy_from_slice(&data);
+        w.hosts[0].write(0, &data);
         let bk = w.hosts[1].keys;
         for id in 0..2u64 {
             let s = [Sge {
@@ -335,7 +343,7 @@ fn uc_send_and_write() {
         .unwrap();
         let err = q.post_send(&SendWr::new(4, WrOpcode::Read, Payload::Sges(&src)));
         assert!(matches!(err, Err(PostError::UnsupportedOpcode { .. })));
-        assert!(w.run(1_000_000_000));
+        assert!(w.drive_until(1_000_000_000));
         let a = take(&mut w, 0);
         assert_eq!(
             a.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
@@ -365,8 +373,8 @@ fn ud_send_with_deth_grh_and_qkey() {
         w.hosts[0].add_qp(0x100, QpType::Ud);
         w.hosts[1].add_qp(0x200, QpType::Ud);
         let o = ConnOpts::default();
-        bring_up(&mut w, (0, 0x100), (1, 0x200), 0, 0, o);
-        bring_up(&mut w, (1, 0x200), (0, 0x100), 0, 0, o);
+        w.bring_up((0, 0x100), (1, 0x200), (0, 0), &o);
+        w.bring_up((1, 0x200), (0, 0x100), (0, 0), &o);
         let bk = w.hosts[1].keys.lkey;
         for id in 0..3u64 {
             let s = [Sge {
@@ -383,8 +391,8 @@ fn ud_send_with_deth_grh_and_qkey() {
                 .unwrap();
         }
         let data = pattern(9, 1000);
-        w.hosts[0].bytes_mut()[..1000].copy_from_slice(&data);
-        let peer_mac = w.hosts[1].port_mac();
+        w.hosts[0].write(0, &data);
+        let peer_mac = w.hosts[1].mac();
         let av = w.hosts[0].av_to(peer_mac, w.hosts[1].ip);
         let dest = |qkey| UdDest {
             av,
@@ -411,7 +419,7 @@ fn ud_send_with_deth_grh_and_qkey() {
             ..SendWr::new(3, WrOpcode::Send, Payload::Sges(&src))
         })
         .unwrap();
-        assert!(w.run(1_000_000_000));
+        assert!(w.drive_until(1_000_000_000));
         let a = take(&mut w, 0);
         assert_eq!(
             a.iter().map(|c| c.status).collect::<Vec<_>>(),
@@ -423,7 +431,7 @@ fn ud_send_with_deth_grh_and_qkey() {
         assert_eq!(r[0].src_qp, Qpn::new(0x100));
         assert_eq!(r[0].imm_data, 77);
         assert!(r[0].wc_flags.contains(WcFlags::GRH.with(WcFlags::WITH_IMM)));
-        assert_eq!(r[0].smac, w.hosts[0].port_mac());
+        assert_eq!(r[0].smac, w.hosts[0].mac());
         let bb = w.hosts[1].bytes();
         // GRH area: 20 zero bytes, then the IPv4 header (version 4, IHL 5; source 10.0.0.1).
         assert_eq!(&bb[0x1_0000..0x1_0000 + 20], &[0u8; 20]);
@@ -438,7 +446,7 @@ fn ud_send_with_deth_grh_and_qkey() {
             ..SendWr::new(4, WrOpcode::Send, Payload::Sges(&big))
         })
         .unwrap();
-        assert!(w.run(1_000_000_000));
+        assert!(w.drive_until(1_000_000_000));
         let a = take(&mut w, 0);
         assert_eq!(a[0].status, WcStatus::LocLenErr);
         assert_eq!(

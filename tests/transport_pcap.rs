@@ -21,7 +21,7 @@ use support::*;
 
 type Tee = PcapTee<SimPort, Box<dyn Write>>;
 
-fn capture(seed: u64, path: &std::path::Path) -> World<Tee> {
+fn capture(seed: u64, path: &std::path::Path) -> Testbed<Tee> {
     let mut b = FabricBuilder::new(seed);
     let ha = b.host("a", 1);
     let hb = b.host("b", 1);
@@ -42,7 +42,7 @@ fn capture(seed: u64, path: &std::path::Path) -> World<Tee> {
         Host::new(pa, 1 << 20, Ipv4Addr::new(10, 0, 0, 1), 1),
         Host::new(pb, 1 << 20, Ipv4Addr::new(10, 0, 0, 2), 2),
     ];
-    World::new(fabric, hosts)
+    Testbed::new(fabric, hosts)
 }
 
 #[test]
@@ -56,15 +56,20 @@ fn mixed_run_capture_parses_and_covers_every_packet_kind() {
         timeout: 8,
         ..ConnOpts::default()
     };
-    connect_pair(&mut w, QpType::Rc, 0x11, 0x21, 0xff_fff0, 100, o);
-    connect_pair(&mut w, QpType::Uc, 0x12, 0x22, 7, 9, o);
+    w.connect(
+        QpType::Rc,
+        ((0, 0x11), (1, 0x21)),
+        (0xff_fff0, 100),
+        &o,
+        None,
+    );
+    w.connect(QpType::Uc, ((0, 0x12), (1, 0x22)), (7, 9), &o, None);
     w.hosts[0].add_qp(0x13, QpType::Ud);
     w.hosts[1].add_qp(0x23, QpType::Ud);
-    bring_up(&mut w, (0, 0x13), (1, 0x23), 0, 0, o);
-    bring_up(&mut w, (1, 0x23), (0, 0x13), 0, 0, o);
-    for (i, b) in w.hosts[0].bytes_mut()[..8192].iter_mut().enumerate() {
-        *b = i as u8;
-    }
+    w.bring_up((0, 0x13), (1, 0x23), (0, 0), &o);
+    w.bring_up((1, 0x23), (0, 0x13), (0, 0), &o);
+    let fill: Vec<u8> = (0..8192).map(|i| i as u8).collect();
+    w.hosts[0].write(0, &fill);
     let (ak, bk) = (w.hosts[0].keys, w.hosts[1].keys);
     for (qpn, n) in [(0x21u32, 30u64), (0x22, 10), (0x23, 10)] {
         for i in 0..n {
@@ -136,15 +141,8 @@ fn mixed_run_capture_parses_and_covers_every_packet_kind() {
     }
     // SEND_WITH_INV (one packet and three) on regions b registers for them.
     for (i, s) in [&one, &three].into_iter().enumerate() {
-        let base = w.hosts[1].buf.as_mut_ptr().cast::<u8>();
         let at = 0xc_0000 + 0x1000 * i;
-        // SAFETY: inside b's buffer, which outlives its table.
-        let inv = unsafe {
-            w.hosts[1]
-                .mem
-                .register(PD, base.add(at), 64, at as u64, ALL)
-        }
-        .unwrap();
+        let inv = w.hosts[1].register_window(PD, at, 64, ALL).unwrap();
         let wr = SendWr::new(100 + i as u64, WrOpcode::SendWithInv, Payload::Sges(s)).imm(inv.rkey);
         w.hosts[0].qp(0x11).post_send(&wr).unwrap();
     }
@@ -163,7 +161,7 @@ fn mixed_run_capture_parses_and_covers_every_packet_kind() {
         )
         .unwrap();
     }
-    let av = w.hosts[0].av_to(w.hosts[1].port_mac(), w.hosts[1].ip);
+    let av = w.hosts[0].av_to(w.hosts[1].mac(), w.hosts[1].ip);
     let ud = UdDest {
         av,
         remote_qpn: Qpn::new(0x23),
@@ -181,7 +179,7 @@ fn mixed_run_capture_parses_and_covers_every_packet_kind() {
     })
     .unwrap();
 
-    assert!(w.run(10_000_000_000));
+    assert!(w.drive_until(10_000_000_000));
     let rc: Vec<_> = w.hosts[0]
         .completions
         .iter()
@@ -191,7 +189,8 @@ fn mixed_run_capture_parses_and_covers_every_packet_kind() {
     assert!(rc.iter().all(|c| c.status == WcStatus::Success), "{rc:#?}");
     let hosts = std::mem::take(&mut w.hosts);
     for h in hosts {
-        let (_, mut sink) = h.port.finish().unwrap();
+        let port = h.into_ports().remove(0);
+        let (_, mut sink) = port.finish().unwrap();
         sink.flush().unwrap();
     }
 

@@ -20,18 +20,17 @@ fn wrap_under_loss_on_the_sim() {
             reorder: 0.01,
             ..LinkModel::new(25_000_000_000, 3_000)
         };
-        let mut w = two_hosts(seed, model, 4 << 20);
+        let mut w = pair(seed, model, 4 << 20);
         let start = (1 << 24) - 700;
         let o = ConnOpts {
             mtu: Mtu::Mtu256,
             timeout: 12,
             ..ConnOpts::default()
         };
-        connect_pair(&mut w, QpType::Rc, 1, 2, start, 0, o);
+        w.connect(QpType::Rc, ((0, 1), (1, 2)), (start, 0), &o, None);
         let mut r = Rng(seed);
-        for b in &mut w.hosts[0].bytes_mut()[..1 << 20] {
-            *b = r.next() as u8;
-        }
+        let fill: Vec<u8> = (0..1 << 20).map(|_| r.next() as u8).collect();
+        w.hosts[0].write(0, &fill);
         let rkey = w.hosts[1].keys.rkey;
         let lkey = w.hosts[0].keys.lkey;
         for i in 0..300u64 {
@@ -43,7 +42,7 @@ fn wrap_under_loss_on_the_sim() {
             let wr = SendWr::new(i, WrOpcode::Write, Payload::Sges(&s)).remote(i * 2048, rkey);
             w.hosts[0].qp(1).post_send(&wr).unwrap();
         }
-        assert!(w.run(60_000_000_000));
+        assert!(w.drive_until(60_000_000_000));
         let c = &w.hosts[0].completions;
         assert_eq!(c.len(), 300);
         assert!(c

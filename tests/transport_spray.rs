@@ -27,7 +27,7 @@ fn sr() -> Policies {
 }
 
 /// A receive of `len` bytes at `at` on host b's QP `qpn`.
-fn post_recv(w: &mut SimWorld, qpn: u32, wr_id: u64, at: usize, len: u32) {
+fn post_recv(w: &mut Testbed, qpn: u32, wr_id: u64, at: usize, len: u32) {
     let s = [Sge {
         addr: at as u64,
         length: len,
@@ -49,10 +49,9 @@ struct Outcome {
 /// checks that every byte landed and every WR completed once, successfully, in order.
 fn stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, messages: usize) -> Outcome {
     let mut rng = Rng(seed);
-    let mut w = multipath_hosts_asym(seed, paths, MEM);
-    for b in &mut w.hosts[0].bytes_mut()[..SRC_LEN] {
-        *b = rng.next() as u8;
-    }
+    let mut w = multipath_asym(seed, paths, MEM);
+    let fill: Vec<u8> = (0..SRC_LEN).map(|_| rng.next() as u8).collect();
+    w.hosts[0].write(0, &fill);
     let o = ConnOpts {
         mtu: Mtu::Mtu1024,
         timeout: 14,
@@ -61,7 +60,7 @@ fn stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, messages: usize) -> Out
     let pairs = [(0x10u32, 0x20u32), (0x11, 0x21)];
     for (i, &(qa, qb)) in pairs.iter().enumerate() {
         let psn = (1 << 24) - 100 - 1000 * i as u32;
-        connect_pair_with(&mut w, QpType::Rc, (qa, qb), (psn, 77), o, Some(sr));
+        w.connect(QpType::Rc, ((0, qa), (1, qb)), (psn, 77), &o, Some(sr));
     }
     let (lkey, rkey) = (w.hosts[0].keys.lkey, w.hosts[1].keys.rkey);
     let mut dst = DST;
@@ -112,7 +111,7 @@ fn stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, messages: usize) -> Out
     }
     assert!(dst < RECVS && recv < MEM);
     assert!(
-        w.run(60_000_000_000),
+        w.drive_until(60_000_000_000),
         "did not finish in 60 s of virtual time"
     );
 
@@ -120,8 +119,8 @@ fn stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, messages: usize) -> Out
     let (a, b) = (&w.hosts[0], &w.hosts[1]);
     for &(qa, wr_id, src, at, len, recv) in &expect {
         assert_eq!(
-            &b.bytes()[at..at + len],
-            &a.bytes()[src..src + len],
+            &b.read(at, len)[..],
+            &a.read(src, len)[..],
             "QP {qa:#x} WR {wr_id}: bytes differ"
         );
         if recv {
@@ -150,7 +149,7 @@ fn stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, messages: usize) -> Out
 }
 
 /// Every send WR of host `a`'s QPs in `pairs` completed once, successfully, in posting order.
-fn check_send_completions(w: &SimWorld, pairs: &[(u32, u32)], messages: usize) {
+fn check_send_completions(w: &Testbed, pairs: &[(u32, u32)], messages: usize) {
     for &(qa, _) in pairs {
         let done: Vec<_> = w.hosts[0]
             .completions
@@ -165,7 +164,7 @@ fn check_send_completions(w: &SimWorld, pairs: &[(u32, u32)], messages: usize) {
 }
 
 /// Host `a`'s (requester) and host `b`'s (responder) counters, summed over their QPs.
-fn outcome(w: &SimWorld) -> Outcome {
+fn outcome(w: &Testbed) -> Outcome {
     let (mut req, mut resp) = (Counters::default(), Counters::default());
     for q in &w.hosts[0].qps {
         req.accumulate(q.counters());
@@ -256,11 +255,10 @@ fn a_dead_path_is_avoided_and_the_traffic_recovers() {
 /// and checks every byte and that every WR completed once, successfully, in order.
 fn read_stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, messages: usize) -> Outcome {
     let mut rng = Rng(seed);
-    let mut w = multipath_hosts_asym(seed, paths, MEM);
+    let mut w = multipath_asym(seed, paths, MEM);
     for h in 0..2 {
-        for b in &mut w.hosts[h].bytes_mut()[..SRC_LEN] {
-            *b = rng.next() as u8;
-        }
+        let fill: Vec<u8> = (0..SRC_LEN).map(|_| rng.next() as u8).collect();
+        w.hosts[h].write(0, &fill);
     }
     let o = ConnOpts {
         mtu: Mtu::Mtu1024,
@@ -270,7 +268,7 @@ fn read_stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, messages: usize) -
     let pairs = [(0x10u32, 0x20u32), (0x11, 0x21)];
     for (i, &(qa, qb)) in pairs.iter().enumerate() {
         let psn = (1 << 24) - 300 - 1000 * i as u32;
-        connect_pair_with(&mut w, QpType::Rc, (qa, qb), (psn, 77), o, Some(sr));
+        w.connect(QpType::Rc, ((0, qa), (1, qb)), (psn, 77), &o, Some(sr));
     }
     let (lkey, rkey) = (w.hosts[0].keys.lkey, w.hosts[1].keys.rkey);
     let mut at = DST;
@@ -300,7 +298,7 @@ fn read_stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, messages: usize) -
     }
     assert!(at < MEM);
     assert!(
-        w.run(60_000_000_000),
+        w.drive_until(60_000_000_000),
         "did not finish in 60 s of virtual time"
     );
     check_send_completions(&w, &pairs, messages);
@@ -308,8 +306,8 @@ fn read_stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, messages: usize) -
     for &(qa, wr_id, read, src, at, len) in &expect {
         let (from, to) = if read { (b, a) } else { (a, b) };
         assert_eq!(
-            &to.bytes()[at..at + len],
-            &from.bytes()[src..src + len],
+            &to.read(at, len)[..],
+            &from.read(src, len)[..],
             "QP {qa:#x} WR {wr_id} (READ: {read}): bytes differ"
         );
     }

@@ -40,7 +40,7 @@ struct Outcome {
 fn stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, themis: bool, messages: usize) -> Outcome {
     let mut rng = Rng(seed);
     let n = paths.len() as u16;
-    let mut w = multipath_hosts_asym(seed, paths, MEM);
+    let mut w = multipath_asym(seed, paths, MEM);
     let stats = themis.then(|| {
         [0, 1].map(|s| {
             let tor = ThemisTor::new(ThemisConfig {
@@ -53,25 +53,23 @@ fn stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, themis: bool, messages:
             stats
         })
     });
-    for b in &mut w.hosts[0].bytes_mut()[..SRC_LEN] {
-        *b = rng.next() as u8;
-    }
+    let fill: Vec<u8> = (0..SRC_LEN).map(|_| rng.next() as u8).collect();
+    w.hosts[0].write(0, &fill);
     let o = ConnOpts {
         mtu: Mtu::Mtu1024,
         timeout: 10,
         ..ConnOpts::default()
     };
-    let policy: PolicyFn = if themis {
+    let policy: fn() -> Policies = if themis {
         rnic_sr_ecmp
     } else {
         rnic_sr_sprayed
     };
-    connect_pair_with(
-        &mut w,
+    w.connect(
         QpType::Rc,
-        (0x10, 0x20),
+        ((0, 0x10), (1, 0x20)),
         (0xff_ff00, 5),
-        o,
+        &o,
         Some(policy),
     );
     let (lkey, rkey) = (w.hosts[0].keys.lkey, w.hosts[1].keys.rkey);
@@ -92,7 +90,7 @@ fn stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, themis: bool, messages:
     }
     assert!(dst < MEM);
     assert!(
-        w.run(60_000_000_000),
+        w.drive_until(60_000_000_000),
         "did not finish in 60 s of virtual time"
     );
 
@@ -103,8 +101,8 @@ fn stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, themis: bool, messages:
     }
     for &(k, src, at, len) in &expect {
         assert_eq!(
-            &b.bytes()[at..at + len],
-            &a.bytes()[src..src + len],
+            &b.read(at, len)[..],
+            &a.read(src, len)[..],
             "WR {k}: bytes differ"
         );
     }

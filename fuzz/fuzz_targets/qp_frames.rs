@@ -4,61 +4,11 @@
 //! forever, or write outside the registered region (guard bytes around it must stay zero).
 #![no_main]
 
-use ferroce_stack::transport::loopback::connect;
+use ferroce_stack::transport::hostile::{EagerPlacing, Target};
 use ferroce_stack::transport::{
-    Access, Arrivals, Delivery, Feedback, LossReport, MrTable, Mtu, PathSelector, Payload, PdId,
-    Qp, QpAttr, QpConfig, QpType, Recovery, RecvWr, Retransmit, SendWindow, SendWr, Sge, WrOpcode,
+    Access, Feedback, Mtu, Payload, QpAttr, QpType, RecvWr, SendWr, Sge, WrOpcode,
 };
-use ferroce_stack::wire::{Checks, Psn, Qpn, RoceRepr};
-
-/// A placing policy that reports every missing PSN below an arrival lost.
-#[derive(Debug)]
-struct Placing(Feedback);
-
-impl Recovery for Placing {
-    fn name(&self) -> &'static str {
-        "placing"
-    }
-    fn window(&self) -> u32 {
-        128
-    }
-    fn delivery(&self) -> Delivery {
-        Delivery::Placement(self.0)
-    }
-    fn on_sequence_error(&mut self, missing: Psn, w: SendWindow) -> Retransmit {
-        Retransmit::Only(missing, Some(w.nxt.sub(1)))
-    }
-    fn on_timeout(&mut self, _w: SendWindow) -> Retransmit {
-        Retransmit::Holes
-    }
-    fn on_arrival(
-        &mut self,
-        psn: Psn,
-        _port: u16,
-        _paths: &dyn PathSelector,
-        rx: &dyn Arrivals,
-        report: &mut LossReport,
-    ) {
-        let epsn = rx.epsn();
-        for i in 0..psn.distance(epsn).clamp(0, 8) as u32 {
-            let m = epsn.add(i);
-            if !rx.arrived(m) && !rx.reported(m) {
-                report.lost.push(m);
-            }
-        }
-        report.avoid = Some(psn.value() as u8);
-    }
-    fn on_response_arrival(
-        &mut self,
-        psn: Psn,
-        port: u16,
-        paths: &dyn PathSelector,
-        rx: &dyn Arrivals,
-        report: &mut LossReport,
-    ) {
-        self.on_arrival(psn, port, paths, rx, report);
-    }
-}
+use ferroce_stack::wire::{Checks, Qpn, RoceRepr};
 use libfuzzer_sys::fuzz_target;
 
 const GUARD: usize = 256;
@@ -76,21 +26,10 @@ fuzz_target!(|data: &[u8]| {
         _ => None,
     };
     let t = if placing.is_some() { QpType::Rc } else { t };
-    let pd = PdId(1);
-    let mut mem = vec![0u8; GUARD + REGION + GUARD];
-    let mut table = MrTable::new(1);
     let all = Access::LOCAL_WRITE
         .with(Access::REMOTE_WRITE)
         .with(Access::REMOTE_READ)
         .with(Access::REMOTE_ATOMIC);
-    // SAFETY: `mem` outlives `table`, dropped before the guard check below.
-    let keys = unsafe { table.register(pd, mem.as_mut_ptr().add(GUARD), REGION, 0, all) }.unwrap();
-    let mut qp = Qp::new(QpConfig::new(Qpn::new(7), t, pd));
-    let mut peer = Qp::new(QpConfig::new(Qpn::new(8), t, pd));
-    if let Some(f) = placing {
-        qp.set_recovery(Box::new(Placing(f)));
-        peer.set_recovery(Box::new(Placing(f)));
-    }
     let attr = QpAttr {
         qp_access_flags: all,
         path_mtu: Mtu::Mtu256,
@@ -100,10 +39,12 @@ fuzz_target!(|data: &[u8]| {
         rnr_retry: 1,
         ..QpAttr::default()
     };
-    if connect(&mut qp, &mut peer, &attr).is_err() {
+    let placing = placing.map(|feedback| EagerPlacing { feedback, window: 128, paths: 256 });
+    let Ok(mut target) = Target::new(t, (placing, None), &attr, (GUARD, REGION), 1) else {
         return;
-    }
-    qp.set_port_mtu(Mtu::Mtu256);
+    };
+    let keys = target.keys;
+    let (qp, table) = (&mut target.qp, &mut target.mem);
     for i in 0..4u64 {
         let s = [Sge { addr: 512 * i, length: 512, lkey: keys.lkey }];
         let _ = qp.post_recv(&RecvWr { wr_id: i, sg_list: &s });
@@ -133,10 +74,10 @@ fuzz_target!(|data: &[u8]| {
         now += 10_000;
         if let Ok(mut pkt) = RoceRepr::parse(frame, Checks::NONE) {
             pkt.repr.bth.dest_qpn = Qpn::new(7);
-            qp.handle_packet(now, &pkt, &mut table);
+            qp.handle_packet(now, &pkt, table);
         }
         let mut sent = 0;
-        while qp.poll_transmit(now, &mut out, &table).is_some() {
+        while qp.poll_transmit(now, &mut out, table).is_some() {
             sent += 1;
             assert!(sent < 100_000, "transmit does not stop");
         }
@@ -147,7 +88,7 @@ fuzz_target!(|data: &[u8]| {
         }
         while qp.poll_completion().is_some() {}
     }
-    drop(table);
-    assert!(mem[..GUARD].iter().all(|&b| b == 0), "wrote below the region");
-    assert!(mem[GUARD + REGION..].iter().all(|&b| b == 0), "wrote above the region");
+    let (below, above) = target.guards_untouched();
+    assert!(below, "wrote below the region");
+    assert!(above, "wrote above the region");
 });

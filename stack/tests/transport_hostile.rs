@@ -4,87 +4,19 @@
 //! outside the region changes, and the QP's queues stay bounded. RC runs with Go-Back-N and
 //! with each placing delivery (selective repeat's opcodes and acknowledgements included).
 
-use ferroce_stack::transport::loopback::connect;
+use ferroce_stack::transport::hostile::{EagerPlacing, Target, XorPaths};
 use ferroce_stack::transport::{
-    Access, Arrivals, Delivery, Feedback, LossReport, MrTable, Mtu, Path, PathSelector, Payload,
-    PdId, Policies, Qp, QpAttr, QpConfig, QpType, Recovery, RecvWr, Retransmit, SendWindow, SendWr,
-    Sge, WrOpcode,
+    Access, Feedback, Mtu, Payload, QpAttr, QpType, RecvWr, SendWr, Sge, WrOpcode,
 };
 use ferroce_stack::wire::sample::{sample_repr, SampleAddr};
 use ferroce_stack::wire::{
     AethRepr, AtomicEthRepr, Msn, Opcode, Psn, Qpn, RethRepr, RoceRepr, SackEthRepr,
 };
 
-/// A placing policy that reports every missing PSN below an arrival lost at once: the most
-/// feedback a hostile stream can provoke.
-#[derive(Debug)]
-struct Eager(Feedback);
-
-/// Sprays over 4 UDP source ports.
-#[derive(Debug)]
-struct Xor4;
-
-impl PathSelector for Xor4 {
-    fn name(&self) -> &'static str {
-        "xor4"
-    }
-    fn select(&mut self, base: Path, psn: Psn, _retransmission: bool) -> Path {
-        Path {
-            udp_src_port: base.udp_src_port ^ (psn.value() & 3) as u16,
-            ..base
-        }
-    }
-}
-
-impl Recovery for Eager {
-    fn name(&self) -> &'static str {
-        "eager"
-    }
-    fn window(&self) -> u32 {
-        256
-    }
-    fn delivery(&self) -> Delivery {
-        Delivery::Placement(self.0)
-    }
-    fn on_sequence_error(&mut self, missing: Psn, w: SendWindow) -> Retransmit {
-        Retransmit::Only(missing, Some(w.nxt.sub(1)))
-    }
-    fn on_timeout(&mut self, _w: SendWindow) -> Retransmit {
-        Retransmit::Holes
-    }
-    fn on_arrival(
-        &mut self,
-        psn: Psn,
-        _port: u16,
-        _paths: &dyn PathSelector,
-        rx: &dyn Arrivals,
-        report: &mut LossReport,
-    ) {
-        let epsn = rx.epsn();
-        for i in 0..psn.distance(epsn).clamp(0, 8) as u32 {
-            let m = epsn.add(i);
-            if !rx.arrived(m) && !rx.reported(m) {
-                report.lost.push(m);
-            }
-        }
-        report.avoid = Some((psn.value() & 3) as u8);
-    }
-    fn on_response_arrival(
-        &mut self,
-        psn: Psn,
-        port: u16,
-        paths: &dyn PathSelector,
-        rx: &dyn Arrivals,
-        report: &mut LossReport,
-    ) {
-        self.on_arrival(psn, port, paths, rx, report);
-    }
-}
 use proptest::prelude::*;
 
 const GUARD: usize = 4096;
 const REGION: usize = 8192;
-const PD: PdId = PdId(1);
 
 #[derive(Debug, Clone)]
 struct Evil {
@@ -184,34 +116,25 @@ fn run(t: QpType, frames: &[Evil]) {
 }
 
 fn run_with(t: QpType, frames: &[Evil], feedback: Option<Feedback>) {
-    let mut mem = vec![0u8; GUARD + REGION + GUARD];
-    let mut peer_mem = vec![0u8; 64];
-    let mut table = MrTable::new(3);
     let all = Access::LOCAL_WRITE
         .with(Access::REMOTE_WRITE)
         .with(Access::REMOTE_READ)
         .with(Access::REMOTE_ATOMIC);
-    // SAFETY: `mem` outlives `table` (dropped at the end of this function, after it).
-    let keys = unsafe { table.register(PD, mem.as_mut_ptr().add(GUARD), REGION, 0, all) }.unwrap();
-    let mut peer_table = MrTable::new(4);
-    // SAFETY: as above.
-    unsafe { peer_table.register(PD, peer_mem.as_mut_ptr(), 64, 0, all) }.unwrap();
-    let mut qp = Qp::new(QpConfig::new(Qpn::new(7), t, PD));
-    let mut peer = Qp::new(QpConfig::new(Qpn::new(8), t, PD));
-    if let Some(f) = feedback {
-        qp.set_policies(Policies::recovery(Box::new(Eager(f))).with_path(Box::new(Xor4)));
-        peer.set_policies(Policies::recovery(Box::new(Eager(f))).with_path(Box::new(Xor4)));
-    }
     let attr = QpAttr {
         qp_access_flags: all,
         path_mtu: Mtu::Mtu1024,
         qkey: 0x1111,
         ..QpAttr::default()
     };
-    connect(&mut qp, &mut peer, &attr).unwrap();
-    if t == QpType::Ud {
-        qp.set_port_mtu(Mtu::Mtu1024);
-    }
+    let placing = feedback.map(|feedback| EagerPlacing {
+        feedback,
+        window: 256,
+        paths: 4,
+    });
+    let spray = placing.map(|_| XorPaths(4));
+    let mut target = Target::new(t, (placing, spray), &attr, (GUARD, REGION), 3).unwrap();
+    let keys = target.keys;
+    let (qp, table) = (&mut target.qp, &mut target.mem);
     for i in 0..4 {
         let s = [Sge {
             addr: 1024 * i,
@@ -242,7 +165,7 @@ fn run_with(t: QpType, frames: &[Evil], feedback: Option<Feedback>) {
             qp.post_send(&SendWr::new(100 + i as u64, op, Payload::Sges(&s)).remote(0, 0x99))
                 .unwrap();
         }
-        while qp.poll_transmit(0, &mut out, &table).is_some() {}
+        while qp.poll_transmit(0, &mut out, table).is_some() {}
     }
     let mut now = 0;
     for e in frames {
@@ -250,9 +173,9 @@ fn run_with(t: QpType, frames: &[Evil], feedback: Option<Feedback>) {
             continue;
         };
         now += 1_000;
-        let _ = qp.handle_frame(now, &f, &mut table);
+        let _ = qp.handle_frame(now, &f, table);
         let mut sent = 0;
-        while qp.poll_transmit(now, &mut out, &table).is_some() {
+        while qp.poll_transmit(now, &mut out, table).is_some() {
             sent += 1;
             assert!(sent < 10_000, "transmit does not stop");
         }
@@ -261,15 +184,9 @@ fn run_with(t: QpType, frames: &[Evil], feedback: Option<Feedback>) {
         }
         while qp.poll_completion().is_some() {}
     }
-    drop(table);
-    assert!(
-        mem[..GUARD].iter().all(|&b| b == 0),
-        "wrote below the region"
-    );
-    assert!(
-        mem[GUARD + REGION..].iter().all(|&b| b == 0),
-        "wrote above the region"
-    );
+    let (below, above) = target.guards_untouched();
+    assert!(below, "wrote below the region");
+    assert!(above, "wrote above the region");
 }
 
 proptest! {

@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use ferroce_stack::transport::{required_mask, Access, Mtu, QpAttr, QpState};
+use ferroce_stack::transport::{Access, Mtu, QpAttr};
 use ferroce_stack::wire::{MacAddr, Psn, Qpn};
 
 use ferroce_drivers::control::tcp::{ControlListener, ControlStream};
@@ -525,21 +525,7 @@ pub fn connect_qp(
         max_rd_atomic: o.rd_atomic,
         ..QpAttr::default()
     };
-    let t = qp.qp_type();
-    for (from, to) in [
-        (QpState::Reset, QpState::Init),
-        (QpState::Init, QpState::Rtr),
-        (QpState::Rtr, QpState::Rts),
-    ] {
-        let mask = required_mask(t, from, to).ok_or(VerbsError::NoSuchQp(peer.qpn))?;
-        qp.modify(
-            &QpAttr {
-                qp_state: to,
-                ..attr
-            },
-            mask,
-        )?;
-    }
+    ferroce_stack::transport::bring_up(qp.qp_type(), &attr, |a, m| qp.modify(a, m))?;
     Ok(())
 }
 

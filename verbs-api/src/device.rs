@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 
-use ferroce_drivers::sim::Fabric;
+use ferroce_drivers::sim::{Fabric, Idle};
 use ferroce_drivers::Port;
 use ferroce_stack::transport::{Counters, MrKeys, MrTable};
 use ferroce_stack::wire::MacAddr;
@@ -37,8 +37,9 @@ pub(crate) struct SimClock {
 }
 
 impl SimClock {
-    /// One step: every device polls; if none had work, time jumps to the next frame arrival
-    /// or QP deadline. Returns false when nothing is left to happen at all.
+    /// One step: every device polls; if none had work, time moves as
+    /// [`Fabric::advance_idle`] says (the testbed's rule too), to the next frame arrival or QP
+    /// deadline. Returns false when nothing is left to happen at all.
     pub(crate) fn step(&self) -> bool {
         let mut work = 0;
         let mut deadline: Option<u64> = None;
@@ -59,16 +60,7 @@ impl SimClock {
         if work > 0 || pending {
             return true;
         }
-        let now = self.fabric.now();
-        let next = match (self.fabric.next_event(), deadline) {
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => match a.or(b) {
-                Some(t) => t,
-                None => return false,
-            },
-        };
-        self.fabric.advance_to(next.max(now + 1));
-        true
+        self.fabric.advance_idle(deadline, u64::MAX) != Idle::Done
     }
 }
 

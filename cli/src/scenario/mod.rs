@@ -3,7 +3,6 @@
 
 mod plot;
 mod spray;
-mod world;
 
 use std::process::ExitCode;
 

@@ -15,10 +15,12 @@ use ferroce_reliability::spray::Spray;
 use ferroce_reliability::sr::{SelectiveRepeat, SrConfig};
 use ferroce_reliability::themis::{SharedStats, ThemisConfig, ThemisStats, ThemisTor};
 use ferroce_stack::transport::{
-    Access, Counters, Mtu, Payload, PdId, Policies, Recovery, SendWr, Sge, WcStatus, WrOpcode,
+    Access, Counters, Mtu, Payload, Policies, Qp, QpConfig, QpType, Recovery, SendWr, Sge,
+    WcStatus, WrOpcode,
 };
+use ferroce_stack::wire::Qpn;
 
-use super::world::{Link, Node, World};
+use ferroce_testbed::{ConnOpts, Host, Testbed, PD};
 
 /// Hosts, ToRs and spines of the testbed.
 const HOSTS: usize = 8;
@@ -188,10 +190,10 @@ pub(crate) fn run(setup: Setup, scheme: Scheme, loss: f64, seed: u64) -> Run {
         .enumerate()
         .map(|(i, &h)| {
             let ip = Ipv4Addr::new(10, 0, 0, i as u8 + 1);
-            Node::new(fabric.port(h, 0), 2 * size, ip, seed ^ i as u64)
+            Host::new(fabric.port(h, 0), 2 * size, ip, seed ^ i as u64)
         })
         .collect();
-    let mut w = World::new(fabric.clone(), hosts, nodes);
+    let mut w = Testbed::new(fabric.clone(), nodes);
     let mut rng = seed.wrapping_mul(0x2545_f491_4f6c_dd1d) | 1;
     let mut next = || {
         rng ^= rng << 13;
@@ -199,12 +201,30 @@ pub(crate) fn run(setup: Setup, scheme: Scheme, loss: f64, seed: u64) -> Run {
         rng ^= rng << 17;
         rng
     };
-    let l = Link {
+    let opts = |udp_src_port| ConnOpts {
         mtu: Mtu::Mtu4096,
         timeout: TIMEOUT,
         retry_cnt: 7,
+        rnr_retry: 7,
+        min_rnr_timer: 1,
+        max_rd_atomic: 16,
+        access: Access::REMOTE_WRITE.with(Access::REMOTE_READ),
+        qkey: 0,
+        udp_src_port: Some(udp_src_port),
     };
     let peer = |i: usize| (i + 2) % HOSTS;
+    // One end of a connection: an RC QP with its policies, at RTS towards its peer.
+    let end = |w: &mut Testbed,
+               (h, qpn): (usize, u32),
+               (ph, peer_qpn): (usize, u32),
+               psn: u32,
+               port: u16,
+               policies: Policies| {
+        let mut qp = Qp::new(QpConfig::new(Qpn::new(qpn), QpType::Rc, PD));
+        qp.set_policies(policies);
+        w.hosts[h].insert_qp(qp, 0);
+        w.bring_up((h, qpn), (ph, peer_qpn), (psn, psn), &opts(port));
+    };
     for i in 0..HOSTS {
         let (sq, rq) = (0x100 + i as u32, 0x200 + i as u32);
         let psn = (next() & 0xff_ffff) as u32;
@@ -214,81 +234,62 @@ pub(crate) fn run(setup: Setup, scheme: Scheme, loss: f64, seed: u64) -> Run {
             0xc000 | (next() & 0x3fff) as u16,
         );
         let policy = |f| scheme.policy(seed, f);
-        w.connect((i, sq), (peer(i), rq), (psn, psn), p1, policy(i), l);
-        w.connect((peer(i), rq), (i, sq), (psn, psn), p2, policy(i + HOSTS), l);
+        end(&mut w, (i, sq), (peer(i), rq), psn, p1, policy(i));
+        end(&mut w, (peer(i), rq), (i, sq), psn, p2, policy(i + HOSTS));
     }
     for i in 0..HOSTS {
-        let n = &mut w.nodes[i];
+        let n = &mut w.hosts[i];
         let mut chunk = vec![0u8; 1 << 20];
         for at in (0..size).step_by(chunk.len()) {
             let len = chunk.len().min(size - at);
             for (k, b) in chunk[..len].iter_mut().enumerate() {
                 *b = pattern(i, at + k);
             }
-            n.mem
-                .write(
-                    n.keys.lkey,
-                    PdId(1),
-                    n.base + at as u64,
-                    &chunk[..len],
-                    Access::LOCAL_WRITE,
-                )
-                .expect("inside the buffer");
+            n.write(at, &chunk[..len]);
         }
     }
     for i in 0..HOSTS {
-        let (rkey, raddr) = (
-            w.nodes[peer(i)].keys.rkey,
-            w.nodes[peer(i)].base + size as u64,
-        );
-        let n = &mut w.nodes[i];
+        let rkey = w.hosts[peer(i)].keys.rkey;
+        let n = &mut w.hosts[i];
         let sge = [Sge {
-            addr: n.base,
+            addr: 0,
             length: size as u32,
             lkey: n.keys.lkey,
         }];
-        let wr = SendWr::new(i as u64, WrOpcode::Write, Payload::Sges(&sge)).remote(raddr, rkey);
+        let wr =
+            SendWr::new(i as u64, WrOpcode::Write, Payload::Sges(&sge)).remote(size as u64, rkey);
         n.qp(0x100 + i as u32).post_send(&wr).expect("one WR fits");
     }
     // A flow that cannot finish in a virtual minute has failed; the run reports it.
-    w.run(60_000_000_000);
+    w.drive_until(60_000_000_000);
 
     let mut out = Run {
         verified: true,
         ..Run::default()
     };
-    for i in 0..HOSTS {
-        let n = &w.nodes[i];
+    for (i, &h) in hosts.iter().enumerate() {
+        let n = &w.hosts[i];
         let done = n
             .completions
             .iter()
-            .find(|(_, c)| c.wr_id == i as u64 && c.qp_num.value() == 0x100 + i as u32);
+            .zip(&n.completed_at)
+            .find(|(c, _)| c.wr_id == i as u64 && c.qp_num.value() == 0x100 + i as u32);
         out.fct_ns
-            .push(done.and_then(|(t, c)| (c.status == WcStatus::Success).then_some(*t)));
-        out.wire_bytes += fabric.port_stats(w.host(i), 0).tx_bytes;
+            .push(done.and_then(|(c, &t)| (c.status == WcStatus::Success).then_some(t)));
+        out.wire_bytes += fabric.port_stats(h, 0).tx_bytes;
         out.counters.accumulate(&n.counters());
     }
     for i in 0..HOSTS {
-        let n = &w.nodes[i];
+        let n = &w.hosts[i];
         let src = (i + HOSTS - 2) % HOSTS;
-        let mut got = vec![0u8; 1 << 20];
-        for at in (0..size).step_by(got.len()) {
-            let len = got.len().min(size - at);
-            let ok = n
-                .mem
-                .read(
-                    n.keys.lkey,
-                    PdId(1),
-                    n.base + (size + at) as u64,
-                    &mut got[..len],
-                    Access::LOCAL_WRITE,
-                )
-                .is_ok();
-            if !ok
-                || got[..len]
-                    .iter()
-                    .enumerate()
-                    .any(|(k, &b)| b != pattern(src, at + k))
+        let chunk = 1 << 20;
+        for at in (0..size).step_by(chunk) {
+            let len = chunk.min(size - at);
+            let got = n.read(size + at, len);
+            if got
+                .iter()
+                .enumerate()
+                .any(|(k, &b)| b != pattern(src, at + k))
             {
                 out.verified = false;
                 break;

@@ -36,6 +36,17 @@ use link::Channel;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct HostId(pub usize);
 
+/// What [`Fabric::advance_idle`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Idle {
+    /// Time moved to the next arrival or deadline.
+    Advanced,
+    /// Nothing is in flight and no deadline is armed: nothing will ever happen again.
+    Done,
+    /// The next thing happens after the harness's horizon; time stayed.
+    Beyond,
+}
+
 /// A switch of the fabric.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SwitchId(pub usize);
@@ -342,6 +353,26 @@ impl Fabric {
         let t = self.next_event()?;
         self.advance_to(t);
         Some(t)
+    }
+
+    /// The one rule every harness on this fabric follows when its endpoints had nothing to
+    /// do: jump to the earliest of the next arrival and `deadline` (the endpoints' earliest
+    /// timer), delivering what is due then, unless that is past `until`. A deadline due now
+    /// that did nothing moves time on by a nanosecond, so a harness never spins in place.
+    pub fn advance_idle(&self, deadline: Option<u64>, until: u64) -> Idle {
+        let now = self.now();
+        let next_event = self.next_event();
+        let Some(next) = [next_event, deadline].into_iter().flatten().min() else {
+            return Idle::Done;
+        };
+        if next > until {
+            return Idle::Beyond;
+        }
+        self.advance_to(next.max(now));
+        if next <= now && next_event.is_none_or(|e| e > now) {
+            self.advance_to(now + 1);
+        }
+        Idle::Advanced
     }
 
     /// Counters of a link: `[a→b, b→a]` in the order the link was built.

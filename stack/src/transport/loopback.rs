@@ -6,7 +6,7 @@ use core::net::{IpAddr, Ipv4Addr};
 
 use super::mr::MrTable;
 use super::qp::{AddressVector, Qp, QpAttr};
-use super::state::{required_mask, ModifyError, QpState};
+use super::state::ModifyError;
 use crate::wire::{Checks, MacAddr, RoceRepr};
 
 /// Brings `a` and `b` (in RESET) to RTS connected to each other, as two hosts 10.0.0.1 and
@@ -33,16 +33,7 @@ pub fn connect(a: &mut Qp, b: &mut Qp, attr: &QpAttr) -> Result<(), ModifyError>
             ..attr.ah_attr
         };
         x.dest_qp_num = peer;
-        let t = qp.qp_type();
-        for (from, to) in [
-            (QpState::Reset, QpState::Init),
-            (QpState::Init, QpState::Rtr),
-            (QpState::Rtr, QpState::Rts),
-        ] {
-            x.qp_state = to;
-            let mask = required_mask(t, from, to).expect("legal transition");
-            qp.modify(&x, mask)?;
-        }
+        qp.bring_up(&x)?;
     }
     Ok(())
 }

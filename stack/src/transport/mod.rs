@@ -26,6 +26,7 @@ macro_rules! flag_set {
 pub mod av;
 pub mod congestion;
 pub mod counters;
+pub mod hostile;
 pub mod loopback;
 pub mod mr;
 pub mod path;
@@ -42,7 +43,7 @@ pub use congestion::{AckEvent, CongestionControl, Loss, NoControl};
 pub use counters::Counters;
 pub use mr::{Access, AccessError, MemSpan, MrKeys, MrTable, PdId, RegionShare, RegisterError};
 pub use path::{Ecmp, Path, PathSelector};
-pub use qp::{AddressVector, Mtu, Policies, Qp, QpAttr, QpCaps, QpConfig, SendRecord};
+pub use qp::{bring_up, AddressVector, Mtu, Policies, Qp, QpAttr, QpCaps, QpConfig, SendRecord};
 pub use recovery::{
     Arrivals, Delivery, Feedback, GoBackN, LossReport, OutOfOrder, Recovery, Retransmit, SendWindow,
 };

@@ -351,9 +351,32 @@ impl MrTable {
         len: usize,
         access: Access,
     ) -> Result<(MrKeys, u64), RegisterError> {
+        self.register_owned_inner(pd, len, None, access)
+    }
+
+    /// [`register_owned`](Self::register_owned) with peers addressing the region as
+    /// `iova .. iova + len` (0 makes addresses offsets, as tests like them).
+    pub fn register_owned_at(
+        &mut self,
+        pd: PdId,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<MrKeys, RegisterError> {
+        self.register_owned_inner(pd, len, Some(iova), access)
+            .map(|(keys, _)| keys)
+    }
+
+    fn register_owned_inner(
+        &mut self,
+        pd: PdId,
+        len: usize,
+        iova: Option<u64>,
+        access: Access,
+    ) -> Result<(MrKeys, u64), RegisterError> {
         let mut buf = vec![0u64; len.div_ceil(8).max(1)].into_boxed_slice();
         let base = buf.as_mut_ptr().cast::<u8>();
-        let iova = base as u64;
+        let iova = iova.unwrap_or(base as u64);
         // SAFETY: the allocation moves into the region below and is freed only when the
         // region is removed from the table, so it outlives every access through these keys.
         let keys = unsafe { self.register(pd, base, len, iova, access) }?;
@@ -361,6 +384,32 @@ impl MrTable {
             r._owned = Some(Arc::new(buf));
         }
         Ok((keys, iova))
+    }
+
+    /// Registers `len` bytes at `offset` inside the owned region `of` again, under new keys,
+    /// in `pd` with `access`, addressed as `iova .. iova + len`: a second view of the same
+    /// memory (a region to invalidate, or one with fewer rights). It keeps the memory alive
+    /// on its own. `None` when `of` is not an owned region or the range leaves it.
+    pub fn register_within(
+        &mut self,
+        of: MrKeys,
+        offset: usize,
+        len: usize,
+        (pd, iova, access): (PdId, u64, Access),
+    ) -> Option<Result<MrKeys, RegisterError>> {
+        let r = self.regions.get(of.lkey)?;
+        let owned = r._owned.clone()?;
+        if offset.checked_add(len)? > r.len {
+            return None;
+        }
+        // SAFETY: offset + len <= the region's length, so the range is inside the owned
+        // allocation, which the new region keeps alive through its own `Arc`.
+        let keys = unsafe { self.register(pd, r.base.add(offset), len, iova, access) };
+        Some(keys.inspect(|k| {
+            if let Some(r) = self.regions.get_mut(k.lkey) {
+                r._owned = Some(owned);
+            }
+        }))
     }
 
     /// Forgets a region: every later access with its keys fails with `InvalidKey`.

@@ -31,7 +31,7 @@ use super::counters::Counters;
 use super::mr::{Access, MrTable, PdId};
 use super::path::Path;
 use super::recovery::{Delivery, Recovery};
-use super::state::{check_modify, AttrMask, ModifyError, QpState, QpType};
+use super::state::{check_modify, required_mask, AttrMask, ModifyError, QpState, QpType};
 use super::timers::local_ack_timeout_ns;
 use super::tx::TxOut;
 use super::wr::{
@@ -191,6 +191,32 @@ impl Default for QpAttr {
             dest_qp_num: Qpn::new(0),
         }
     }
+}
+
+/// Walks a QP of type `t` from RESET through INIT and RTR to RTS with `modify`, giving each
+/// step `attr` with that step's state and the attribute mask IBTA table 91 requires for it.
+/// The one bring-up every connection takes: a sans-IO [`Qp`] ([`Qp::bring_up`]), a verbs
+/// queue pair, the testbed's hosts.
+pub fn bring_up<E>(
+    t: QpType,
+    attr: &QpAttr,
+    mut modify: impl FnMut(&QpAttr, AttrMask) -> Result<(), E>,
+) -> Result<(), E> {
+    for (from, to) in [
+        (QpState::Reset, QpState::Init),
+        (QpState::Init, QpState::Rtr),
+        (QpState::Rtr, QpState::Rts),
+    ] {
+        let mask = required_mask(t, from, to).expect("RESET to RTS is legal for every type");
+        modify(
+            &QpAttr {
+                qp_state: to,
+                ..*attr
+            },
+            mask,
+        )?;
+    }
+    Ok(())
 }
 
 /// What a QP is created with.
@@ -484,6 +510,11 @@ impl Qp {
             .span()
             .in_scope(|| tracing::debug!(%from, %to, "modify_qp"));
         Ok(())
+    }
+
+    /// From RESET to RTS with `attr` (see [`bring_up`]).
+    pub fn bring_up(&mut self, attr: &QpAttr) -> Result<(), ModifyError> {
+        bring_up(self.cx.qp_type, attr, |a, m| self.modify(a, m))
     }
 
     fn apply(&mut self, a: &QpAttr, mask: AttrMask) {

@@ -1,0 +1,66 @@
+//! Ready-made testbeds: two hosts on one link, and two hosts joined by parallel paths.
+
+use std::net::Ipv4Addr;
+
+use ferroce_drivers::sim::{EcmpHash, FabricBuilder, HostId, LinkModel};
+
+use crate::{Host, Testbed};
+
+/// Hosts `a` (10.0.0.1) and `b` (10.0.0.2), `mem_bytes` of registered memory each, on one
+/// link with `model` both ways.
+pub fn pair(seed: u64, model: LinkModel, mem_bytes: usize) -> Testbed {
+    let mut b = FabricBuilder::new(seed);
+    b.rx_ring(1 << 16);
+    let ha = b.host("a", 1);
+    let hb = b.host("b", 1);
+    b.link((ha, 0), (hb, 0), model);
+    hosts_a_and_b(b, (ha, hb), seed, mem_bytes)
+}
+
+/// Hosts `a` and `b` joined through two switches by one parallel path per model: path `i`
+/// is the `i`-th link between the switches, which pick it as `UDP source port mod n`. The
+/// hosts' own links are clean and fast.
+pub fn multipath(seed: u64, paths: Vec<LinkModel>, mem_bytes: usize) -> Testbed {
+    let both = paths.into_iter().map(|m| (m.clone(), m)).collect();
+    multipath_asym(seed, both, mem_bytes)
+}
+
+/// [`multipath`] with each path's two directions apart: `(a to b, b to a)`.
+pub fn multipath_asym(seed: u64, paths: Vec<(LinkModel, LinkModel)>, mem_bytes: usize) -> Testbed {
+    let mut b = FabricBuilder::new(seed);
+    b.rx_ring(1 << 16);
+    b.ecmp(EcmpHash::SourcePortModulo);
+    let ha = b.host("a", 1);
+    let hb = b.host("b", 1);
+    let s0 = b.switch("s0");
+    let s1 = b.switch("s1");
+    let edge = |m: &LinkModel| {
+        let mut e = LinkModel::new(m.bandwidth_bps, 100);
+        e.queue_limit_bytes = m.queue_limit_bytes;
+        e
+    };
+    b.link((ha, 0), s0, edge(&paths[0].0));
+    b.link((hb, 0), s1, edge(&paths[0].0));
+    for (ab, ba) in paths {
+        b.link_asym(s0, s1, ab, ba);
+    }
+    hosts_a_and_b(b, (ha, hb), seed, mem_bytes)
+}
+
+/// Builds the fabric and puts hosts 10.0.0.1 and 10.0.0.2 with `mem_bytes` of registered
+/// memory on port 0 of `ha` and `hb`.
+fn hosts_a_and_b(
+    b: FabricBuilder,
+    (ha, hb): (HostId, HostId),
+    seed: u64,
+    mem_bytes: usize,
+) -> Testbed {
+    let fabric = b.build().expect("a valid topology");
+    let pa = fabric.port(ha, 0);
+    let pb = fabric.port(hb, 0);
+    let hosts = vec![
+        Host::new(pa, mem_bytes, Ipv4Addr::new(10, 0, 0, 1), seed ^ 0xa),
+        Host::new(pb, mem_bytes, Ipv4Addr::new(10, 0, 0, 2), seed ^ 0xb),
+    ];
+    Testbed::new(fabric, hosts)
+}
