@@ -103,6 +103,11 @@ pub(crate) struct Template {
 }
 
 impl Template {
+    /// The UDP source port every packet on this path leaves from.
+    pub(crate) fn udp_src_port(&self) -> u16 {
+        self.udp_src_port
+    }
+
     /// The frame headers, no extension header, no payload.
     pub(crate) fn repr(&self) -> RoceRepr {
         RoceRepr {

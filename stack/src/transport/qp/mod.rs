@@ -302,7 +302,6 @@ pub(crate) struct QpContext {
     pub(crate) mtu: u32,
     /// Header template of every packet to the peer (connected QPs, from RTR on).
     pub(crate) template: Template,
-    pub(crate) udp_src_port: u16,
     /// The local ACK timeout (never zero; `None`: wait forever), kept in 8 bytes.
     pub(crate) ack_timeout_ns: Option<core::num::NonZeroU64>,
     pub(crate) path: PathSlot,
@@ -310,16 +309,23 @@ pub(crate) struct QpContext {
     pub(crate) congestion: CongestionSlot,
     pub(crate) completions: VecDeque<WorkCompletion>,
     pub(crate) counters: Counters,
-    /// A failure a half raised and the QP has not applied yet.
-    pub(crate) pending: Option<Failure>,
+    /// What of the QP a half's failure left for the QP to flush when the handler returns.
+    pub(crate) pending: Flush,
 }
 
-/// How a half failed the QP: into ERR (RC, or a fatal responder error), with the send WQE
-/// that failed and its status, or only the send queue into SQE (UC, UD).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Failure {
-    Qp(Option<(usize, WcStatus)>),
-    SendQueue(usize, WcStatus),
+/// What the QP still flushes after a half failed it. A failure the requester raises flushes
+/// the send queue at once (the requester owns it; the failed WQE completes with its status
+/// in queue order) and leaves the receive queue; one the responder raises leaves both, send
+/// queue first. One byte, so an idle QP carries it in what was padding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Flush {
+    /// Nothing pending.
+    #[default]
+    None,
+    /// The receive queue (the send queue is flushed already).
+    Receives,
+    /// Both queues, send queue first.
+    All,
 }
 
 /// One queue pair: the shared context, the requester half and the responder half.
@@ -357,14 +363,13 @@ impl Qp {
                 attr,
                 mtu: attr.path_mtu.bytes(),
                 template: attr.ah_attr.template(Qpn::new(0), 0),
-                udp_src_port: 0,
                 ack_timeout_ns: None,
                 path,
                 recovery,
                 congestion,
                 completions: VecDeque::new(),
                 counters: Counters::default(),
-                pending: None,
+                pending: Flush::None,
             },
             req: requester::Requester::new(Psn::new(0)),
             resp: responder::Responder::new(Psn::new(0), config.srq.clone()),
@@ -477,7 +482,7 @@ impl Qp {
         let from = self.cx.state;
         match to {
             QpState::Reset => self.reset(),
-            QpState::Err if from != QpState::Err => self.enter_error(None),
+            QpState::Err if from != QpState::Err => self.enter_error(),
             QpState::Rtr if from == QpState::Init => {
                 // Receives posted in INIT stay queued.
                 self.resp.epsn = self.cx.attr.rq_psn;
@@ -575,14 +580,14 @@ impl Qp {
     /// Rebuilds the header template from the address vector and destination QPN.
     fn connect_path(&mut self) {
         let av = self.cx.attr.ah_attr;
-        self.cx.udp_src_port = av.udp_src_port.unwrap_or_else(|| {
+        let udp_src_port = av.udp_src_port.unwrap_or_else(|| {
             // ConnectX derives the RoCEv2 source port from the QP numbers; any stable hash in
             // the dynamic range does, as long as distinct QPs tend to differ.
             let h = (self.cx.qpn.value() ^ self.cx.attr.dest_qp_num.value().rotate_left(7))
                 .wrapping_mul(0x9e37_79b1);
             0xc000 | ((h >> 18) as u16 & 0x3fff)
         });
-        self.cx.template = av.template(self.cx.attr.dest_qp_num, self.cx.udp_src_port);
+        self.cx.template = av.template(self.cx.attr.dest_qp_num, udp_src_port);
     }
 
     /// Back to RESET: queues emptied without completions, as the spec says.
@@ -882,33 +887,32 @@ impl Qp {
         self.resp.has_output() || self.req.may_send(&self.cx)
     }
 
-    /// Moves to ERR now (`modify` to ERR): see [`QpContext::enter_error`].
-    fn enter_error(&mut self, failed: Option<(usize, WcStatus)>) {
-        self.cx.enter_error(failed);
+    /// Moves to ERR now (`modify` to ERR): every outstanding WR is flushed, send queue
+    /// first.
+    fn enter_error(&mut self) {
+        self.cx.enter_error();
         self.apply_failure();
     }
 
-    /// Applies the failure a half raised: the send queue flushed (the failed WQE with its
-    /// status), and for ERR the receive queue too, in that order.
-    #[inline]
+    /// Applies the failure a half raised, if one did (see [`flush_failure`](Self::flush_failure));
+    /// a load and a branch on every handler's return, so it is kept apart from the flush.
+    #[inline(always)]
     fn apply_failure(&mut self) {
-        let Some(failure) = self.cx.pending.take() else {
-            return;
-        };
-        let cx = &mut self.cx;
-        match failure {
-            Failure::Qp(failed) => {
-                cx.span()
-                    .in_scope(|| tracing::debug!(?failed, "QP enters ERR"));
-                self.req.flush(cx, failed);
-                self.resp.flush(cx);
-            }
-            Failure::SendQueue(idx, status) => {
-                cx.span()
-                    .in_scope(|| tracing::debug!(?status, "QP enters SQE"));
-                self.req.flush(cx, Some((idx, status)));
-            }
+        if self.cx.pending != Flush::None {
+            self.flush_failure();
         }
+    }
+
+    /// Flushes what a failure left: the send queue unless the requester did already, then
+    /// the receive queue.
+    #[cold]
+    #[inline(never)]
+    fn flush_failure(&mut self) {
+        if self.cx.pending == Flush::All {
+            self.req.fail(&mut self.cx, None);
+        }
+        self.resp.flush(&mut self.cx);
+        self.cx.pending = Flush::None;
     }
 }
 
@@ -940,7 +944,7 @@ impl QpContext {
     pub(crate) fn base_path(&self) -> Path {
         Path {
             port: 0,
-            udp_src_port: self.udp_src_port,
+            udp_src_port: self.template.udp_src_port(),
         }
     }
 
@@ -976,30 +980,12 @@ impl QpContext {
         ));
     }
 
-    /// Fails the QP into ERR: the send WQE at index `failed.0` completes with `failed.1`,
-    /// every other outstanding WR is flushed, in queue order, when the handler returns (a
-    /// final NAK the responder queued stays queued). The state changes at once, so the rest
-    /// of the handler sees ERR.
-    pub(crate) fn enter_error(&mut self, failed: Option<(usize, WcStatus)>) {
+    /// Fails the QP into ERR from the responder: every outstanding WR is flushed, send queue
+    /// first, when the handler returns (a final NAK the responder queued stays queued). The
+    /// state changes at once, so the rest of the handler sees ERR.
+    pub(crate) fn enter_error(&mut self) {
         self.state = QpState::Err;
-        // The first failure names the WQE; a later one in the same handler only flushes.
-        self.pending = match self.pending {
-            None | Some(Failure::SendQueue(..)) => Some(Failure::Qp(failed)),
-            first => first,
-        };
-    }
-
-    /// The send WQE at `idx` failed locally or remotely. RC moves to ERR; UC and UD move to
-    /// SQE, where receives keep working.
-    pub(crate) fn send_queue_error(&mut self, idx: usize, status: WcStatus) {
-        if self.qp_type == QpType::Rc {
-            self.enter_error(Some((idx, status)));
-            return;
-        }
-        self.state = QpState::Sqe;
-        if self.pending.is_none() {
-            self.pending = Some(Failure::SendQueue(idx, status));
-        }
+        self.pending = Flush::All;
     }
 }
 

@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 
 use super::ring::PsnRing;
-use super::{QpContext, SendWqe, WqeData};
+use super::{Flush, QpContext, SendWqe, WqeData};
 
 mod responses;
 
@@ -112,9 +112,35 @@ impl Requester {
         }
     }
 
+    /// Fails the QP into ERR: the send WQE at index `failed.0` completes with `failed.1`,
+    /// every other one is flushed, in queue order, at once; the QP flushes the receive queue
+    /// when the handler returns.
+    pub(crate) fn fail(&mut self, cx: &mut QpContext, failed: Option<(usize, WcStatus)>) {
+        cx.span()
+            .in_scope(|| tracing::debug!(?failed, "QP enters ERR"));
+        cx.state = QpState::Err;
+        if cx.pending == Flush::None {
+            cx.pending = Flush::Receives;
+        }
+        self.flush(cx, failed);
+    }
+
+    /// The send WQE at `idx` failed locally or remotely. RC moves to ERR; UC and UD move to
+    /// SQE, where receives keep working.
+    pub(crate) fn send_queue_error(&mut self, cx: &mut QpContext, idx: usize, status: WcStatus) {
+        if cx.qp_type == QpType::Rc {
+            self.fail(cx, Some((idx, status)));
+            return;
+        }
+        cx.span()
+            .in_scope(|| tracing::debug!(?status, "QP enters SQE"));
+        cx.state = QpState::Sqe;
+        self.flush(cx, Some((idx, status)));
+    }
+
     /// Completes every send WQE with a flush error, the one at `failed.0` with `failed.1`,
     /// in queue order, and forgets what was in flight.
-    pub(crate) fn flush(&mut self, cx: &mut QpContext, failed: Option<(usize, WcStatus)>) {
+    fn flush(&mut self, cx: &mut QpContext, failed: Option<(usize, WcStatus)>) {
         for (i, w) in self.sq.drain(..).enumerate() {
             let status = match failed {
                 Some((at, status)) if at == i => status,
@@ -382,7 +408,7 @@ impl Requester {
                     Some(n)
                 }
                 Err(status) => {
-                    cx.send_queue_error(idx, status);
+                    self.send_queue_error(cx, idx, status);
                     None
                 }
             };
@@ -449,13 +475,13 @@ impl Requester {
             if let WqeData::Sges(s) = &w.data {
                 if sg::check(mem, cx.pd, s, needed).is_err() {
                     let at = self.cur;
-                    cx.send_queue_error(at, WcStatus::LocProtErr);
+                    self.send_queue_error(cx, at, WcStatus::LocProtErr);
                     return None;
                 }
             }
             if cx.qp_type == QpType::Ud && w.len > cx.mtu {
                 let at = self.cur;
-                cx.send_queue_error(at, WcStatus::LocLenErr);
+                self.send_queue_error(cx, at, WcStatus::LocLenErr);
                 return None;
             }
             let npkts = match w.op {
@@ -484,7 +510,7 @@ impl Requester {
         {
             Ok(n) => n,
             Err(status) => {
-                cx.send_queue_error(idx, status);
+                self.send_queue_error(cx, idx, status);
                 return None;
             }
         };
@@ -780,7 +806,7 @@ impl Requester {
         cx.counters.bad_responses += 1;
         cx.span()
             .in_scope(|| tracing::debug!(una = self.una.value(), idx, "bad response"));
-        cx.enter_error(Some((idx, WcStatus::BadRespErr)));
+        self.fail(cx, Some((idx, WcStatus::BadRespErr)));
     }
 
     /// True when `psn` names a packet sent and not yet acknowledged.
@@ -992,7 +1018,7 @@ impl Requester {
         if cx.attr.rnr_retry != RNR_RETRY_INFINITE {
             if self.rnr_retries_left == 0 {
                 cx.counters.rnr_nak_retry_err += 1;
-                cx.enter_error(Some((0, WcStatus::RnrRetryExcErr)));
+                self.fail(cx, Some((0, WcStatus::RnrRetryExcErr)));
                 return;
             }
             self.rnr_retries_left -= 1;
@@ -1033,7 +1059,7 @@ impl Requester {
                 self.recovering = Some(psn);
                 if !moved {
                     if self.retries_left == 0 {
-                        cx.enter_error(Some((0, WcStatus::RetryExcErr)));
+                        self.fail(cx, Some((0, WcStatus::RetryExcErr)));
                         return;
                     }
                     self.retries_left -= 1;
@@ -1044,13 +1070,13 @@ impl Requester {
             }
             NakCode::InvalidRequest => {
                 cx.counters.req_remote_invalid_request += 1;
-                cx.enter_error(Some((0, WcStatus::RemInvReqErr)));
+                self.fail(cx, Some((0, WcStatus::RemInvReqErr)));
             }
             NakCode::RemoteAccessError => {
                 cx.counters.req_remote_access_errors += 1;
-                cx.enter_error(Some((0, WcStatus::RemAccessErr)));
+                self.fail(cx, Some((0, WcStatus::RemAccessErr)));
             }
-            NakCode::RemoteOperationalError => cx.enter_error(Some((0, WcStatus::RemOpErr))),
+            NakCode::RemoteOperationalError => self.fail(cx, Some((0, WcStatus::RemOpErr))),
             // Invalid RD request is for Reliable Datagram; on RC it, like a reserved code,
             // is a NAK no responder may send.
             NakCode::InvalidRdRequest | NakCode::Reserved(_) => self.bad_response(cx, 0),
@@ -1161,7 +1187,7 @@ impl Requester {
             self.take_credits(a.syndrome);
         }
         if placed.is_err() {
-            cx.enter_error(Some((0, WcStatus::LocProtErr)));
+            self.fail(cx, Some((0, WcStatus::LocProtErr)));
             return false;
         }
         true
@@ -1195,7 +1221,7 @@ impl Requester {
             WqeData::Inline(_) => Err(sg::SgError::Length),
         };
         if placed.is_err() {
-            cx.enter_error(Some((0, WcStatus::LocProtErr)));
+            self.fail(cx, Some((0, WcStatus::LocProtErr)));
             return;
         }
         self.take_credits(syndrome);
@@ -1224,7 +1250,7 @@ impl Requester {
         cx.span()
             .in_scope(|| tracing::debug!(una, retries_left = left, "local ACK timeout"));
         if self.retries_left == 0 {
-            cx.enter_error(Some((0, WcStatus::RetryExcErr)));
+            self.fail(cx, Some((0, WcStatus::RetryExcErr)));
             return;
         }
         self.retries_left -= 1;

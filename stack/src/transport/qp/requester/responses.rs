@@ -262,12 +262,12 @@ impl Requester {
             WqeData::Inline(_) => Err(sg::SgError::Length),
         };
         if placed.is_err() {
-            cx.enter_error(Some((0, WcStatus::LocProtErr)));
+            self.fail(cx, Some((0, WcStatus::LocProtErr)));
             return;
         }
         self.take_credits(syndrome);
         // Atomic ACKs keep the QP's own path: they tell nothing of the sprayed ones.
-        self.response_arrived(cx, now, psn, cx.udp_src_port);
+        self.response_arrived(cx, now, psn, cx.template.udp_src_port());
     }
 
     /// Records response `psn` (from `udp_src_port`), lets the policy find losses, and

@@ -439,7 +439,7 @@ impl Responder {
                 }
                 self.nak = Some((Syndrome::Nak(code), psn));
                 self.final_nak = true;
-                cx.enter_error(None);
+                cx.enter_error();
             }
         }
     }
@@ -978,7 +978,7 @@ impl Responder {
                     cx.counters.resp_remote_access_errors += 1;
                     self.nak = Some((Syndrome::Nak(NakCode::RemoteAccessError), psn));
                     self.final_nak = true;
-                    cx.enter_error(None);
+                    cx.enter_error();
                     return None;
                 }
                 let sent = sent + plen;
