@@ -290,8 +290,8 @@ impl SendWqe {
 
 /// What a QP's two halves share, and the context each half's handlers take: the
 /// connection's attributes and header template, its policies, the completion queue and
-/// the counters. A half that fails the QP says so here ([`enter_error`](Self::enter_error));
-/// the QP flushes both halves when the handler returns.
+/// the counters. A half that fails the QP changes the state here at once and leaves in
+/// `pending` what the QP flushes when the handler returns ([`Flush`]).
 pub(crate) struct QpContext {
     pub(crate) qpn: Qpn,
     pub(crate) qp_type: QpType,
