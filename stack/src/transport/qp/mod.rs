@@ -848,18 +848,21 @@ impl Qp {
         mem: &'m MrTable,
         split_min: usize,
     ) -> Option<TxOut<'m>> {
-        let from_responder = self.resp.transmit(&mut self.cx, buf, mem, split_min);
-        // A responder that failed the QP (a READ whose region went away) flushes the send
-        // queue before the requester is asked.
-        self.apply_failure();
-        let out = match from_responder {
+        // A half that fails the QP sends nothing in that call, so the failure is looked for
+        // only when a half had nothing to send; a responder's (a READ whose region went away)
+        // flushes the send queue before the requester is asked.
+        let out = match self.resp.transmit(&mut self.cx, buf, mem, split_min) {
             Some(out) => out,
             None => {
-                let out = self.req.transmit(&mut self.cx, now, buf, mem, split_min);
                 self.apply_failure();
+                let out = self.req.transmit(&mut self.cx, now, buf, mem, split_min);
+                if out.is_none() {
+                    self.apply_failure();
+                }
                 out?
             }
         };
+        debug_assert_eq!(self.cx.pending, Flush::None, "a half failed the QP and sent");
         self.cx.counters.tx_packets += 1;
         self.cx.counters.tx_bytes += out.len() as u64;
         Some(out)
