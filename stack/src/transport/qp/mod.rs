@@ -862,7 +862,11 @@ impl Qp {
                 out?
             }
         };
-        debug_assert_eq!(self.cx.pending, Flush::None, "a half failed the QP and sent");
+        debug_assert_eq!(
+            self.cx.pending,
+            Flush::None,
+            "a half failed the QP and sent"
+        );
         self.cx.counters.tx_packets += 1;
         self.cx.counters.tx_bytes += out.len() as u64;
         Some(out)

@@ -400,7 +400,9 @@ impl Requester {
                 now,
                 idx,
                 (pkt, read_pkts, false),
-                (buf, mem, split_min),
+                buf,
+                mem,
+                split_min,
             ) {
                 Ok(n) => {
                     cx.counters.retransmitted_packets += 1;
@@ -506,8 +508,7 @@ impl Requester {
         // acknowledgement, and would stall until the timer fired: the packet that fills it
         // asks. (Wider windows always hold one.)
         let fills = window < ACK_REQ_EVERY as i32 && psn.distance(self.una) + 1 >= window;
-        let n = match self.emit_request(cx, now, idx, (pkt, u32::MAX, fills), (buf, mem, split_min))
-        {
+        let n = match self.emit_request(cx, now, idx, (pkt, u32::MAX, fills), buf, mem, split_min) {
             Ok(n) => n,
             Err(status) => {
                 self.send_queue_error(cx, idx, status);
@@ -549,13 +550,16 @@ impl Requester {
     /// Writes packet `pkt` of `sq[idx]` into `buf` at `now`; a READ asks for at most
     /// `read_pkts` response packets from there; `ack_req` sets AckReq whatever the packet's
     /// place. Congestion control hears of the packet here, where its length is known.
+    #[allow(clippy::too_many_arguments)]
     fn emit_request<'m>(
         &mut self,
         cx: &mut QpContext,
         now: u64,
         idx: usize,
         (pkt, read_pkts, ack_req): (u32, u32, bool),
-        (buf, mem, split_min): (&mut [u8], &'m MrTable, usize),
+        buf: &mut [u8],
+        mem: &'m MrTable,
+        split_min: usize,
     ) -> Result<TxOut<'m>, WcStatus> {
         let mtu = cx.mtu;
         let (first_psn, npkts) = {
