@@ -23,6 +23,7 @@
 //! more implementations of the same traits.
 
 pub mod baselines;
+pub mod sdr;
 pub mod spray;
 pub mod sr;
 pub mod themis;
