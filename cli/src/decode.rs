@@ -18,6 +18,8 @@ use pcap_file::pcapng::{Block, PcapNgReader};
 use pcap_file::DataLink;
 use serde_json::{json, Map, Value};
 
+use ferroce_reliability::sdr::ImmLayout;
+
 use crate::Failure;
 
 #[derive(clap::Args)]
@@ -27,6 +29,33 @@ pub(crate) struct Args {
     /// Print the summary as a JSON object instead of `N decoded, M rejected`.
     #[arg(long)]
     json: bool,
+    /// Read every immediate as SDR's: `"sdr":{"msg_id","offset","user"}` beside `imm`, with
+    /// the paper's 10 + 18 + 4 bit split, or `--sdr-layout`'s.
+    #[arg(long)]
+    sdr: bool,
+    /// The SDR immediate's field widths, MSG,OFFSET,USER (adding up to 32); implies --sdr.
+    #[arg(long, value_name = "MSG,OFFSET,USER")]
+    sdr_layout: Option<String>,
+}
+
+/// The SDR layout `--sdr` / `--sdr-layout` ask for, if any.
+fn sdr_layout(args: &Args) -> Result<Option<ImmLayout>, Failure> {
+    let Some(text) = &args.sdr_layout else {
+        return Ok(args.sdr.then_some(ImmLayout::PAPER));
+    };
+    let bad = || {
+        Failure(format!(
+            "--sdr-layout wants three widths adding up to 32, such as 10,18,4; got '{text}'"
+        ))
+    };
+    let w: Vec<u8> = text
+        .split(',')
+        .map(|x| x.trim().parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    let [m, o, u] = w[..] else { return Err(bad()) };
+    ImmLayout::new(m, o, u)
+        .map(Some)
+        .map_err(|e| Failure(format!("--sdr-layout: {e}")))
 }
 
 pub(crate) fn run(args: &Args) -> Result<ExitCode, Failure> {
@@ -43,7 +72,10 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, Failure> {
     let reader = std::io::Cursor::new(magic).chain(input);
     let out = std::io::stdout();
     let mut out = BufWriter::new(out.lock());
-    let mut tally = Tally::default();
+    let mut tally = Tally {
+        sdr: sdr_layout(args)?,
+        ..Tally::default()
+    };
     let unreadable = |e: pcap_file::PcapError| {
         Failure(format!("{} could not be read: {e}", args.file.display()))
     };
@@ -96,6 +128,8 @@ struct Tally {
     index: u64,
     decoded: u64,
     rejected: u64,
+    /// Read immediates as SDR's, with this layout.
+    sdr: Option<ImmLayout>,
 }
 
 impl Tally {
@@ -118,6 +152,13 @@ impl Tally {
             ) {
                 Ok(p) => {
                     let mut obj = frame_object(self.index, &p);
+                    if let (Some(l), Some(i)) = (self.sdr, p.repr.ext.imm_dt) {
+                        let f = l.unpack(i.imm);
+                        obj.insert(
+                            "sdr".into(),
+                            json!({"msg_id": f.msg_id, "offset": f.offset, "user": f.user}),
+                        );
+                    }
                     if let Err(e) = p.icrc_check() {
                         obj.insert("error".into(), format!("{}: {e}", e.kind()).into());
                     }

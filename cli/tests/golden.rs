@@ -256,3 +256,48 @@ fn decode_shows_selective_repeat_frames() {
     assert_eq!(lines[1]["sack_arrived"], serde_json::json!(arrived));
     assert!(lines[1].get("sack_avoid_path").is_none());
 }
+
+/// `--sdr` reads a UC WRITE-with-immediate's immediate as SDR's message id, packet offset
+/// and user bits (the paper's 10 + 18 + 4 split, or `--sdr-layout`'s); without it the
+/// fields are not there, and a bad layout is one line.
+#[test]
+fn decode_shows_sdr_fields_when_asked() {
+    let mut write = sample_repr(
+        Opcode::UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        SampleAddr::default(),
+        64,
+    );
+    let imm = 5 << 22 | 77 << 4 | 9;
+    write.ext.imm_dt.as_mut().unwrap().imm = imm;
+    let path = std::env::temp_dir().join(format!("ferroce-sdr-{}.pcap", std::process::id()));
+    std::fs::write(&path, pcap_bytes(&[sample_frame(&write)])).unwrap();
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_ferroce"))
+            .arg("decode")
+            .arg(&path)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let first = |out: &std::process::Output| -> Value {
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap()
+    };
+    let plain = first(&run(&[]));
+    assert_eq!(plain["imm"], imm);
+    assert!(plain.get("sdr").is_none());
+    let sdr = first(&run(&["--sdr"]));
+    assert_eq!(
+        sdr["sdr"],
+        serde_json::json!({"msg_id": 5, "offset": 77, "user": 9})
+    );
+    let wide = first(&run(&["--sdr-layout", "8,22,2"]));
+    assert_eq!(
+        wide["sdr"],
+        serde_json::json!({"msg_id": imm >> 24, "offset": (imm >> 2) & 0x3f_ffff, "user": imm & 3})
+    );
+    let bad = run(&["--sdr-layout", "10,18,5"]);
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

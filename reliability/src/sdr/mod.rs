@@ -1,6 +1,10 @@
 //! SDR-RDMA (seed 004): partial-completion messaging over UC with reliability layered on
 //! the receive bitmap — selective repeat, or erasure coding with an SR fallback.
 //!
-//! Built in pieces (issue 21); so far the erasure codecs EC runs on ([`codec`]).
+//! Built in pieces (issue 21); so far the erasure codecs EC runs on ([`codec`]) and the
+//! per-packet immediate ([`imm`]).
 
 pub mod codec;
+pub mod imm;
+
+pub use imm::{ImmLayout, SdrImm};
