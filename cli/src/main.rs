@@ -7,6 +7,7 @@
 
 mod decode;
 mod demo;
+mod model;
 mod perf;
 mod scenario;
 mod stats;
@@ -37,6 +38,8 @@ enum Command {
     Stats(stats::Args),
     /// The papers' experiments on the simulated fabric: `scenario spray` (Themis' testbed).
     Scenario(scenario::Args),
+    /// Analytic models beside their Monte Carlo: `model sdr` (SDR's completion time).
+    Model(model::Args),
 }
 
 /// A failure the user can act on, printed as one line.
@@ -76,6 +79,7 @@ fn main() -> ExitCode {
         Command::Perf(args) => perf::run(&args),
         Command::Stats(args) => stats::run(&args),
         Command::Scenario(args) => scenario::run(&args),
+        Command::Model(args) => model::run(&args),
     };
     match result {
         Ok(code) => code,

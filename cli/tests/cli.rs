@@ -241,9 +241,47 @@ fn help_names_every_command_and_none_to_come() {
         .filter_map(|l| l.split_whitespace().next())
         .filter(|c| *c != "help")
         .collect();
-    assert_eq!(commands, ["decode", "demo", "perf", "stats", "scenario"]);
+    assert_eq!(
+        commands,
+        ["decode", "demo", "perf", "stats", "scenario", "model"]
+    );
     for c in commands {
         let out = ferroce(&[c, "--help"]);
         assert!(out.status.success(), "{c} --help");
     }
+}
+
+/// `ferroce model sdr --json`: every scheme, its analytic mean within 5 % of its Monte Carlo
+/// mean, slowdowns against the loss-free time, both drop probabilities; a bad argument is one
+/// line.
+#[test]
+fn model_sdr_prints_every_scheme_analytic_beside_monte_carlo() {
+    let out = ferroce(&["model", "sdr", "--drop", "1e-4", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["size_bytes"], 128u64 << 20);
+    let p_chunk = 1.0 - (1.0 - 1e-4f64).powi(16);
+    assert!((v["p_chunk"].as_f64().unwrap() - p_chunk).abs() < 1e-12);
+    let names: Vec<&str> = v["schemes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["scheme"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["sr-rto", "sr-nack", "ec-mds", "ec-xor"]);
+    for s in v["schemes"].as_array().unwrap() {
+        let (a, m) = (
+            s["mean_s"].as_f64().unwrap(),
+            s["mc_mean_s"].as_f64().unwrap(),
+        );
+        assert!((a - m).abs() / m < 0.05, "{s}");
+        assert!(s["mean_slowdown"].as_f64().unwrap() >= 1.0, "{s}");
+    }
+    let bad = ferroce(&["model", "sdr", "--drop", "2"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&bad.stderr).lines().count(), 1);
 }

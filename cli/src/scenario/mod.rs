@@ -56,7 +56,7 @@ struct SprayArgs {
     json: bool,
 }
 
-fn parse_size(s: &str) -> Result<usize, String> {
+pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
     let t = s.trim();
     let (num, mult) = [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)]
         .iter()

@@ -2,9 +2,10 @@
 //! the receive bitmap — selective repeat, or erasure coding with an SR fallback.
 //!
 //! Built in pieces (issue 21); so far the erasure codecs EC runs on ([`codec`]) and the
-//! per-packet immediate ([`imm`]).
+//! per-packet immediate ([`imm`]), and the completion-time model ([`model`]).
 
 pub mod codec;
 pub mod imm;
+pub mod model;
 
 pub use imm::{ImmLayout, SdrImm};
