@@ -2,10 +2,11 @@
 //! the receive bitmap — selective repeat, or erasure coding with an SR fallback.
 //!
 //! Built in pieces (issue 21); so far the erasure codecs EC runs on ([`codec`]) and the
-//! per-packet immediate ([`imm`]), and the completion-time model ([`model`]).
+//! per-packet immediate ([`imm`]), the completion-time model ([`model`]) and the receive side's message table ([`recv`]).
 
 pub mod codec;
 pub mod imm;
 pub mod model;
+pub mod recv;
 
 pub use imm::{ImmLayout, SdrImm};
