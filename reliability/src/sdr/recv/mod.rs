@@ -124,6 +124,9 @@ struct Posted {
     /// Packets still missing per chunk.
     missing: Vec<u32>,
     chunks_left: u32,
+    /// The user's immediate as its fragments arrive, and which have.
+    user_imm: u32,
+    fragments: u64,
 }
 
 /// The receive side of one SDR QP.
@@ -184,6 +187,8 @@ impl RecvTable {
             arrived: vec![0; packets.div_ceil(64) as usize],
             missing,
             chunks_left: chunks,
+            user_imm: 0,
+            fragments: 0,
         });
         self.next += 1;
         Ok(handle)
@@ -214,6 +219,11 @@ impl RecvTable {
             return Arrival::Duplicate;
         }
         p.arrived[w] |= 1 << b;
+        let n = super::send::imm_fragments(c.layout);
+        if n > 0 && f.offset < n {
+            p.user_imm |= f.user << (f.offset * u32::from(c.layout.user_bits()));
+            p.fragments |= 1 << f.offset;
+        }
         let chunk = f.offset / c.chunk_packets;
         p.missing[chunk as usize] -= 1;
         let completed = p.missing[chunk as usize] == 0;
@@ -226,6 +236,17 @@ impl RecvTable {
             chunk: completed.then_some(chunk),
             done: p.chunks_left == 0,
         }
+    }
+
+    /// `recv_imm_get`: the user's immediate, once the packets that carry its fragments (the
+    /// first `32 / user_bits`) arrived; `None` before, and for a message shorter than that.
+    pub fn imm(&self, handle: &RecvHandle) -> Option<u32> {
+        let p = self.slots[handle.slot as usize].as_ref()?;
+        if p.handle.message != handle.message {
+            return None;
+        }
+        let n = super::send::imm_fragments(self.config.layout);
+        (n > 0 && p.packets >= n && p.fragments == (1u64 << n) - 1).then_some(p.user_imm)
     }
 
     /// `recv_complete`: the owner is done with the receive (whole or not); its slot takes
