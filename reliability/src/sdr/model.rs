@@ -344,6 +344,16 @@ impl Rng {
         ((self.next() >> 11) + 1) as f64 / (1u64 << 53) as f64
     }
 
+    /// Calls `f` with the index of each of `n` trials that fails, each with `p`, skipping
+    /// the successes by geometric draws instead of visiting them.
+    fn each_lost(&mut self, n: u64, p: f64, mut f: impl FnMut(&mut Self, u64)) {
+        let mut i = self.failures(1.0 - p);
+        while i < n {
+            f(self, i);
+            i = i.saturating_add(1).saturating_add(self.failures(1.0 - p));
+        }
+    }
+
     /// Failures before the first success, each trial failing with `p`.
     fn failures(&mut self, p: f64) -> u64 {
         if p <= 0.0 {
@@ -359,13 +369,11 @@ impl Rng {
 /// One draw of `max_i X_i` over `n` chunks.
 fn sr_draw(rng: &mut Rng, n: u64, t_inj: f64, o: f64, p: f64) -> f64 {
     let mut max = n as f64 * t_inj;
-    // The chunks whose first transmission is lost, by skipping the ones that arrive.
-    let mut i = rng.failures(1.0 - p).saturating_add(1);
-    while i <= n {
+    // The chunks whose first transmission is lost; chunk `i + 1` starts at `(i + 1)·T_INJ`.
+    rng.each_lost(n, p, |rng, i| {
         let losses = 1 + rng.failures(p);
-        max = max.max(i as f64 * t_inj + losses as f64 * o);
-        i = i.saturating_add(1).saturating_add(rng.failures(1.0 - p));
-    }
+        max = max.max((i + 1) as f64 * t_inj + losses as f64 * o);
+    });
     max
 }
 
@@ -408,8 +416,7 @@ fn ec_submessage(rng: &mut Rng, code: Code, k: u32, m: u32, p: f64) -> bool {
     let mut lost_data = vec![0u32; m as usize];
     let mut lost_parity = vec![false; m as usize];
     let mut lost = 0u32;
-    let mut i = rng.failures(1.0 - p);
-    while i < u64::from(n) {
+    rng.each_lost(u64::from(n), p, |_, i| {
         let c = i as u32;
         lost += 1;
         if c < k {
@@ -417,8 +424,7 @@ fn ec_submessage(rng: &mut Rng, code: Code, k: u32, m: u32, p: f64) -> bool {
         } else {
             lost_parity[(c - k) as usize] = true;
         }
-        i = i.saturating_add(1).saturating_add(rng.failures(1.0 - p));
-    }
+    });
     match code {
         Code::Mds => lost <= m,
         Code::Xor => (0..m as usize).all(|g| lost_data[g] + u32::from(lost_parity[g]) <= 1),
@@ -428,6 +434,13 @@ fn ec_submessage(rng: &mut Rng, code: Code, k: u32, m: u32, p: f64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const SCHEMES: [Scheme; 4] = [
+        Scheme::SR_RTO,
+        Scheme::SrNack,
+        Scheme::ec(Code::Mds),
+        Scheme::ec(Code::Xor),
+    ];
 
     fn setup(bytes: u64, p_packet: f64) -> Setup {
         Setup {
@@ -476,12 +489,7 @@ mod tests {
     fn print_figure_10() {
         for p in [1e-6, 1e-5, 1e-4, 1e-3, 1e-2] {
             let s = setup(128 << 20, p);
-            for scheme in [
-                Scheme::SR_RTO,
-                Scheme::SrNack,
-                Scheme::ec(Code::Mds),
-                Scheme::ec(Code::Xor),
-            ] {
+            for scheme in SCHEMES {
                 let a = analytic(&s, scheme);
                 let m = monte_carlo(&s, scheme, 2000, 1);
                 eprintln!(
@@ -504,23 +512,26 @@ mod tests {
         assert!((s.p_chunk() - want).abs() < 1e-15);
     }
 
-    /// Analytic and Monte Carlo means agree within 5 % wherever both apply (and the tails
-    /// within 10 %, which 4000 draws resolve no better).
+    /// Analytic and Monte Carlo means agree within 5 % wherever both apply; the 99.9th
+    /// percentiles within 10 % where the quantile is not at a step of the distribution. At
+    /// 16 MiB and p_chunk 1.6e-2, `P(max ≥ the three-loss step)` is about 1.03e-3, so the
+    /// true quantile is that step (0.25 s) while 4000 draws see about four samples past it
+    /// and read the step below (0.175 s): both right, the tail is not compared there.
     #[test]
     fn analytic_agrees_with_monte_carlo() {
-        for (bytes, p) in [(128u64 << 20, 1e-5), (128 << 20, 1e-4), (16 << 20, 1e-3)] {
+        for (bytes, p, tails) in [
+            (128u64 << 20, 1e-5, true),
+            (128 << 20, 1e-4, true),
+            (16 << 20, 1e-3, false),
+        ] {
             let s = setup(bytes, p);
-            for scheme in [
-                Scheme::SR_RTO,
-                Scheme::SrNack,
-                Scheme::ec(Code::Mds),
-                Scheme::ec(Code::Xor),
-            ] {
+            for scheme in SCHEMES {
                 let a = analytic(&s, scheme);
                 let m = monte_carlo(&s, scheme, 4000, 7);
                 let rel = (a.mean - m.mean).abs() / m.mean;
+                let tail = (a.p999 - m.p999).abs() / m.p999;
                 assert!(
-                    rel < 0.05,
+                    rel < 0.05 && (!tails || tail < 0.10),
                     "{} {bytes} {p}: analytic {a:?}, monte carlo {m:?}",
                     scheme.name()
                 );

@@ -85,5 +85,20 @@ fn same_length(chunks: impl Iterator<Item = usize>, n: usize) -> Result<usize, C
     Ok(len.unwrap_or(0))
 }
 
+/// Checks an encode call's shape: `k` data chunks and `m` parity chunks, all one length,
+/// which it returns.
+fn encode_shape(
+    data: &[&[u8]],
+    parity: &[&mut [u8]],
+    k: usize,
+    m: usize,
+) -> Result<usize, CodecError> {
+    let len = same_length(data.iter().map(|c| c.len()), k)?;
+    if same_length(parity.iter().map(|c| c.len()), m)? != len {
+        return Err(CodecError::Chunks("parity and data lengths differ"));
+    }
+    Ok(len)
+}
+
 #[cfg(test)]
 mod tests;

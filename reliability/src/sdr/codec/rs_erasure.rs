@@ -4,7 +4,7 @@
 
 use reed_solomon_erasure::galois_8::ReedSolomon;
 
-use super::{same_length, CodecError, ErasureCodec};
+use super::{encode_shape, same_length, CodecError, ErasureCodec};
 
 /// MDS (k, m) Reed-Solomon, `reed-solomon-erasure` backend.
 pub struct RsErasure {
@@ -35,10 +35,7 @@ impl ErasureCodec for RsErasure {
     }
 
     fn encode(&mut self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), CodecError> {
-        let len = same_length(data.iter().map(|c| c.len()), self.k())?;
-        if same_length(parity.iter().map(|c| c.len()), self.m())? != len {
-            return Err(CodecError::Chunks("parity and data lengths differ"));
-        }
+        encode_shape(data, parity, self.k(), self.m())?;
         self.rs
             .encode_sep(data, parity)
             .map_err(|_| CodecError::Chunks("reed-solomon-erasure refused the chunks"))

@@ -3,7 +3,7 @@
 
 use reed_solomon_simd::{ReedSolomonDecoder, ReedSolomonEncoder};
 
-use super::{same_length, CodecError, ErasureCodec};
+use super::{encode_shape, same_length, CodecError, ErasureCodec};
 
 /// MDS (k, m) Reed-Solomon, `reed-solomon-simd` backend. The encoder and decoder keep their
 /// working memory between calls for one chunk length.
@@ -50,10 +50,7 @@ impl ErasureCodec for RsSimd {
     }
 
     fn encode(&mut self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), CodecError> {
-        let len = same_length(data.iter().map(|c| c.len()), self.k)?;
-        if same_length(parity.iter().map(|c| c.len()), self.m)? != len {
-            return Err(CodecError::Chunks("parity and data lengths differ"));
-        }
+        let len = encode_shape(data, parity, self.k, self.m)?;
         let enc = match &mut self.enc {
             Some((l, e)) if *l == len => e,
             slot => {

@@ -1,7 +1,7 @@
 //! The XOR code of the SDR paper: parity chunk `i` is the XOR of the data chunks `j` with
 //! `j mod m = i`; a group (its data chunks and its parity chunk) survives one loss.
 
-use super::{same_length, CodecError, ErasureCodec};
+use super::{encode_shape, same_length, CodecError, ErasureCodec};
 
 /// XOR parity over `m` modulo groups of the `k` data chunks.
 #[derive(Debug, Clone)]
@@ -51,10 +51,7 @@ impl ErasureCodec for Xor {
     }
 
     fn encode(&mut self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), CodecError> {
-        let len = same_length(data.iter().map(|c| c.len()), self.k)?;
-        if same_length(parity.iter().map(|c| c.len()), self.m)? != len {
-            return Err(CodecError::Chunks("parity and data lengths differ"));
-        }
+        encode_shape(data, parity, self.k, self.m)?;
         for (i, p) in parity.iter_mut().enumerate() {
             p.copy_from_slice(data[i]);
             for d in data.iter().skip(i + self.m).step_by(self.m) {
