@@ -18,9 +18,12 @@
 //! - [`themis`]: Themis itself, as the paper deployed it: a ToR switch hook on the simulated
 //!   fabric in front of RNIC-SR endpoints.
 //!
-//! SDR-RDMA's partial-completion messaging with SR and erasure coding, multi-port failover
-//! (native, SHIFT, Varuna, R2CCL) and congestion control (DCQCN) arrive with later issues as
-//! more implementations of the same traits.
+//! - [`sdr`]: SDR-RDMA's partial-completion messaging, begun: erasure codecs, the per-packet
+//!   immediate, the completion-time model, the receive table and the send packetizer, all
+//!   sans-IO; not yet wired to the engine. SDR is a layer above UC QPs, not a `Recovery`.
+//!
+//! Multi-port failover (native, SHIFT, Varuna, R2CCL) and congestion control (DCQCN) arrive
+//! with later issues as more implementations of the same traits.
 
 pub mod baselines;
 pub mod sdr;
