@@ -33,6 +33,7 @@ pub mod path;
 pub mod qp;
 pub mod recovery;
 pub(crate) mod sg;
+pub mod sink;
 pub mod srq;
 pub mod state;
 pub mod timers;
@@ -41,12 +42,16 @@ pub mod wr;
 
 pub use congestion::{AckEvent, CongestionControl, Loss, NoControl};
 pub use counters::Counters;
-pub use mr::{Access, AccessError, MemSpan, MrKeys, MrTable, PdId, RegionShare, RegisterError};
+pub use mr::{
+    Access, AccessError, MemSpan, MrKeys, MrTable, PdId, RegionShare, RegisterError, SlotTarget,
+    Slotted,
+};
 pub use path::{Ecmp, Path, PathSelector};
 pub use qp::{bring_up, AddressVector, Mtu, Policies, Qp, QpAttr, QpCaps, QpConfig, SendRecord};
 pub use recovery::{
     Arrivals, Delivery, Feedback, GoBackN, LossReport, OutOfOrder, Recovery, Retransmit, SendWindow,
 };
+pub use sink::{Sunk, WriteImmSink};
 pub use srq::Srq;
 pub use state::{check_modify, required_mask, AttrMask, ModifyError, QpState, QpType};
 pub use tx::TxOut;

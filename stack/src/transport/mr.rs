@@ -113,6 +113,82 @@ struct Region {
     /// [`MrTable::share`]) or was invalidated: cleared by an invalidation in any table, so
     /// a key a SEND_WITH_INVALIDATE revoked on one engine's QP is dead on every engine.
     valid: Option<Arc<AtomicBool>>,
+    /// Set for a slotted region ([`MrTable::register_slotted`]): its bytes are other
+    /// regions' bytes, or nowhere.
+    slotted: Option<Arc<Slotted>>,
+}
+
+/// Where one share of a slotted region goes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SlotTarget {
+    /// Writes vanish (counted), reads and atomics are refused: the null MR a late packet of
+    /// a completed message lands in.
+    #[default]
+    Discard,
+    /// The share's first `len` bytes are `len` bytes at `va` of the (plain) region `key`,
+    /// accessed with that region's PD and its LOCAL_WRITE right, as an RNIC's indirect key
+    /// reaches the regions it lists with their own rights.
+    Mapped {
+        /// The target region's lkey.
+        key: u32,
+        /// Where in it the share starts.
+        va: u64,
+        /// How much of the share is mapped; the rest of the share is out of bounds.
+        len: u64,
+    },
+}
+
+/// The mapping of a slotted region, shared by every table that holds the region and by its
+/// owner, who re-points shares while the engines write through them (a post maps a slot onto
+/// the receive's buffer, a completion back onto [`SlotTarget::Discard`]).
+#[derive(Debug)]
+pub struct Slotted {
+    share: u64,
+    targets: std::sync::RwLock<Vec<SlotTarget>>,
+    discarded: AtomicU64,
+}
+
+impl Slotted {
+    /// Bytes per share.
+    pub fn share(&self) -> u64 {
+        self.share
+    }
+
+    /// Shares in the region.
+    pub fn slots(&self) -> u32 {
+        self.targets.read().map_or(0, |t| t.len() as u32)
+    }
+
+    /// Points share `slot` at `target`. False when there is no such slot or the target is
+    /// longer than a share. Whether the target region exists, and may be written, is
+    /// checked at each access, so a target deregistered later is refused then.
+    pub fn map(&self, slot: u32, target: SlotTarget) -> bool {
+        if let SlotTarget::Mapped { len, .. } = target {
+            if len > self.share {
+                return false;
+            }
+        }
+        let Ok(mut t) = self.targets.write() else {
+            return false;
+        };
+        match t.get_mut(slot as usize) {
+            Some(s) => {
+                *s = target;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Where share `slot` goes now.
+    pub fn target(&self, slot: u32) -> Option<SlotTarget> {
+        self.targets.read().ok()?.get(slot as usize).copied()
+    }
+
+    /// Bytes written into discarded shares so far.
+    pub fn discarded_bytes(&self) -> u64 {
+        self.discarded.load(Ordering::Relaxed)
+    }
 }
 
 /// A registered region as another table adopts it ([`MrTable::share`], [`MrTable::adopt`]):
@@ -127,6 +203,7 @@ pub struct RegionShare {
     access: Access,
     owned: Option<Arc<Box<[u64]>>>,
     valid: Arc<AtomicBool>,
+    slotted: Option<Arc<Slotted>>,
 }
 
 impl RegionShare {
@@ -332,6 +409,7 @@ impl MrTable {
                 access,
                 _owned: None,
                 valid: None,
+                slotted: None,
             },
         );
         Ok(MrKeys {
@@ -412,6 +490,55 @@ impl MrTable {
         }))
     }
 
+    /// Registers a zero-based region of `slots` shares of `share` bytes each (iova
+    /// `0 .. slots·share`), every share initially [`SlotTarget::Discard`]; the returned
+    /// [`Slotted`] re-points them. SDR's per-QP receive region (issue 21): message `n`'s
+    /// packets name `slot(n)·share + offset` under one rkey, whatever buffer the receive was
+    /// posted with, and a completed message's late packets fall into the discard target —
+    /// an RNIC does this with an indirect key whose entries it rewrites per message. Only
+    /// `write` resolves into a discarded share; reads, spans and atomics there are refused.
+    pub fn register_slotted(
+        &mut self,
+        pd: PdId,
+        slots: u32,
+        share: u64,
+        access: Access,
+    ) -> Result<(MrKeys, Arc<Slotted>), RegisterError> {
+        let len = u64::from(slots)
+            .checked_mul(share)
+            .filter(|&l| usize::try_from(l).is_ok())
+            .ok_or(RegisterError::Wraps {
+                iova: 0,
+                len: usize::MAX,
+            })?;
+        let key = self.next_key().ok_or(RegisterError::TooMany)?;
+        let slotted = Arc::new(Slotted {
+            share,
+            targets: std::sync::RwLock::new(vec![SlotTarget::Discard; slots as usize]),
+            discarded: AtomicU64::new(0),
+        });
+        self.regions.insert(
+            key,
+            Region {
+                pd,
+                base: core::ptr::null_mut(),
+                len: len as usize,
+                iova: 0,
+                access,
+                _owned: None,
+                valid: None,
+                slotted: Some(slotted.clone()),
+            },
+        );
+        Ok((
+            MrKeys {
+                lkey: key,
+                rkey: key,
+            },
+            slotted,
+        ))
+    }
+
     /// Forgets a region: every later access with its keys fails with `InvalidKey`.
     /// Returns false if the keys were not registered.
     pub fn deregister(&mut self, keys: MrKeys) -> bool {
@@ -421,7 +548,10 @@ impl MrTable {
     /// Where the region of `key` lies in memory and how long it is (for a port that must
     /// map registered memory before sending from it).
     pub fn extent(&self, key: u32) -> Option<(usize, usize)> {
-        self.regions.get(key).map(|r| (r.base as usize, r.len))
+        self.regions
+            .get(key)
+            .filter(|r| r.slotted.is_none())
+            .map(|r| (r.base as usize, r.len))
     }
 
     /// Describes the region of `keys` for [`adopt`](Self::adopt) by another table, so that
@@ -443,6 +573,7 @@ impl MrTable {
             access: r.access,
             owned: r._owned.clone(),
             valid,
+            slotted: r.slotted.clone(),
         })
     }
 
@@ -465,6 +596,7 @@ impl MrTable {
                 access: share.access,
                 _owned: share.owned.clone(),
                 valid: Some(share.valid.clone()),
+                slotted: share.slotted.clone(),
             },
         )
     }
@@ -506,7 +638,8 @@ impl MrTable {
     }
 
     /// Checks an access and returns where `va` is in memory (null for a zero-length access,
-    /// which is allowed with any key, as IBTA allows zero-length RDMA: probes use them).
+    /// which is allowed with any key, as IBTA allows zero-length RDMA: probes use them), or
+    /// `None` for a range in a discarded share of a slotted region.
     fn check(
         &self,
         key: u32,
@@ -514,11 +647,57 @@ impl MrTable {
         va: u64,
         len: u64,
         needed: Access,
-    ) -> Result<*mut u8, AccessError> {
+    ) -> Result<Option<*mut u8>, AccessError> {
         if len == 0 {
-            return Ok(core::ptr::null_mut());
+            return Ok(Some(core::ptr::null_mut()));
         }
         let r = self.regions.get(key).ok_or(AccessError::InvalidKey(key))?;
+        let offset = Self::check_region(r, key, pd, va, len, needed)?;
+        let Some(s) = &r.slotted else {
+            // SAFETY: offset + len <= r.len (check_region), so the offset stays inside the
+            // registered allocation.
+            return Ok(Some(unsafe { r.base.add(offset as usize) }));
+        };
+        // A slotted region: the range must stay inside one share, and resolves to where
+        // that share points now.
+        let out = AccessError::Bounds { key, va, len };
+        let (slot, within) = (offset / s.share, offset % s.share);
+        if within + len > s.share {
+            return Err(out);
+        }
+        match s.target(slot as u32).ok_or(out)? {
+            SlotTarget::Discard => Ok(None),
+            SlotTarget::Mapped {
+                key: to,
+                va: at,
+                len: mapped,
+            } => {
+                if within + len > mapped {
+                    return Err(out);
+                }
+                // The target is reached with its own rights: one level only.
+                let t = self.regions.get(to).ok_or(out)?;
+                if t.slotted.is_some() {
+                    return Err(out);
+                }
+                let off = Self::check_region(t, to, pd, at + within, len, Access::LOCAL_WRITE)
+                    .map_err(|_| out)?;
+                // SAFETY: as above, for the target region.
+                Ok(Some(unsafe { t.base.add(off as usize) }))
+            }
+        }
+    }
+
+    /// Checks validity, PD, rights and bounds of a `len`-byte access at `va` to region `r`
+    /// (key `key`); returns the offset into it.
+    fn check_region(
+        r: &Region,
+        key: u32,
+        pd: PdId,
+        va: u64,
+        len: u64,
+        needed: Access,
+    ) -> Result<u64, AccessError> {
         if r.valid.as_ref().is_some_and(|v| !v.load(Ordering::Acquire)) {
             return Err(AccessError::InvalidKey(key));
         }
@@ -537,9 +716,21 @@ impl MrTable {
         if end > r.len as u64 {
             return Err(out);
         }
-        // SAFETY: offset + len <= r.len, so the offset stays inside the registered
-        // allocation.
-        Ok(unsafe { r.base.add(offset as usize) })
+        Ok(offset)
+    }
+
+    /// [`check`](Self::check) for an access that must reach memory: a discarded share is
+    /// out of bounds.
+    fn check_present(
+        &self,
+        key: u32,
+        pd: PdId,
+        va: u64,
+        len: u64,
+        needed: Access,
+    ) -> Result<*mut u8, AccessError> {
+        self.check(key, pd, va, len, needed)?
+            .ok_or(AccessError::Bounds { key, va, len })
     }
 
     /// Copies `data` into the region at `va`; needs `needed` rights (REMOTE_WRITE for a
@@ -552,7 +743,13 @@ impl MrTable {
         data: &[u8],
         needed: Access,
     ) -> Result<(), AccessError> {
-        let dst = self.check(key, pd, va, data.len() as u64, needed)?;
+        let Some(dst) = self.check(key, pd, va, data.len() as u64, needed)? else {
+            // A discarded share: the bytes go nowhere, as into a null MR.
+            if let Some(s) = self.regions.get(key).and_then(|r| r.slotted.as_ref()) {
+                s.discarded.fetch_add(data.len() as u64, Ordering::Relaxed);
+            }
+            return Ok(());
+        };
         if data.is_empty() {
             return Ok(());
         }
@@ -575,7 +772,7 @@ impl MrTable {
         len: usize,
         needed: Access,
     ) -> Result<MemSpan<'_>, AccessError> {
-        let at = self.check(key, pd, va, len as u64, needed)?;
+        let at = self.check_present(key, pd, va, len as u64, needed)?;
         let ptr = if len == 0 {
             core::ptr::NonNull::dangling().as_ptr()
         } else {
@@ -598,7 +795,7 @@ impl MrTable {
         out: &mut [u8],
         needed: Access,
     ) -> Result<(), AccessError> {
-        let src = self.check(key, pd, va, out.len() as u64, needed)?;
+        let src = self.check_present(key, pd, va, out.len() as u64, needed)?;
         if out.is_empty() {
             return Ok(());
         }
@@ -611,7 +808,7 @@ impl MrTable {
         if !va.is_multiple_of(8) {
             return Err(AccessError::Misaligned(va));
         }
-        let p = self.check(key, pd, va, 8, Access::REMOTE_ATOMIC)?;
+        let p = self.check_present(key, pd, va, 8, Access::REMOTE_ATOMIC)?;
         if !p.cast::<u64>().is_aligned() {
             // The iova is aligned but the host address is not: cannot be an AtomicU64.
             return Err(AccessError::Misaligned(va));
@@ -1019,5 +1216,79 @@ mod tests {
         // SAFETY: as above.
         let first = unsafe { again.register(PD, buf.as_mut_ptr(), 16, 0, Access::NONE) }.unwrap();
         assert_eq!(first.rkey, keys[0]);
+    }
+
+    #[test]
+    fn a_slotted_region_writes_through_its_shares_and_discards_the_rest() {
+        let mut t = MrTable::new(3);
+        let (buf, _) = t.register_owned(PD, 256, Access::LOCAL_WRITE).unwrap();
+        let base = t.extent(buf.lkey).unwrap().0 as u64;
+        let (region, map) = t
+            .register_slotted(PD, 4, 64, Access::LOCAL_WRITE.with(Access::REMOTE_WRITE))
+            .unwrap();
+        assert_eq!(t.extent(region.lkey), None, "no memory of its own to map");
+        // Every share starts discarded: a write vanishes, counted; a read is refused.
+        t.write(region.rkey, PD, 70, &[9; 8], Access::REMOTE_WRITE)
+            .unwrap();
+        assert_eq!(map.discarded_bytes(), 8);
+        assert!(t
+            .read(region.lkey, PD, 70, &mut [0; 8], Access::NONE)
+            .is_err());
+        // Share 1 onto 32 bytes at offset 100 of the buffer.
+        let target = SlotTarget::Mapped {
+            key: buf.lkey,
+            va: base + 100,
+            len: 32,
+        };
+        assert!(map.map(1, target));
+        assert!(!map.map(4, target), "no share 4");
+        assert!(
+            !map.map(
+                0,
+                SlotTarget::Mapped {
+                    key: buf.lkey,
+                    va: base,
+                    len: 65
+                }
+            ),
+            "longer than a share"
+        );
+        t.write(region.rkey, PD, 64 + 4, &[7; 8], Access::REMOTE_WRITE)
+            .unwrap();
+        let mut got = [0u8; 16];
+        t.read(buf.lkey, PD, base + 100, &mut got, Access::NONE)
+            .unwrap();
+        assert_eq!(got, [0, 0, 0, 0, 7, 7, 7, 7, 7, 7, 7, 7, 0, 0, 0, 0]);
+        // Past the mapped 32 bytes, across a share's end, past the region, another PD, no
+        // right: refused, nothing written.
+        for (va, len, pd, need) in [
+            (64 + 30, 4, PD, Access::REMOTE_WRITE),
+            (60, 8, PD, Access::REMOTE_WRITE),
+            (256, 1, PD, Access::REMOTE_WRITE),
+            (64, 4, PdId(2), Access::REMOTE_WRITE),
+            (64, 4, PD, Access::REMOTE_READ),
+        ] {
+            assert!(
+                t.write(region.rkey, pd, va, &vec![1; len], need).is_err(),
+                "{va} {len}"
+            );
+        }
+        let mut all = vec![0u8; 256];
+        t.read(buf.lkey, PD, base, &mut all, Access::NONE).unwrap();
+        assert_eq!(all.iter().filter(|&&b| b != 0).count(), 8);
+        // Back to discard: the same write now vanishes.
+        assert!(map.map(1, SlotTarget::Discard));
+        t.write(region.rkey, PD, 64 + 4, &[5; 8], Access::REMOTE_WRITE)
+            .unwrap();
+        assert_eq!(map.discarded_bytes(), 16);
+        t.read(buf.lkey, PD, base + 104, &mut got[..8], Access::NONE)
+            .unwrap();
+        assert_eq!(got[..8], [7; 8]);
+        // A target deregistered after mapping is refused at the access.
+        assert!(map.map(2, target));
+        assert!(t.deregister(buf));
+        assert!(t
+            .write(region.rkey, PD, 128, &[1], Access::REMOTE_WRITE)
+            .is_err());
     }
 }

@@ -198,6 +198,9 @@ pub enum ModifyError {
         /// What is not accepted.
         extra: AttrMask,
     },
+    /// Only a UC QP takes a WRITE-with-immediate sink.
+    #[error("a {0:?} QP cannot take a WRITE-with-immediate sink (UC only)")]
+    NotUc(QpType),
 }
 
 /// Required and optional attributes of a legal transition, or `None` when it is illegal.

@@ -72,6 +72,9 @@ pub enum Arrival {
     Stale,
     /// Its offset or length leaves the posted receive.
     OutOfRange,
+    /// Everything checked, but the placement refused it (see [`RecvTable::arrive_with`]):
+    /// nothing was written or marked.
+    Refused,
 }
 
 /// A posted receive, as its owner sees it: the chunk bitmap it polls.
@@ -195,8 +198,23 @@ impl RecvTable {
     }
 
     /// A packet arrived on the internal QP of `generation` with immediate `imm` and `len`
-    /// payload bytes.
+    /// payload bytes (its bytes placed by the caller where `Place` says).
     pub fn arrive(&mut self, generation: u8, imm: u32, len: u32) -> Arrival {
+        self.arrive_with(generation, imm, len, |_| true)
+    }
+
+    /// [`arrive`](Self::arrive), with `place` writing the payload at the region offset it
+    /// is given once every check passed and before anything is marked, so a chunk's bit is
+    /// set only after its bytes are in memory (its owner may read them the moment it sees
+    /// the bit). When `place` returns false the packet is [`Arrival::Refused`] and counts
+    /// as never arrived.
+    pub fn arrive_with(
+        &mut self,
+        generation: u8,
+        imm: u32,
+        len: u32,
+        place: impl FnOnce(u64) -> bool,
+    ) -> Arrival {
         let c = self.config;
         let f = c.layout.unpack(imm);
         let Some(Some(p)) = self.slots.get_mut(f.msg_id as usize) else {
@@ -218,11 +236,19 @@ impl RecvTable {
         if p.arrived[w] >> b & 1 == 1 {
             return Arrival::Duplicate;
         }
+        let at = u64::from(f.msg_id) * c.max_message + start;
+        if !place(at) {
+            return Arrival::Refused;
+        }
         p.arrived[w] |= 1 << b;
         let n = super::send::imm_fragments(c.layout);
-        if n > 0 && f.offset < n {
-            p.user_imm |= f.user << (f.offset * u32::from(c.layout.user_bits()));
-            p.fragments |= 1 << f.offset;
+        if n > 0 {
+            // Packet p carries fragment p mod n: the first of each residue to arrive fills it.
+            let i = f.offset % n;
+            if p.fragments >> i & 1 == 0 {
+                p.user_imm |= f.user << (i * u32::from(c.layout.user_bits()));
+                p.fragments |= 1 << i;
+            }
         }
         let chunk = f.offset / c.chunk_packets;
         p.missing[chunk as usize] -= 1;
@@ -232,14 +258,55 @@ impl RecvTable {
             p.chunks_left -= 1;
         }
         Arrival::Place {
-            at: u64::from(f.msg_id) * c.max_message + start,
+            at,
             chunk: completed.then_some(chunk),
             done: p.chunks_left == 0,
         }
     }
 
-    /// `recv_imm_get`: the user's immediate, once the packets that carry its fragments (the
-    /// first `32 / user_bits`) arrived; `None` before, and for a message shorter than that.
+    /// Marks chunk `chunk` of `handle`'s message as arrived whole without its packets (an
+    /// erasure decoder rebuilt it in place): its packets still to come are duplicates.
+    /// Returns whether the message is now complete; false as well for a receive no longer
+    /// posted or a chunk past it.
+    pub fn mark_chunk(&mut self, handle: &RecvHandle, chunk: u32) -> bool {
+        let c = self.config;
+        let Some(p) = self.slots[handle.slot as usize]
+            .as_mut()
+            .filter(|p| p.handle.message == handle.message)
+        else {
+            return false;
+        };
+        if chunk >= p.handle.chunks || p.missing[chunk as usize] == 0 {
+            return p.chunks_left == 0;
+        }
+        let first = chunk * c.chunk_packets;
+        let last = (first + c.chunk_packets).min(p.packets);
+        for i in first..last {
+            p.arrived[(i / 64) as usize] |= 1 << (i % 64);
+        }
+        p.missing[chunk as usize] = 0;
+        p.handle.bitmap[(chunk / 64) as usize].fetch_or(1 << (chunk % 64), Ordering::AcqRel);
+        p.chunks_left -= 1;
+        p.chunks_left == 0
+    }
+
+    /// The message posted in the slot `imm` names, if any.
+    pub fn message_in(&self, imm: u32) -> Option<u64> {
+        let f = self.config.layout.unpack(imm);
+        self.slots
+            .get(f.msg_id as usize)?
+            .as_ref()
+            .map(|p| p.handle.message)
+    }
+
+    /// The layout this table runs.
+    pub fn config(&self) -> RecvConfig {
+        self.config
+    }
+
+    /// `recv_imm_get`: the user's immediate, once a packet of every fragment arrived (packet
+    /// `p` carries fragment `p mod (32 / user_bits)`); `None` before, and for a message
+    /// shorter than that. Chunks an erasure code rebuilt bring no fragments.
     pub fn imm(&self, handle: &RecvHandle) -> Option<u32> {
         let p = self.slots[handle.slot as usize].as_ref()?;
         if p.handle.message != handle.message {

@@ -31,6 +31,7 @@ use super::counters::Counters;
 use super::mr::{Access, MrTable, PdId};
 use super::path::Path;
 use super::recovery::{Delivery, Recovery};
+use super::sink::WriteImmSink;
 use super::state::{check_modify, required_mask, AttrMask, ModifyError, QpState, QpType};
 use super::timers::local_ack_timeout_ns;
 use super::tx::TxOut;
@@ -446,6 +447,24 @@ impl Qp {
         self.cx.recovery = recovery;
     }
 
+    /// Gives a UC QP's WRITE_ONLY_WITH_IMMEDIATE packets to `sink` instead of the receive
+    /// queue (see [`sink`](crate::transport::sink)); `None` takes it back. Returns the sink
+    /// it replaced. Refused for RC and UD QPs, which keep their receive queue.
+    pub fn set_write_imm_sink(
+        &mut self,
+        sink: Option<Box<dyn WriteImmSink>>,
+    ) -> Result<Option<Box<dyn WriteImmSink>>, ModifyError> {
+        if self.cx.qp_type != QpType::Uc {
+            return Err(ModifyError::NotUc(self.cx.qp_type));
+        }
+        Ok(core::mem::replace(&mut self.resp.sink, sink))
+    }
+
+    /// The sink a UC QP hands its WRITE-with-immediates to, if any.
+    pub fn write_imm_sink(&mut self) -> Option<&mut (dyn WriteImmSink + 'static)> {
+        self.resp.sink.as_deref_mut()
+    }
+
     /// Replaces all three policies, before RTR (see [`set_recovery`](Self::set_recovery)).
     pub fn set_policies(&mut self, p: Policies) {
         (self.cx.path, self.cx.recovery, self.cx.congestion) = policies::install(p);
@@ -594,7 +613,9 @@ impl Qp {
     fn reset(&mut self) {
         self.req = requester::Requester::new(Psn::new(0));
         let srq = self.resp.srq.clone();
+        let sink = self.resp.sink.take();
         self.resp = responder::Responder::new(Psn::new(0), srq);
+        self.resp.sink = sink;
         self.cx.completions.clear();
     }
 

@@ -14,6 +14,7 @@ use super::{QpContext, RecvWqe};
 use crate::transport::mr::{Access, AccessError, MrTable};
 use crate::transport::recovery::{Arrivals, Feedback, LossReport, OutOfOrder};
 use crate::transport::sg::{self, SgError};
+use crate::transport::sink::{Sunk, WriteImmSink};
 use crate::transport::srq::Srq;
 use crate::transport::state::{QpState, QpType};
 use crate::transport::tx::{self, TxOut};
@@ -189,6 +190,8 @@ pub(crate) struct Responder {
     atomics: VecDeque<(Psn, u64)>,
     /// Placement delivery only (boxed: Go-Back-N QPs carry a pointer, not the state).
     pub(crate) ooo: Option<Box<Ooo>>,
+    /// UC only: takes WRITE_ONLY_WITH_IMMEDIATEs in place of the receive queue (SDR).
+    pub(crate) sink: Option<Box<dyn WriteImmSink>>,
 }
 
 impl Responder {
@@ -219,6 +222,7 @@ impl Responder {
             replies: VecDeque::new(),
             atomics: VecDeque::new(),
             ooo: None,
+            sink: None,
         }
     }
 
@@ -347,6 +351,7 @@ impl Responder {
                     }
                 }
             }
+            QpType::Uc if self.sink.is_some() && Self::for_sink(pkt) => self.sink_rx(cx, pkt, mem),
             QpType::Uc => {
                 let psn = pkt.repr.bth.psn;
                 if psn != self.epsn {
@@ -363,6 +368,32 @@ impl Responder {
                     self.epsn = psn.add(1);
                 }
             }
+        }
+    }
+
+    /// A packet a sink takes: a WRITE_ONLY_WITH_IMMEDIATE (RETH and immediate present).
+    fn for_sink(pkt: &RocePacket<'_>) -> bool {
+        pkt.repr.bth.opcode == Opcode::UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE
+            && pkt.repr.ext.reth.is_some()
+            && pkt.repr.ext.imm_dt.is_some()
+    }
+
+    /// Hands a packet to the sink. A message in progress is cut off by it, as by any packet
+    /// that does not continue it; the next expected PSN follows this one.
+    fn sink_rx(&mut self, cx: &mut QpContext, pkt: &RocePacket<'_>, mem: &MrTable) {
+        if self.msg.is_some() {
+            cx.counters.out_of_sequence += 1;
+            self.abort_msg();
+        }
+        self.epsn = pkt.repr.bth.psn.add(1);
+        let (Some(reth), Some(imm), Some(sink)) =
+            (pkt.repr.ext.reth, pkt.repr.ext.imm_dt, self.sink.as_mut())
+        else {
+            return;
+        };
+        match sink.on_write_imm(reth, imm.imm, pkt.payload, cx.pd, mem) {
+            Sunk::Placed => cx.counters.rx_write_requests += 1,
+            Sunk::Dropped => cx.counters.rx_dropped += 1,
         }
     }
 

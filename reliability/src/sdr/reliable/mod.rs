@@ -1,0 +1,159 @@
+//! Reliability on SDR's bitmap (§4.2, §5.2): selective repeat with a timeout or with NACKs,
+//! and erasure coding with selective repeat as the fallback — one policy per connection.
+//!
+//! Sans-IO, like the transport: a [`ReliableSender`] is given messages and acknowledgements
+//! and time and asked for chunks to send (each a list of SDR packets its driver posts on the
+//! generation's UC QP); a [`ReliableReceiver`] is told of chunk arrivals (its
+//! [`SdrReceiver`](super::receiver::SdrReceiver) collects them from the engine) and asked
+//! for acknowledgements to send on the control channel (ferroce's layout in
+//! [`ack`](super::ack)).
+//!
+//! - **SR** (`sr-rto`): the receiver acknowledges every `ack_interval` while a message is
+//!   incomplete, and at once when it completes; the sender resends a chunk not acknowledged
+//!   `rto_rtts` RTTs after it left (the paper: 3).
+//! - **SR with NACK** (`sr-nack`, §5.2.1): the receiver acknowledges at once when a chunk
+//!   completes beyond a missing one, and the sender takes a chunk as lost as soon as an
+//!   acknowledgement shows a chunk sent after it — on one path nothing overtakes, so the
+//!   earlier one will not come (RACK's rule). A timeout of a little over one RTT remains
+//!   for a loss nothing was sent after.
+//! - **EC(k, m)**: each submessage of `k` data chunks is followed by `m` parity chunks,
+//!   which travel as the next SDR message into a parity buffer the receiver posted with
+//!   the data; the receiver rebuilds missing data chunks in place as soon as the chunks
+//!   that arrived determine them. A submessage still not whole `(1 + β)` RTTs after its last
+//!   parity chunk left goes to selective repeat with NACKs for its missing data chunks.
+
+mod receiver;
+mod sender;
+#[cfg(test)]
+mod tests;
+
+pub use receiver::{ReceiverStats, ReliableReceiver};
+pub use sender::{ReliableSender, SendDone, SenderStats, TxChunk, TxKind};
+
+use ferroce_stack::transport::{Access, MrTable, PdId};
+
+use super::codec::{self, CodecError, ErasureCodec, Xor};
+use super::model::{Code, Scheme};
+use super::receiver::Buffer;
+
+/// A connection's reliability settings; both ends use the same.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ReliableConfig {
+    /// The scheme.
+    pub scheme: Scheme,
+    /// The round-trip time timeouts are counted in, ns.
+    pub rtt_ns: u64,
+    /// How often an incomplete message is acknowledged, ns.
+    pub ack_interval_ns: u64,
+    /// Bytes an acknowledgement may take (the control channel's MTU).
+    pub control_mtu: usize,
+}
+
+impl ReliableConfig {
+    /// `scheme` over a path of `rtt_ns`, acknowledging every `rtt_ns / 64` (at least 1 µs)
+    /// on a 4 KiB control channel.
+    pub fn new(scheme: Scheme, rtt_ns: u64) -> Self {
+        Self {
+            scheme,
+            rtt_ns,
+            ack_interval_ns: (rtt_ns / 64).max(1000),
+            control_mtu: 4096,
+        }
+    }
+
+    /// When a chunk not acknowledged is sent again, ns after it left. With NACKs (and in
+    /// EC's fallback) a little over one RTT: the acknowledgement of a chunk that arrived
+    /// comes back within one RTT and an interval or two.
+    pub fn rto_ns(&self, fallback: bool) -> u64 {
+        let nack = self.rtt_ns + 2 * self.ack_interval_ns + self.rtt_ns / 8;
+        match self.scheme {
+            Scheme::SrRto { rto_rtts } if !fallback => (self.rtt_ns as f64 * rto_rtts) as u64,
+            _ => nack,
+        }
+    }
+
+    /// Whether an acknowledgement showing a later chunk names a loss.
+    pub fn nacks(&self) -> bool {
+        !matches!(self.scheme, Scheme::SrRto { .. })
+    }
+
+    /// `(k, m)` for EC.
+    pub fn ec(&self) -> Option<(u32, u32)> {
+        match self.scheme {
+            Scheme::Ec { k, m, .. } => Some((k.max(1), m)),
+            _ => None,
+        }
+    }
+
+    /// EC's fallback slack in ns: `(1 + β)·RTT`.
+    pub fn fallback_ns(&self) -> u64 {
+        match self.scheme {
+            Scheme::Ec { beta, .. } => ((1.0 + beta) * self.rtt_ns as f64) as u64,
+            _ => 0,
+        }
+    }
+
+    /// The codec EC runs, if any.
+    pub fn codec(&self) -> Result<Option<Box<dyn ErasureCodec>>, CodecError> {
+        match self.scheme {
+            Scheme::Ec {
+                code: Code::Mds,
+                k,
+                m,
+                ..
+            } => codec::mds(k as usize, m as usize).map(Some),
+            Scheme::Ec {
+                code: Code::Xor,
+                k,
+                m,
+                ..
+            } => Ok(Some(Box::new(Xor::new(k as usize, m as usize)?))),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// Bytes of the parity message a `len`-byte EC message travels with: `m` chunks for each
+/// submessage of `k` data chunks.
+pub fn parity_len(len: u64, chunk_bytes: u64, k: u32, m: u32) -> u64 {
+    let chunks = len.div_ceil(chunk_bytes.max(1)).max(1);
+    chunks.div_ceil(u64::from(k.max(1))) * u64::from(m) * chunk_bytes
+}
+
+/// Registered memory as the EC layer reads and writes it (encoding at the sender, rebuilding
+/// at the receiver). Offsets are bytes into a [`Buffer`].
+pub trait Memory {
+    /// Copies `out.len()` bytes at `offset` of `buf` out; false when the memory refuses.
+    fn read(&self, buf: Buffer, offset: u64, out: &mut [u8]) -> bool;
+    /// Copies `data` to `offset` of `buf`; false when the memory refuses.
+    fn write(&self, buf: Buffer, offset: u64, data: &[u8]) -> bool;
+}
+
+/// [`Memory`] through a transport's [`MrTable`], with local rights in one PD.
+#[derive(Clone, Copy)]
+pub struct TableMemory<'a> {
+    /// The table.
+    pub mem: &'a MrTable,
+    /// The PD the buffers are in.
+    pub pd: PdId,
+}
+
+impl Memory for TableMemory<'_> {
+    fn read(&self, buf: Buffer, offset: u64, out: &mut [u8]) -> bool {
+        self.mem
+            .read(buf.lkey, self.pd, buf.va + offset, out, Access::NONE)
+            .is_ok()
+    }
+
+    fn write(&self, buf: Buffer, offset: u64, data: &[u8]) -> bool {
+        self.mem
+            .write(
+                buf.lkey,
+                self.pd,
+                buf.va + offset,
+                data,
+                Access::LOCAL_WRITE,
+            )
+            .is_ok()
+    }
+}

@@ -1,0 +1,478 @@
+//! The sending end of a reliable SDR connection.
+
+use std::collections::VecDeque;
+
+use super::super::ack::Ack;
+use super::super::codec::ErasureCodec;
+use super::super::receiver::Buffer;
+use super::super::recv::RecvConfig;
+use super::super::send::{Packet, SendHandle, SendTable};
+use super::{parity_len, Memory, ReliableConfig};
+
+ferroce_stack::counter_set! {
+    /// What a sender did.
+    pub struct SenderStats {
+        /// Data chunks sent for the first time.
+        chunks_sent,
+        /// Data chunks sent again.
+        chunks_resent,
+        /// Parity chunks sent.
+        parity_sent,
+        /// Submessages encoded.
+        submessages_encoded,
+        /// Resends a timeout caused.
+        timeouts,
+        /// Resends an acknowledgement showing a later chunk caused (NACK).
+        nack_losses,
+        /// Submessages EC handed to selective repeat.
+        fallbacks,
+        /// Acknowledgements taken.
+        acks_received,
+        /// Control messages that were not acknowledgements.
+        acks_refused,
+        /// Messages acknowledged whole.
+        messages_done,
+    }
+}
+
+/// What a chunk to send carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxKind {
+    /// Message data.
+    Data,
+    /// EC parity.
+    Parity,
+}
+
+/// One chunk to put on the wire: its packets, each a WRITE-with-immediate on the QP of its
+/// generation, whose payload is `packet.len` bytes at `source.va + packet.local`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TxChunk {
+    /// The message (sends counted from 0).
+    pub message: u64,
+    /// Data or parity.
+    pub kind: TxKind,
+    /// The chunk's index among its kind.
+    pub index: u32,
+    /// Sent before.
+    pub resend: bool,
+    /// Where the payloads come from.
+    pub source: Buffer,
+    /// The packets.
+    pub packets: Vec<Packet>,
+}
+
+/// A message the receiver acknowledged whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendDone {
+    /// The message.
+    pub message: u64,
+    /// When the acknowledgement arrived.
+    pub at: u64,
+}
+
+/// Why a send was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// Longer than the receiver's slots take.
+    #[error("a {0}-byte message does not fit the connection's slots")]
+    TooLong(u64),
+    /// EC needs a buffer for the parity.
+    #[error("EC needs a parity buffer of {0} bytes")]
+    NeedsParity(u64),
+}
+
+struct OutMsg {
+    user: u64,
+    data: SendHandle,
+    parity: Option<SendHandle>,
+    src: Buffer,
+    parity_buf: Buffer,
+    chunks: u32,
+    acked: Vec<u64>,
+    acked_n: u32,
+    /// Every chunk below it is acknowledged.
+    low: u32,
+    /// The send sequence number of each data chunk's latest send (0: not sent).
+    seq: Vec<u64>,
+    /// Queued for a resend.
+    pending: Vec<bool>,
+    /// Position in the first transmissions' schedule, and its length.
+    cursor: u32,
+    schedule: u32,
+    encoded: Vec<bool>,
+    /// EC submessages handed to selective repeat.
+    fallback: Vec<bool>,
+    done: bool,
+}
+
+impl OutMsg {
+    fn acked(&self, c: u32) -> bool {
+        self.acked[(c / 64) as usize] >> (c % 64) & 1 == 1
+    }
+
+    fn ack(&mut self, c: u32) {
+        self.acked[(c / 64) as usize] |= 1 << (c % 64);
+        self.acked_n += 1;
+    }
+}
+
+/// The sending end of one reliable SDR connection.
+pub struct ReliableSender {
+    cfg: ReliableConfig,
+    table: SendTable,
+    chunk_bytes: u64,
+    codec: Option<Box<dyn ErasureCodec>>,
+    msgs: VecDeque<OutMsg>,
+    next_user: u64,
+    seq: u64,
+    resend: VecDeque<(u64, u32)>,
+    /// (deadline, message, chunk, seq), deadlines in order (one RTO per connection).
+    rto: VecDeque<(u64, u64, u32, u64)>,
+    /// (deadline, message, submessage).
+    fallback: VecDeque<(u64, u64, u32)>,
+    done: VecDeque<SendDone>,
+    scratch: Vec<u8>,
+    stats: SenderStats,
+}
+
+impl ReliableSender {
+    /// A sender for a receiver laid out by `layout`, with reliability `cfg`.
+    pub fn new(
+        layout: RecvConfig,
+        cfg: ReliableConfig,
+    ) -> Result<Self, super::super::codec::CodecError> {
+        Ok(Self {
+            cfg,
+            table: SendTable::new(layout),
+            chunk_bytes: u64::from(layout.mtu.max(1)) * u64::from(layout.chunk_packets.max(1)),
+            codec: cfg.codec()?,
+            msgs: VecDeque::new(),
+            next_user: 0,
+            seq: 0,
+            resend: VecDeque::new(),
+            rto: VecDeque::new(),
+            fallback: VecDeque::new(),
+            done: VecDeque::new(),
+            scratch: Vec::new(),
+            stats: SenderStats::default(),
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> ReliableConfig {
+        self.cfg
+    }
+
+    /// Bytes of parity buffer a `len`-byte message needs (0 without EC).
+    pub fn parity_len(&self, len: u64) -> u64 {
+        self.cfg
+            .ec()
+            .map_or(0, |(k, m)| parity_len(len, self.chunk_bytes, k, m))
+    }
+
+    /// Sends `len` bytes from `src` (one-shot: every chunk is queued now), with EC's parity
+    /// computed into `parity`. Returns the message's number.
+    pub fn send(
+        &mut self,
+        src: Buffer,
+        len: u64,
+        user_imm: Option<u32>,
+        parity: Option<Buffer>,
+    ) -> Result<u64, SendError> {
+        let plen = self.parity_len(len);
+        let parity_buf = match (plen, parity) {
+            (0, _) => Buffer { lkey: 0, va: 0 },
+            (_, Some(p)) => p,
+            (n, None) => return Err(SendError::NeedsParity(n)),
+        };
+        let data = self
+            .table
+            .send(len, user_imm)
+            .ok_or(SendError::TooLong(len))?;
+        let parity = match plen {
+            0 => None,
+            n => Some(self.table.send(n, None).ok_or(SendError::TooLong(n))?),
+        };
+        let chunks = len.div_ceil(self.chunk_bytes).max(1) as u32;
+        let (subs, m) = match self.cfg.ec() {
+            Some((k, m)) => (chunks.div_ceil(k), m),
+            None => (0, 0),
+        };
+        let user = self.next_user;
+        self.next_user += 1;
+        self.msgs.push_back(OutMsg {
+            user,
+            data,
+            parity,
+            src,
+            parity_buf,
+            chunks,
+            acked: vec![0; chunks.div_ceil(64) as usize],
+            acked_n: 0,
+            low: 0,
+            seq: vec![0; chunks as usize],
+            pending: vec![false; chunks as usize],
+            cursor: 0,
+            schedule: chunks + subs * m,
+            encoded: vec![false; subs as usize],
+            fallback: vec![false; subs as usize],
+            done: false,
+        });
+        Ok(user)
+    }
+
+    fn index(&self, user: u64) -> Option<usize> {
+        let front = self.msgs.front()?.user;
+        let i = user.checked_sub(front)? as usize;
+        (i < self.msgs.len()).then_some(i)
+    }
+
+    /// The next chunk to send, resends first; `mem` reads data to encode parity from.
+    pub fn poll_transmit(&mut self, now: u64, mem: &dyn Memory) -> Option<TxChunk> {
+        while let Some((user, c)) = self.resend.pop_front() {
+            let Some(i) = self.index(user) else { continue };
+            let m = &mut self.msgs[i];
+            m.pending[c as usize] = false;
+            if m.done || m.acked(c) {
+                continue;
+            }
+            return Some(self.emit_data(now, i, c, true));
+        }
+        let i = self
+            .msgs
+            .iter()
+            .position(|m| !m.done && m.cursor < m.schedule)?;
+        let m = &mut self.msgs[i];
+        let pos = m.cursor;
+        m.cursor += 1;
+        let Some((k, mm)) = self.cfg.ec() else {
+            return Some(self.emit_data(now, i, pos, false));
+        };
+        // Submessage j: its data chunks, then its parity chunks.
+        let j = pos / (k + mm);
+        let r = pos % (k + mm);
+        let d = k.min(m.chunks - j * k);
+        let last_of_sub = r + 1 == d + mm;
+        if last_of_sub {
+            let at = now + self.cfg.fallback_ns();
+            self.fallback.push_back((at, m.user, j));
+        }
+        if r < d {
+            return Some(self.emit_data(now, i, j * k + r, false));
+        }
+        let p = j * mm + (r - d);
+        if !self.msgs[i].encoded[j as usize] {
+            self.encode(i, j, mem);
+        }
+        let m = &self.msgs[i];
+        let h = m.parity?;
+        self.stats.parity_sent += 1;
+        Some(TxChunk {
+            message: m.user,
+            kind: TxKind::Parity,
+            index: p,
+            resend: false,
+            source: m.parity_buf,
+            packets: self.table.chunk(&h, p).collect(),
+        })
+    }
+
+    fn emit_data(&mut self, now: u64, i: usize, c: u32, resend: bool) -> TxChunk {
+        self.seq += 1;
+        let m = &mut self.msgs[i];
+        m.seq[c as usize] = self.seq;
+        let fallback = self
+            .cfg
+            .ec()
+            .is_some_and(|(k, _)| m.fallback[(c / k) as usize]);
+        // SR chunks and EC's fallback resends are timed; EC's first sends are covered by
+        // the parity and the fallback timer.
+        if self.cfg.ec().is_none() || fallback {
+            let at = now + self.cfg.rto_ns(fallback);
+            self.rto.push_back((at, m.user, c, self.seq));
+        }
+        if resend {
+            self.stats.chunks_resent += 1;
+        } else {
+            self.stats.chunks_sent += 1;
+        }
+        TxChunk {
+            message: m.user,
+            kind: TxKind::Data,
+            index: c,
+            resend,
+            source: m.src,
+            packets: self.table.chunk(&m.data, c).collect(),
+        }
+    }
+
+    /// Computes submessage `j`'s parity into the message's parity buffer. Data past the
+    /// message's end reads as zeros, as the receiver takes it.
+    fn encode(&mut self, i: usize, j: u32, mem: &dyn Memory) {
+        let (Some(codec), Some((k, mm))) = (self.codec.as_mut(), self.cfg.ec()) else {
+            return;
+        };
+        let m = &mut self.msgs[i];
+        m.encoded[j as usize] = true;
+        let cb = self.chunk_bytes as usize;
+        let (k, mm) = (k as usize, mm as usize);
+        self.scratch.clear();
+        self.scratch.resize((k + mm) * cb, 0);
+        let (data, parity) = self.scratch.split_at_mut(k * cb);
+        for (n, chunk) in data.chunks_exact_mut(cb).enumerate() {
+            let start = (j as u64 * k as u64 + n as u64) * cb as u64;
+            let len = m.data.len.saturating_sub(start).min(cb as u64) as usize;
+            if len > 0 {
+                mem.read(m.src, start, &mut chunk[..len]);
+            }
+        }
+        let data: Vec<&[u8]> = data.chunks_exact(cb).collect();
+        let mut parity: Vec<&mut [u8]> = parity.chunks_exact_mut(cb).collect();
+        if codec.encode(&data, &mut parity).is_ok() {
+            for (p, chunk) in parity.iter().enumerate() {
+                let at = (u64::from(j) * mm as u64 + p as u64) * cb as u64;
+                mem.write(m.parity_buf, at, chunk);
+            }
+            self.stats.submessages_encoded += 1;
+        }
+    }
+
+    /// A message from the control channel.
+    pub fn on_control(&mut self, now: u64, bytes: &[u8]) {
+        let Ok(ack) = Ack::parse(bytes) else {
+            self.stats.acks_refused += 1;
+            return;
+        };
+        self.stats.acks_received += 1;
+        for i in 0..self.msgs.len() {
+            if !self.msgs[i].done && self.msgs[i].data.message < ack.done_below {
+                self.finish(now, i);
+            }
+        }
+        let Some(i) = self.msgs.iter().position(|m| m.data.message == ack.message) else {
+            self.retire();
+            return;
+        };
+        let m = &mut self.msgs[i];
+        if m.done || ack.chunks != m.chunks {
+            self.retire();
+            return;
+        }
+        // The newest send among the chunks this acknowledgement is first to show.
+        let mut newest = 0;
+        for c in m.low..m.chunks {
+            if !m.acked(c) && ack.has(c) {
+                m.ack(c);
+                newest = newest.max(m.seq[c as usize]);
+            }
+        }
+        while m.low < m.chunks && m.acked(m.low) {
+            m.low += 1;
+        }
+        if m.acked_n == m.chunks || ack.complete {
+            self.finish(now, i);
+        } else if self.cfg.nacks() && newest > 0 {
+            // Anything sent before a chunk that arrived, and still missing, was lost.
+            let ec_k = self.cfg.ec().map(|(k, _)| k);
+            for c in m.low..m.chunks {
+                let s = m.seq[c as usize];
+                let timed = ec_k.is_none_or(|k| m.fallback[(c / k) as usize]);
+                if timed && s > 0 && s < newest && !m.acked(c) && !m.pending[c as usize] {
+                    m.pending[c as usize] = true;
+                    self.resend.push_back((m.user, c));
+                    self.stats.nack_losses += 1;
+                }
+            }
+        }
+        self.retire();
+    }
+
+    fn finish(&mut self, now: u64, i: usize) {
+        let m = &mut self.msgs[i];
+        if !m.done {
+            m.done = true;
+            self.stats.messages_done += 1;
+            self.done.push_back(SendDone {
+                message: m.user,
+                at: now,
+            });
+        }
+    }
+
+    /// Drops finished messages from the front.
+    fn retire(&mut self) {
+        while self.msgs.front().is_some_and(|m| m.done) {
+            self.msgs.pop_front();
+        }
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) wants to run next.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let a = self.rto.front().map(|t| t.0);
+        let b = self.fallback.front().map(|t| t.0);
+        match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Runs the timers due at `now`.
+    pub fn handle_timeout(&mut self, now: u64) {
+        while self.rto.front().is_some_and(|t| t.0 <= now) {
+            let Some((_, user, c, s)) = self.rto.pop_front() else {
+                break;
+            };
+            let Some(i) = self.index(user) else { continue };
+            let m = &mut self.msgs[i];
+            if !m.done && !m.acked(c) && m.seq[c as usize] == s && !m.pending[c as usize] {
+                m.pending[c as usize] = true;
+                self.resend.push_back((user, c));
+                self.stats.timeouts += 1;
+            }
+        }
+        while self.fallback.front().is_some_and(|t| t.0 <= now) {
+            let Some((_, user, j)) = self.fallback.pop_front() else {
+                break;
+            };
+            let (Some(i), Some((k, _))) = (self.index(user), self.cfg.ec()) else {
+                continue;
+            };
+            let m = &mut self.msgs[i];
+            if m.done {
+                continue;
+            }
+            let missing: Vec<u32> = (j * k..((j + 1) * k).min(m.chunks))
+                .filter(|&c| !m.acked(c) && !m.pending[c as usize])
+                .collect();
+            if !missing.is_empty() {
+                m.fallback[j as usize] = true;
+                self.stats.fallbacks += 1;
+                for c in missing {
+                    m.pending[c as usize] = true;
+                    self.resend.push_back((user, c));
+                }
+            }
+        }
+    }
+
+    /// The next message acknowledged whole.
+    pub fn poll_done(&mut self) -> Option<SendDone> {
+        self.done.pop_front()
+    }
+
+    /// Messages not yet acknowledged whole.
+    pub fn in_flight(&self) -> usize {
+        self.msgs.iter().filter(|m| !m.done).count()
+    }
+
+    /// Whether a chunk waits to be sent.
+    pub fn wants_transmit(&self) -> bool {
+        !self.resend.is_empty() || self.msgs.iter().any(|m| !m.done && m.cursor < m.schedule)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> SenderStats {
+        self.stats
+    }
+}
