@@ -17,6 +17,16 @@ pub fn pair(seed: u64, model: LinkModel, mem_bytes: usize) -> Testbed {
     hosts_a_and_b(b, (ha, hb), seed, mem_bytes)
 }
 
+/// [`pair`] with the link's two directions apart: `ab` from `a` to `b`, `ba` back.
+pub fn pair_asym(seed: u64, ab: LinkModel, ba: LinkModel, mem_bytes: usize) -> Testbed {
+    let mut b = FabricBuilder::new(seed);
+    b.rx_ring(1 << 16);
+    let ha = b.host("a", 1);
+    let hb = b.host("b", 1);
+    b.link_asym((ha, 0), (hb, 0), ab, ba);
+    hosts_a_and_b(b, (ha, hb), seed, mem_bytes)
+}
+
 /// Hosts `a` and `b` joined through two switches by one parallel path per model: path `i`
 /// is the `i`-th link between the switches, which pick it as `UDP source port mod n`. The
 /// hosts' own links are clean and fast.

@@ -2,6 +2,7 @@
 //! (no NIC, no root), each printing a table, a `--json` summary and optionally a plot.
 
 mod plot;
+mod sdr;
 mod spray;
 
 use std::process::ExitCode;
@@ -22,6 +23,57 @@ enum Which {
     /// Themis' testbed (seed 002): 8 hosts, 4 ToRs, 2 spines, ring WRITEs, one lossy link;
     /// tail FCT of every recovery scheme against the loss rate.
     Spray(SprayArgs),
+    /// SDR-RDMA's cross-continent experiment (seed 004): one Write at a time over a long,
+    /// lossy, fast link; completion time of SR (RTO, NACK) and EC (MDS, XOR) against the drop
+    /// rate, beside the completion-time model.
+    Sdr(SdrArgs),
+}
+
+#[derive(clap::Args)]
+struct SdrArgs {
+    /// Write sizes, comma-separated (suffixes KiB, MiB, GiB); the paper's grid is 128KiB to
+    /// 1GiB (see --full).
+    #[arg(long, value_delimiter = ',', default_value = "1MiB,8MiB", value_parser = parse_size)]
+    size: Vec<usize>,
+    /// Packet drop probabilities, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1e-5,1e-4,1e-3,1e-2")]
+    drop: Vec<f64>,
+    /// Loss models, comma-separated.
+    #[arg(long, value_delimiter = ',', value_enum, default_value = "bernoulli")]
+    loss: Vec<sdr::LossModel>,
+    /// Schemes (default: all).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    scheme: Vec<sdr::Choice>,
+    /// The paper's grid: 128KiB … 1GiB, drop 1e-6 … 1e-2, both loss models (hours).
+    #[arg(long)]
+    full: bool,
+    /// Writes per point.
+    #[arg(long, default_value_t = 20)]
+    runs: u32,
+    /// Seed of the first point; each point adds its index.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Link rate, Gbit/s.
+    #[arg(long, default_value_t = 400.0)]
+    gbps: f64,
+    /// Round-trip time, ms.
+    #[arg(long, default_value_t = 25.0)]
+    rtt_ms: f64,
+    /// Bitmap chunk bytes (a multiple of the MTU).
+    #[arg(long, default_value = "64KiB", value_parser = parse_size)]
+    chunk: usize,
+    /// Path MTU: 1024, 2048 or 4096.
+    #[arg(long, default_value_t = 4096)]
+    mtu: u32,
+    /// EC's data chunks per submessage.
+    #[arg(long, default_value_t = 32)]
+    k: u32,
+    /// EC's parity chunks per submessage.
+    #[arg(long, default_value_t = 8)]
+    m: u32,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -75,6 +127,7 @@ pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
 pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
     match &a.which {
         Which::Spray(s) => run_spray(s),
+        Which::Sdr(s) => run_sdr(s),
     }
 }
 
@@ -329,4 +382,167 @@ fn targets(points: &[Point], size: usize) -> Vec<(String, String, bool)> {
         ));
     }
     out
+}
+
+fn run_sdr(a: &SdrArgs) -> Result<ExitCode, Failure> {
+    use ferroce_stack::transport::Mtu;
+    if a.runs == 0 {
+        return Err(Failure("--runs must be at least 1".into()));
+    }
+    if let Some(bad) = a.drop.iter().find(|d| !(0.0..0.5).contains(*d)) {
+        return Err(Failure(format!(
+            "drop probability {bad} is not in [0, 0.5)"
+        )));
+    }
+    if !(a.gbps > 0.0 && a.rtt_ms > 0.0) {
+        return Err(Failure("--gbps and --rtt-ms must be above zero".into()));
+    }
+    let mtu = Mtu::from_bytes(a.mtu)
+        .filter(|_| a.mtu >= 1024)
+        .ok_or_else(|| Failure(format!("--mtu {} is not 1024, 2048 or 4096", a.mtu)))?;
+    if !a.chunk.is_multiple_of(a.mtu as usize) {
+        return Err(Failure(format!(
+            "--chunk {} is not a multiple of the MTU {}",
+            a.chunk, a.mtu
+        )));
+    }
+    if a.k == 0 || a.m == 0 || a.k + a.m > 256 {
+        return Err(Failure(
+            "--k and --m must be at least 1, k + m at most 256".into(),
+        ));
+    }
+    let (sizes, drops, losses) = if a.full {
+        (
+            (0..=13).map(|i| (128usize << 10) << i).collect::<Vec<_>>(),
+            vec![1e-6, 1e-5, 1e-4, 1e-3, 1e-2],
+            vec![sdr::LossModel::Bernoulli, sdr::LossModel::GilbertElliott],
+        )
+    } else {
+        (a.size.clone(), a.drop.clone(), a.loss.clone())
+    };
+    let schemes = if a.scheme.is_empty() {
+        sdr::Choice::ALL.to_vec()
+    } else {
+        a.scheme.clone()
+    };
+    let rtt_ns = (a.rtt_ms * 1e6) as u64;
+    let mut points = Vec::new();
+    let mut index = 0u64;
+    for &size in &sizes {
+        // The loss-free time every slowdown is over: SR, no loss, data only.
+        let base = sdr::Setup {
+            size: size as u64,
+            chunk: a.chunk as u64,
+            mtu,
+            gbps: a.gbps,
+            rtt_ns,
+            loss: sdr::LossModel::Bernoulli,
+            drop: 0.0,
+            scheme: sdr::Choice::SrRto.scheme(a.k, a.m),
+            runs: 1,
+            seed: a.seed,
+        };
+        let lossless = sdr::run_point(&base).map_err(Failure)?;
+        let lossless_ns = lossless.times_ns[0] as f64;
+        for &loss in &losses {
+            for &drop in &drops {
+                for &choice in &schemes {
+                    let setup = sdr::Setup {
+                        loss,
+                        drop,
+                        scheme: choice.scheme(a.k, a.m),
+                        runs: a.runs,
+                        seed: a.seed + index,
+                        ..base
+                    };
+                    index += 1;
+                    let out = sdr::run_point(&setup).map_err(Failure)?;
+                    points.push(sdr_point(&setup, &out, lossless_ns, a));
+                }
+            }
+        }
+    }
+    if a.json {
+        println!("{}", json!({ "scenario": "sdr", "points": points }));
+    } else {
+        println!(
+            "{:>9} {:>8} {:>16} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8}",
+            "size",
+            "scheme",
+            "loss",
+            "p_pkt",
+            "p_chunk",
+            "mean",
+            "model",
+            "p99.9",
+            "inflation",
+            "ok"
+        );
+        for p in &points {
+            println!(
+                "{:>9} {:>8} {:>16} {:>8.0e} {:>8.1e} {:>7.2}x {:>7.2}x {:>7.2}x {:>9.3} {:>8}",
+                human(p["size_bytes"].as_u64().unwrap_or(0)),
+                p["scheme"].as_str().unwrap_or(""),
+                p["loss_model"].as_str().unwrap_or(""),
+                p["drop"].as_f64().unwrap_or(0.0),
+                p["p_chunk"].as_f64().unwrap_or(0.0),
+                p["mean_slowdown"].as_f64().unwrap_or(0.0),
+                p["model_mean_slowdown"].as_f64().unwrap_or(0.0),
+                p["p999_slowdown"].as_f64().unwrap_or(0.0),
+                p["inflation"].as_f64().unwrap_or(0.0),
+                p["verified"].as_bool().unwrap_or(false),
+            );
+        }
+    }
+    let ok = points.iter().all(|p| p["verified"] == json!(true));
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn human(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 && n.is_multiple_of(1 << 30) => format!("{}GiB", n >> 30),
+        n if n >= 1 << 20 && n.is_multiple_of(1 << 20) => format!("{}MiB", n >> 20),
+        n if n >= 1 << 10 && n.is_multiple_of(1 << 10) => format!("{}KiB", n >> 10),
+        n => n.to_string(),
+    }
+}
+
+/// One point's JSON: measured beside the model.
+fn sdr_point(s: &sdr::Setup, out: &sdr::Outcome, lossless_ns: f64, a: &SdrArgs) -> Value {
+    use ferroce_reliability::sdr::model;
+    let (mean, p999) = sdr::mean_p999(&out.times_ns);
+    let m = s.model();
+    let predicted = model::analytic(&m, s.scheme);
+    let useful = s.size as f64 * out.times_ns.len() as f64;
+    json!({
+        "scheme": s.scheme.name(),
+        "k": a.k,
+        "m": a.m,
+        "size_bytes": s.size,
+        "chunk_bytes": s.chunk,
+        "mtu": s.mtu.bytes(),
+        "gbps": s.gbps,
+        "rtt_ms": s.rtt_ns as f64 / 1e6,
+        "rto_us": ferroce_reliability::sdr::reliable::ReliableConfig::new(s.scheme, s.rtt_ns).rto_ns(false) as f64 / 1e3,
+        "loss_model": s.loss.name(),
+        "drop": s.drop,
+        "p_chunk": m.p_chunk(),
+        "runs": out.times_ns.len(),
+        "lossless_ms": lossless_ns / 1e6,
+        "mean_ms": mean / 1e6,
+        "mean_slowdown": mean / lossless_ns,
+        "p999_slowdown": p999 / lossless_ns,
+        "model_mean_slowdown": predicted.mean / m.lossless(),
+        "model_p999_slowdown": predicted.p999 / m.lossless(),
+        "bytes_on_wire": out.bytes_on_wire,
+        "inflation": out.bytes_on_wire as f64 / useful.max(1.0),
+        "resent_chunks": out.resent_chunks,
+        "fallbacks": out.fallbacks,
+        "rebuilt_chunks": out.rebuilt_chunks,
+        "verified": out.verified,
+    })
 }

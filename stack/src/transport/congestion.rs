@@ -112,3 +112,33 @@ impl CongestionControl for NoControl {
         self.restart
     }
 }
+
+/// A fixed pacing rate and no window: a sender that must not outrun its link on its own — a
+/// UC QP has no window, and SDR's one-shot send of a large message would otherwise put every
+/// packet into the first switch queue at once (issue 21).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FixedRate {
+    /// Bytes per second of frames (headers included, the wire's preamble and gap not).
+    pub bytes_per_sec: u64,
+}
+
+impl FixedRate {
+    /// The frame rate that fills `gbps` of link with `frame`-byte frames, each costing
+    /// `overhead` more bytes of wire time (preamble, FCS, gap: 24 on Ethernet).
+    pub fn filling(gbps: f64, frame: usize, overhead: usize) -> Self {
+        let share = frame as f64 / (frame + overhead) as f64;
+        Self {
+            bytes_per_sec: (gbps * 1e9 / 8.0 * share) as u64,
+        }
+    }
+}
+
+impl CongestionControl for FixedRate {
+    fn name(&self) -> &'static str {
+        "fixed-rate"
+    }
+
+    fn pacing_rate(&self) -> Option<u64> {
+        Some(self.bytes_per_sec)
+    }
+}

@@ -40,7 +40,7 @@ pub mod timers;
 pub mod tx;
 pub mod wr;
 
-pub use congestion::{AckEvent, CongestionControl, Loss, NoControl};
+pub use congestion::{AckEvent, CongestionControl, FixedRate, Loss, NoControl};
 pub use counters::Counters;
 pub use mr::{
     Access, AccessError, MemSpan, MrKeys, MrTable, PdId, RegionShare, RegisterError, SlotTarget,
