@@ -79,6 +79,15 @@ r = json.load(sys.stdin)
 assert r["verified"] and r["iterations"] == 5000 and r["bw_avg_gbps"] > 50, r
 print("perf write bw:", round(r["bw_avg_gbps"], 2), "Gb/s virtual,", round(r["wall_gbps"], 2), "Gb/s processed per wall-clock second")'
 
+step "SDR: the cross-continent scenario, short grid, measured against the completion-time model"
+target/release/ferroce scenario sdr --size 8MiB,32MiB --drop 1e-4,1e-3,1e-2 --runs 40 --check --json | "$venv/bin/python" -c '
+import json, sys
+r = json.load(sys.stdin)
+for p in r["points"]:
+    assert p["verified"], p
+    assert p["model_checked"] is not False, p
+    print("%-7s %6.0e %5dMiB mean %5.2fx model %5.2fx inflation %.3f" % (p["scheme"], p["drop"], p["size_bytes"] >> 20, p["mean_slowdown"], p["model_mean_slowdown"], p["inflation"]))'
+
 step "examples/rc_pingpong (ibv_rc_pingpong on ferroce's verbs API, simulated fabric)"
 cargo run -q --release --example rc_pingpong
 

@@ -58,6 +58,11 @@ struct Sdr {
     /// Seed of the Monte Carlo draws.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Resends lose only the packets still missing (SDR's per-packet bitmap, as ferroce's
+    /// receiver keeps it), not a whole chunk's worth: the model `scenario sdr` is checked
+    /// against. Without it, the paper's model.
+    #[arg(long)]
+    per_packet: bool,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -83,6 +88,7 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, Failure> {
         gbps: a.gbps,
         rtt: a.rtt_ms / 1e3,
         p_packet: a.drop,
+        per_packet: a.per_packet,
     };
     let schemes: Vec<Scheme> = [
         (SchemeArg::SrRto, Scheme::SR_RTO),
@@ -124,6 +130,8 @@ pub(crate) fn run(args: &Args) -> Result<ExitCode, Failure> {
                 "rtt_ms": a.rtt_ms,
                 "p_packet": s.p_packet,
                 "p_chunk": s.p_chunk(),
+                "p_resend": s.p_resend(),
+                "per_packet": s.per_packet,
                 "lossless_s": lossless,
                 "runs": a.runs,
                 "schemes": rows,

@@ -285,3 +285,61 @@ fn model_sdr_prints_every_scheme_analytic_beside_monte_carlo() {
     assert_eq!(bad.status.code(), Some(2));
     assert_eq!(String::from_utf8_lossy(&bad.stderr).lines().count(), 1);
 }
+
+/// `scenario sdr` on a small grid: every scheme completes every Write with the bytes sent,
+/// the JSON carries the fields the issue lists, and a bad argument is one line.
+#[test]
+fn scenario_sdr_reports_every_scheme_beside_the_model() {
+    let out = ferroce(&[
+        "scenario", "sdr", "--size", "1MiB", "--drop", "1e-3", "--runs", "4", "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let points = v["points"].as_array().unwrap();
+    let names: Vec<&str> = points
+        .iter()
+        .map(|p| p["scheme"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["sr-rto", "sr-nack", "ec-mds", "ec-xor", "auto"]);
+    for p in points {
+        for key in [
+            "k",
+            "m",
+            "size_bytes",
+            "chunk_bytes",
+            "mtu",
+            "gbps",
+            "rtt_ms",
+            "rto_us",
+            "loss_model",
+            "drop",
+            "runs",
+            "mean_slowdown",
+            "p999_slowdown",
+            "model_mean_slowdown",
+            "bytes_on_wire",
+            "verified",
+            "p_chunk",
+        ] {
+            assert!(!p[key].is_null(), "{key} missing in {p}");
+        }
+        assert_eq!(p["verified"], true, "{p}");
+        assert_eq!(p["runs"], 4);
+        assert!(p["mean_slowdown"].as_f64().unwrap() >= 0.99, "{p}");
+        // At least the message, each frame's headers on top.
+        assert!(p["bytes_on_wire"].as_u64().unwrap() > 4 << 20, "{p}");
+    }
+    let ec = &points[2];
+    assert!(
+        ec["inflation"].as_f64().unwrap() > 1.2,
+        "parity costs bytes: {ec}"
+    );
+    let bad = ferroce(&["scenario", "sdr", "--chunk", "5000"]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}

@@ -74,6 +74,11 @@ struct SdrArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
+    /// Fail unless every point the model covers (SR at any drop rate, EC where the chunk
+    /// drop rate is at most 2 % and its fallback rare; not auto) has a mean slowdown within
+    /// three standard errors of the model's (with the per-packet bitmap), or 5 %.
+    #[arg(long)]
+    check: bool,
 }
 
 #[derive(clap::Args)]
@@ -439,6 +444,7 @@ fn run_sdr(a: &SdrArgs) -> Result<ExitCode, Failure> {
             loss: sdr::LossModel::Bernoulli,
             drop: 0.0,
             scheme: sdr::Choice::SrRto.scheme(a.k, a.m),
+            auto: false,
             runs: 1,
             seed: a.seed,
         };
@@ -451,6 +457,7 @@ fn run_sdr(a: &SdrArgs) -> Result<ExitCode, Failure> {
                         loss,
                         drop,
                         scheme: choice.scheme(a.k, a.m),
+                        auto: choice == sdr::Choice::Auto,
                         runs: a.runs,
                         seed: a.seed + index,
                         ..base
@@ -515,11 +522,39 @@ fn human(n: u64) -> String {
 fn sdr_point(s: &sdr::Setup, out: &sdr::Outcome, lossless_ns: f64, a: &SdrArgs) -> Value {
     use ferroce_reliability::sdr::model;
     let (mean, p999) = sdr::mean_p999(&out.times_ns);
+    let n = out.times_ns.len().max(1) as f64;
+    let var = out
+        .times_ns
+        .iter()
+        .map(|&t| (t as f64 / lossless_ns - mean / lossless_ns).powi(2))
+        .sum::<f64>()
+        / (n - 1.0).max(1.0);
+    let stderr = (var / n).sqrt();
     let m = s.model();
-    let predicted = model::analytic(&m, s.scheme);
+    // For the automatic choice: what choosing right every time would give.
+    let predicted = if s.auto {
+        let sr = model::analytic(&m, model::Scheme::SrNack);
+        let ec = model::analytic(&m, s.scheme);
+        if sr.mean <= ec.mean {
+            sr
+        } else {
+            ec
+        }
+    } else {
+        model::analytic(&m, s.scheme)
+    };
     let useful = s.size as f64 * out.times_ns.len() as f64;
+    let model_mean = predicted.mean / m.lossless();
+    let tolerance = (3.0 * stderr).max(0.05 * model_mean);
+    // SR everywhere; EC while its fallback is rare — the model resends all `k` chunks of a
+    // submessage that did not decode, ferroce only the ones missing, which ends sooner.
+    let sr = matches!(
+        s.scheme,
+        model::Scheme::SrRto { .. } | model::Scheme::SrNack
+    );
+    let covered = !s.auto && (sr || m.p_chunk() <= 0.02);
     json!({
-        "scheme": s.scheme.name(),
+        "scheme": if s.auto { "auto" } else { s.scheme.name() },
         "k": a.k,
         "m": a.m,
         "size_bytes": s.size,
@@ -536,13 +571,19 @@ fn sdr_point(s: &sdr::Setup, out: &sdr::Outcome, lossless_ns: f64, a: &SdrArgs) 
         "mean_ms": mean / 1e6,
         "mean_slowdown": mean / lossless_ns,
         "p999_slowdown": p999 / lossless_ns,
-        "model_mean_slowdown": predicted.mean / m.lossless(),
+        "model_mean_slowdown": model_mean,
         "model_p999_slowdown": predicted.p999 / m.lossless(),
         "bytes_on_wire": out.bytes_on_wire,
+        "stderr_slowdown": stderr,
+        "model_tolerance": tolerance,
+        // null where the model does not cover the point (see --check).
+        "model_checked": covered.then_some((mean / lossless_ns - model_mean).abs() <= tolerance),
         "inflation": out.bytes_on_wire as f64 / useful.max(1.0),
         "resent_chunks": out.resent_chunks,
         "fallbacks": out.fallbacks,
         "rebuilt_chunks": out.rebuilt_chunks,
+        "auto_chose_sr": out.auto_sr,
+        "auto_chose_ec": out.auto_ec,
         "verified": out.verified,
     })
 }

@@ -87,16 +87,25 @@ pub(crate) enum Choice {
     EcMds,
     /// EC (k, m) XOR, SR fallback.
     EcXor,
+    /// Per message, SR with NACKs or EC (k, m) Reed-Solomon, by the model at the measured
+    /// RTT and chunk drop rate.
+    Auto,
 }
 
 impl Choice {
-    pub(crate) const ALL: [Self; 4] = [Self::SrRto, Self::SrNack, Self::EcMds, Self::EcXor];
+    pub(crate) const ALL: [Self; 5] = [
+        Self::SrRto,
+        Self::SrNack,
+        Self::EcMds,
+        Self::EcXor,
+        Self::Auto,
+    ];
 
     pub(crate) fn scheme(self, k: u32, m: u32) -> Scheme {
         match self {
             Self::SrRto => Scheme::SR_RTO,
             Self::SrNack => Scheme::SrNack,
-            Self::EcMds => Scheme::Ec {
+            Self::EcMds | Self::Auto => Scheme::Ec {
                 code: Code::Mds,
                 k,
                 m,
@@ -123,6 +132,8 @@ pub(crate) struct Setup {
     pub(crate) loss: LossModel,
     pub(crate) drop: f64,
     pub(crate) scheme: Scheme,
+    /// Choose per message between SR with NACKs and `scheme`.
+    pub(crate) auto: bool,
     pub(crate) runs: u32,
     pub(crate) seed: u64,
 }
@@ -137,6 +148,8 @@ impl Setup {
             gbps: self.gbps,
             rtt: self.rtt_ns as f64 * 1e-9,
             p_packet: self.drop,
+            // The receiver here keeps a partly arrived chunk's packets.
+            per_packet: true,
         }
     }
 }
@@ -153,6 +166,9 @@ pub(crate) struct Outcome {
     pub(crate) resent_chunks: u64,
     pub(crate) fallbacks: u64,
     pub(crate) rebuilt_chunks: u64,
+    /// Messages the automatic choice sent with SR and with EC.
+    pub(crate) auto_sr: u64,
+    pub(crate) auto_ec: u64,
 }
 
 /// Runs one point: `runs` Writes of `size` bytes one after another on one connection.
@@ -167,7 +183,11 @@ pub(crate) fn run_point(s: &Setup) -> Result<Outcome, String> {
         slots: SLOTS,
         generations: GENERATIONS,
     };
-    let cfg = ReliableConfig::new(s.scheme, s.rtt_ns);
+    let cfg = if s.auto {
+        ReliableConfig::auto(s.scheme, s.rtt_ns, s.gbps)
+    } else {
+        ReliableConfig::new(s.scheme, s.rtt_ns)
+    };
     let mut tx = ReliableSender::new(layout, cfg).map_err(|e| e.to_string())?;
     let plen = tx.parity_len(s.size);
     // Memory on each host: the message, its parity, the control ring.
@@ -368,6 +388,10 @@ pub(crate) fn run_point(s: &Setup) -> Result<Outcome, String> {
     out.resent_chunks = ts.chunks_resent;
     out.fallbacks = ts.fallbacks;
     out.rebuilt_chunks = rs.chunks_rebuilt;
+    if let Some((a, _)) = tx.auto() {
+        out.auto_sr = a.chose_sr;
+        out.auto_ec = a.chose_ec;
+    }
     Ok(out)
 }
 

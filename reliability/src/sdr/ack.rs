@@ -10,14 +10,16 @@
 //! 16  u32 cumulative: every chunk below it arrived
 //! 20  u16 words of bitmap that follow   22 u16 reserved (0)
 //! 24  u64 done_below: every message below it is complete
-//! 32  words × u64: bit b of word w is chunk cumulative + 64·w + b
+//! 32  u32 rebuilt: data chunks the erasure code rebuilt (the sender's loss estimate)
+//! 36  u32 reserved (0)
+//! 40  words × u64: bit b of word w is chunk cumulative + 64·w + b
 //! ```
 //!
 //! A bitmap that would not fit the channel's MTU is cut short; chunks past it read as not
 //! arrived, which costs at most a spurious resend.
 
 /// Bytes before the bitmap.
-pub const HEADER_LEN: usize = 32;
+pub const HEADER_LEN: usize = 40;
 const MAGIC: u16 = 0x5344;
 const VERSION: u8 = 1;
 const COMPLETE: u8 = 1;
@@ -37,6 +39,8 @@ pub struct Ack {
     pub complete: bool,
     /// Every message below it is complete at the receiver.
     pub done_below: u64,
+    /// Data chunks of the message the erasure code rebuilt so far.
+    pub rebuilt: u32,
 }
 
 /// Why bytes are not an acknowledgement.
@@ -87,6 +91,8 @@ impl Ack {
         b.extend_from_slice(&(words as u16).to_le_bytes());
         b.extend_from_slice(&[0, 0]);
         b.extend_from_slice(&self.done_below.to_le_bytes());
+        b.extend_from_slice(&self.rebuilt.to_le_bytes());
+        b.extend_from_slice(&[0; 4]);
         for w in &self.bitmap[..words] {
             b.extend_from_slice(&w.to_le_bytes());
         }
@@ -121,6 +127,7 @@ impl Ack {
                 .collect(),
             complete: h[3] & COMPLETE != 0,
             done_below: u64_at(24),
+            rebuilt: u32_at(32),
         })
     }
 }
@@ -139,12 +146,14 @@ mod tests {
             bitmap: vec![0b101, u64::MAX, 1],
             complete: false,
             done_below: 4,
+            rebuilt: 2,
         };
         let b = a.encode(HEADER_LEN + 16);
         assert_eq!(b.len(), HEADER_LEN + 16);
         assert_eq!(&b[..4], &[0x44, 0x53, 1, 0]);
         assert_eq!(u16::from_le_bytes([b[20], b[21]]), 2);
         let back = Ack::parse(&b).unwrap();
+        assert_eq!(back.rebuilt, 2);
         assert_eq!(back.bitmap, [0b101, u64::MAX]);
         assert!(back.has(0) && back.has(2) && !back.has(4) && back.has(5));
         assert!(back.has(67) && !back.has(131), "chunk 131 was cut off");
@@ -158,8 +167,8 @@ mod tests {
         #[test]
         fn round_trips(message: u64, chunks in 0u32..100_000, cum in 0u32..100_000,
                        bitmap in proptest::collection::vec(any::<u64>(), 0..64),
-                       complete: bool, done_below: u64) {
-            let a = Ack { message, chunks: chunks.max(cum), cumulative: cum, bitmap, complete, done_below };
+                       complete: bool, done_below: u64, rebuilt: u32) {
+            let a = Ack { message, chunks: chunks.max(cum), cumulative: cum, bitmap, complete, done_below, rebuilt };
             prop_assert_eq!(Ack::parse(&a.encode(4096)).unwrap(), a);
         }
 

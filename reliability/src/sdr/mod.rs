@@ -5,6 +5,7 @@
 //! per-packet immediate ([`imm`]), the completion-time model ([`model`]) the receive side's message table ([`recv`]) and the send side's packetizer ([`send`]).
 
 pub mod ack;
+pub mod auto;
 pub mod codec;
 pub mod imm;
 pub mod model;

@@ -43,6 +43,11 @@ pub struct Setup {
     pub rtt: f64,
     /// Probability a packet is dropped (independently).
     pub p_packet: f64,
+    /// The receiver keeps the packets of a chunk that arrived (SDR's per-packet bitmap, as
+    /// ferroce's receiver does), so a resent chunk is lost again only if one of its packets
+    /// still missing is: [`p_resend`](Self::p_resend). False is the paper's model, where
+    /// every send of a chunk is lost with `p_chunk`.
+    pub per_packet: bool,
 }
 
 impl Setup {
@@ -54,6 +59,20 @@ impl Setup {
     /// Seconds to put one chunk on the wire.
     pub fn t_inj(&self) -> f64 {
         self.chunk as f64 * 8.0 / (self.gbps * 1e9)
+    }
+
+    /// Probability a resent chunk is lost again: `p_chunk` in the paper's model; with
+    /// [`per_packet`](Self::per_packet), the chance one of the packets a lost chunk misses
+    /// is lost again, `1 − (1 − p)^(E[missing])`, `E[missing] = n·p / p_chunk` for `n`
+    /// packets a chunk (about one packet while `n·p` is small).
+    pub fn p_resend(&self) -> f64 {
+        let pc = self.p_chunk();
+        if !self.per_packet || pc <= 0.0 {
+            return pc;
+        }
+        let n = (self.chunk / self.mtu.max(1)).max(1) as f64;
+        let missing = n * self.p_packet / pc;
+        1.0 - (1.0 - self.p_packet).powf(missing)
     }
 
     /// Probability a chunk loses at least one of its packets: `1 − (1 − p)^(chunk/MTU)`.
@@ -143,27 +162,39 @@ struct SrMax {
     n: u64,
     t_inj: f64,
     o: f64,
+    /// A first send is lost with `p`, each resend with `p2`.
     p: f64,
+    p2: f64,
     /// Retransmission counts past which a chunk's tail is below 1e-18.
     depth: u64,
 }
 
 impl SrMax {
-    fn new(n: u64, t_inj: f64, o: f64, p: f64) -> Self {
+    fn new(n: u64, t_inj: f64, o: f64, (p, p2): (f64, f64)) -> Self {
         let depth = if p <= 0.0 {
             0
-        } else if p >= 1.0 {
+        } else if p2 >= 1.0 {
             64
+        } else if p2 <= 0.0 {
+            1
         } else {
-            ((1e-18f64).ln() / p.ln()).ceil().clamp(1.0, 64.0) as u64
+            (1.0 + ((1e-18f64).ln() - p.ln()) / p2.ln())
+                .ceil()
+                .clamp(1.0, 64.0) as u64
         };
         Self {
             n,
             t_inj,
             o,
             p,
+            p2,
             depth,
         }
+    }
+
+    /// `P(Y ≥ j + 1)`: the chunk needs at least `j` resends.
+    fn tail(&self, j: u64) -> f64 {
+        self.p * self.p2.powi(j as i32 - 1)
     }
 
     /// Chunks `i` in `1..=n` with `lo <= i·t_inj < hi`.
@@ -190,7 +221,7 @@ impl SrMax {
             // Chunks with ⌈(q − t_i)/O⌉ = j: q − j·O <= t_i < q − (j − 1)·O.
             let c = self.count(q - j as f64 * self.o, q - (j - 1) as f64 * self.o);
             if c > 0 {
-                ln += c as f64 * (1.0 - self.p.powi(j as i32)).ln();
+                ln += c as f64 * (1.0 - self.tail(j)).ln();
             }
         }
         ln.exp()
@@ -274,7 +305,12 @@ pub fn analytic(s: &Setup, scheme: Scheme) -> Prediction {
     let p = s.p_chunk();
     match scheme {
         Scheme::SrRto { .. } | Scheme::SrNack => {
-            let max = SrMax::new(s.chunks(), s.t_inj(), sr_overhead(s, scheme), p);
+            let max = SrMax::new(
+                s.chunks(),
+                s.t_inj(),
+                sr_overhead(s, scheme),
+                (p, s.p_resend()),
+            );
             let (mean, q) = max.mean_and_quantile(0.999);
             Prediction {
                 mean: mean + s.rtt,
@@ -297,7 +333,9 @@ pub fn analytic(s: &Setup, scheme: Scheme) -> Prediction {
                 left -= pf;
                 terms.push((f, pf));
             }
-            let sr = |f: u64| SrMax::new(f * u64::from(k), s.t_inj(), o, p);
+            // Every send in the fallback is a resend of a chunk that was lost.
+            let pr = s.p_resend();
+            let sr = |f: u64| SrMax::new(f * u64::from(k), s.t_inj(), o, (pr, pr));
             let mut mean = terms[0].1 * (inj + s.rtt);
             for &(f, pf) in &terms[1..] {
                 mean += pf * (fallback + sr(f).mean_and_quantile(0.5).0 + s.rtt);
@@ -367,11 +405,11 @@ impl Rng {
 }
 
 /// One draw of `max_i X_i` over `n` chunks.
-fn sr_draw(rng: &mut Rng, n: u64, t_inj: f64, o: f64, p: f64) -> f64 {
+fn sr_draw(rng: &mut Rng, n: u64, t_inj: f64, o: f64, (p, p2): (f64, f64)) -> f64 {
     let mut max = n as f64 * t_inj;
     // The chunks whose first transmission is lost; chunk `i + 1` starts at `(i + 1)·T_INJ`.
     rng.each_lost(n, p, |rng, i| {
-        let losses = 1 + rng.failures(p);
+        let losses = 1 + rng.failures(p2);
         max = max.max((i + 1) as f64 * t_inj + losses as f64 * o);
     });
     max
@@ -384,7 +422,8 @@ pub fn monte_carlo(s: &Setup, scheme: Scheme, runs: usize, seed: u64) -> Predict
     let mut times: Vec<f64> = (0..runs.max(1))
         .map(|_| match scheme {
             Scheme::SrRto { .. } | Scheme::SrNack => {
-                sr_draw(&mut rng, s.chunks(), s.t_inj(), sr_overhead(s, scheme), p) + s.rtt
+                let o = sr_overhead(s, scheme);
+                sr_draw(&mut rng, s.chunks(), s.t_inj(), o, (p, s.p_resend())) + s.rtt
             }
             Scheme::Ec { code, k, m, beta } => {
                 let (inj, l, _, fallback) = ec_parts(s, code, k, m, beta);
@@ -396,7 +435,8 @@ pub fn monte_carlo(s: &Setup, scheme: Scheme, runs: usize, seed: u64) -> Predict
                 } else {
                     let o = sr_overhead(s, Scheme::SrNack);
                     let n = failed as u64 * u64::from(k);
-                    fallback + sr_draw(&mut rng, n, s.t_inj(), o, p) + s.rtt
+                    let pr = s.p_resend();
+                    fallback + sr_draw(&mut rng, n, s.t_inj(), o, (pr, pr)) + s.rtt
                 }
             }
         })
@@ -450,6 +490,7 @@ mod tests {
             gbps: 400.0,
             rtt: 0.025,
             p_packet,
+            per_packet: false,
         }
     }
 
@@ -476,7 +517,7 @@ mod tests {
             ..setup(0, 0.0)
         };
         let p = 0.1;
-        let max = SrMax::new(1, s.t_inj(), 0.075, p);
+        let max = SrMax::new(1, s.t_inj(), 0.075, (p, p));
         let (mean, _) = max.mean_and_quantile(0.999);
         let want = s.t_inj() + 0.075 * p / (1.0 - p);
         assert!((mean - want).abs() < 1e-9, "{mean} vs {want}");
@@ -537,5 +578,44 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// With the per-packet bitmap a resent chunk is about as likely lost as one packet, so
+    /// SR's tail shrinks where chunks are often lost, and analytic still agrees with Monte
+    /// Carlo.
+    #[test]
+    fn keeping_packets_makes_resends_cheaper() {
+        let paper = setup(128 << 20, 1e-2);
+        let kept = Setup {
+            per_packet: true,
+            ..paper
+        };
+        assert_eq!(paper.p_resend(), paper.p_chunk());
+        assert!(
+            (kept.p_resend() - 0.0108).abs() < 5e-4,
+            "{}",
+            kept.p_resend()
+        );
+        for scheme in SCHEMES {
+            let (a, b) = (analytic(&paper, scheme), analytic(&kept, scheme));
+            assert!(
+                b.mean <= a.mean + 1e-12,
+                "{}: {b:?} vs {a:?}",
+                scheme.name()
+            );
+            let mc = monte_carlo(&kept, scheme, 4000, 9);
+            assert!(
+                (mc.mean - b.mean).abs() <= 0.05 * b.mean,
+                "{}: {mc:?} vs {b:?}",
+                scheme.name()
+            );
+        }
+        let sr = |s: &Setup| analytic(s, Scheme::SR_RTO).mean / s.lossless();
+        assert!(
+            sr(&kept) < 0.8 * sr(&paper),
+            "{} vs {}",
+            sr(&kept),
+            sr(&paper)
+        );
     }
 }

@@ -47,6 +47,10 @@ pub struct ReliableConfig {
     pub ack_interval_ns: u64,
     /// Bytes an acknowledgement may take (the control channel's MTU).
     pub control_mtu: usize,
+    /// Automatic choice ([`auto`](super::auto)): per message, SR with NACKs or the EC
+    /// `scheme`, by the model at this link rate (Gbit/s). Both ends then number a parity
+    /// message after every data message, sent only when EC was chosen.
+    pub auto_gbps: Option<f64>,
 }
 
 impl ReliableConfig {
@@ -58,6 +62,23 @@ impl ReliableConfig {
             rtt_ns,
             ack_interval_ns: (rtt_ns / 64).max(1000),
             control_mtu: 4096,
+            auto_gbps: None,
+        }
+    }
+
+    /// Automatic choice between SR with NACKs and `ec` (an EC scheme) on a `gbps` link.
+    pub fn auto(ec: Scheme, rtt_ns: u64, gbps: f64) -> Self {
+        Self {
+            auto_gbps: Some(gbps),
+            ..Self::new(ec, rtt_ns)
+        }
+    }
+
+    /// Its name in reports: the scheme's, or `auto`.
+    pub fn name(&self) -> &'static str {
+        match self.auto_gbps {
+            Some(_) => "auto",
+            None => self.scheme.name(),
         }
     }
 

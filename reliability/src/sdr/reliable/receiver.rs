@@ -39,6 +39,7 @@ struct InMsg {
     /// When an urgent acknowledgement last went for it.
     urgent_at: Option<u64>,
     sub_done: Vec<bool>,
+    rebuilt: u32,
 }
 
 /// The receiving end of one reliable SDR connection.
@@ -140,6 +141,7 @@ impl ReliableReceiver {
             dirty: false,
             urgent_at: None,
             sub_done: vec![false; subs],
+            rebuilt: 0,
         });
         Ok(user)
     }
@@ -322,6 +324,7 @@ impl ReliableReceiver {
             let l = len.saturating_sub(start).min(cb as u64) as usize;
             if mem.write(m.buf, start, &views[n as usize][..l]) {
                 self.rx.mark_chunk(&m.data, c);
+                m.rebuilt += 1;
                 self.stats.chunks_rebuilt += 1;
             }
         }
@@ -344,6 +347,7 @@ impl ReliableReceiver {
             bitmap,
             complete: m.complete,
             done_below: self.done_below(),
+            rebuilt: m.rebuilt,
         }
     }
 

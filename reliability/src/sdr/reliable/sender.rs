@@ -3,6 +3,7 @@
 use std::collections::VecDeque;
 
 use super::super::ack::Ack;
+use super::super::auto::{AutoStats, Chooser};
 use super::super::codec::ErasureCodec;
 use super::super::receiver::Buffer;
 use super::super::recv::RecvConfig;
@@ -103,6 +104,15 @@ struct OutMsg {
     encoded: Vec<bool>,
     /// EC submessages handed to selective repeat.
     fallback: Vec<bool>,
+    /// `(k, m)` when this message travels with parity.
+    ec: Option<(u32, u32)>,
+    /// When each data chunk last left.
+    sent_at: Vec<u64>,
+    /// Chunks sent more than once, and how many.
+    resent: Vec<bool>,
+    resent_n: u32,
+    /// Chunks the receiver rebuilt, by its latest acknowledgement.
+    rebuilt: u32,
     done: bool,
 }
 
@@ -134,6 +144,7 @@ pub struct ReliableSender {
     done: VecDeque<SendDone>,
     scratch: Vec<u8>,
     stats: SenderStats,
+    auto: Option<Chooser>,
 }
 
 impl ReliableSender {
@@ -156,7 +167,21 @@ impl ReliableSender {
             done: VecDeque::new(),
             scratch: Vec::new(),
             stats: SenderStats::default(),
+            auto: cfg.auto_gbps.map(|gbps| {
+                Chooser::new(
+                    cfg.scheme,
+                    gbps,
+                    cfg.rtt_ns,
+                    u64::from(layout.mtu.max(1)) * u64::from(layout.chunk_packets.max(1)),
+                    u64::from(layout.mtu.max(1)),
+                )
+            }),
         })
+    }
+
+    /// The automatic choice's counters and its latest decision, when it runs.
+    pub fn auto(&self) -> Option<(AutoStats, Option<super::super::auto::Decision>)> {
+        self.auto.as_ref().map(|c| (c.stats(), c.last()))
     }
 
     /// The settings.
@@ -195,7 +220,11 @@ impl ReliableSender {
             n => Some(self.table.send(n, None).ok_or(SendError::TooLong(n))?),
         };
         let chunks = len.div_ceil(self.chunk_bytes).max(1) as u32;
-        let (subs, m) = match self.cfg.ec() {
+        let ec = match self.auto.as_mut() {
+            Some(c) => c.choose(len).ec.then(|| self.cfg.ec()).flatten(),
+            None => self.cfg.ec(),
+        };
+        let (subs, m) = match ec {
             Some((k, m)) => (chunks.div_ceil(k), m),
             None => (0, 0),
         };
@@ -217,6 +246,11 @@ impl ReliableSender {
             schedule: chunks + subs * m,
             encoded: vec![false; subs as usize],
             fallback: vec![false; subs as usize],
+            ec,
+            sent_at: vec![0; chunks as usize],
+            resent: vec![false; chunks as usize],
+            resent_n: 0,
+            rebuilt: 0,
             done: false,
         });
         Ok(user)
@@ -246,7 +280,7 @@ impl ReliableSender {
         let m = &mut self.msgs[i];
         let pos = m.cursor;
         m.cursor += 1;
-        let Some((k, mm)) = self.cfg.ec() else {
+        let Some((k, mm)) = m.ec else {
             return Some(self.emit_data(now, i, pos, false));
         };
         // Submessage j: its data chunks, then its parity chunks.
@@ -282,13 +316,15 @@ impl ReliableSender {
         self.seq += 1;
         let m = &mut self.msgs[i];
         m.seq[c as usize] = self.seq;
-        let fallback = self
-            .cfg
-            .ec()
-            .is_some_and(|(k, _)| m.fallback[(c / k) as usize]);
+        m.sent_at[c as usize] = now;
+        if resend && !m.resent[c as usize] {
+            m.resent[c as usize] = true;
+            m.resent_n += 1;
+        }
+        let fallback = m.ec.is_some_and(|(k, _)| m.fallback[(c / k) as usize]);
         // SR chunks and EC's fallback resends are timed; EC's first sends are covered by
         // the parity and the fallback timer.
-        if self.cfg.ec().is_none() || fallback {
+        if m.ec.is_none() || fallback {
             let at = now + self.cfg.rto_ns(fallback);
             self.rto.push_back((at, m.user, c, self.seq));
         }
@@ -310,10 +346,10 @@ impl ReliableSender {
     /// Computes submessage `j`'s parity into the message's parity buffer. Data past the
     /// message's end reads as zeros, as the receiver takes it.
     fn encode(&mut self, i: usize, j: u32, mem: &dyn Memory) {
-        let (Some(codec), Some((k, mm))) = (self.codec.as_mut(), self.cfg.ec()) else {
+        let m = &mut self.msgs[i];
+        let (Some(codec), Some((k, mm))) = (self.codec.as_mut(), m.ec) else {
             return;
         };
-        let m = &mut self.msgs[i];
         m.encoded[j as usize] = true;
         let cb = self.chunk_bytes as usize;
         let (k, mm) = (k as usize, mm as usize);
@@ -359,13 +395,22 @@ impl ReliableSender {
             self.retire();
             return;
         }
-        // The newest send among the chunks this acknowledgement is first to show.
-        let mut newest = 0;
+        m.rebuilt = m.rebuilt.max(ack.rebuilt);
+        // The newest send among the chunks this acknowledgement is first to show, and when
+        // it left (an RTT sample unless it was sent more than once: Karn's rule).
+        let (mut newest, mut newest_at) = (0, None);
         for c in m.low..m.chunks {
             if !m.acked(c) && ack.has(c) {
                 m.ack(c);
-                newest = newest.max(m.seq[c as usize]);
+                let s = m.seq[c as usize];
+                if s > newest {
+                    newest = s;
+                    newest_at = (!m.resent[c as usize] && s > 0).then_some(m.sent_at[c as usize]);
+                }
             }
+        }
+        if let (Some(at), Some(a)) = (newest_at, self.auto.as_mut()) {
+            a.observe_rtt(now.saturating_sub(at));
         }
         while m.low < m.chunks && m.acked(m.low) {
             m.low += 1;
@@ -374,7 +419,7 @@ impl ReliableSender {
             self.finish(now, i);
         } else if self.cfg.nacks() && newest > 0 {
             // Anything sent before a chunk that arrived, and still missing, was lost.
-            let ec_k = self.cfg.ec().map(|(k, _)| k);
+            let ec_k = m.ec.map(|(k, _)| k);
             for c in m.low..m.chunks {
                 let s = m.seq[c as usize];
                 let timed = ec_k.is_none_or(|k| m.fallback[(c / k) as usize]);
@@ -393,6 +438,9 @@ impl ReliableSender {
         if !m.done {
             m.done = true;
             self.stats.messages_done += 1;
+            if let Some(a) = self.auto.as_mut() {
+                a.observe_message(m.chunks, m.resent_n + m.rebuilt);
+            }
             self.done.push_back(SendDone {
                 message: m.user,
                 at: now,
@@ -435,10 +483,11 @@ impl ReliableSender {
             let Some((_, user, j)) = self.fallback.pop_front() else {
                 break;
             };
-            let (Some(i), Some((k, _))) = (self.index(user), self.cfg.ec()) else {
+            let Some(i) = self.index(user) else {
                 continue;
             };
             let m = &mut self.msgs[i];
+            let Some((k, _)) = m.ec else { continue };
             if m.done {
                 continue;
             }

@@ -79,8 +79,12 @@ struct Run {
 /// `wire` with `scheme`; returns what arrived. Panics (with the seed) if a message never
 /// completes within a generous horizon.
 fn run(scheme: Scheme, lens: &[u64], wire: Wire, seed: u64) -> Run {
+    run_with(ReliableConfig::new(scheme, RTT), lens, wire, seed)
+}
+
+fn run_with(cfg: ReliableConfig, lens: &[u64], wire: Wire, seed: u64) -> Run {
     let mut rng = Rng(seed);
-    let cfg = ReliableConfig::new(scheme, RTT);
+    let scheme = cfg.scheme;
     let (mut txm, mut rxm) = (MrTable::new(1), MrTable::new(2));
     let all = Access::LOCAL_WRITE.with(Access::REMOTE_WRITE);
     let (src, _) = txm.register_owned(PD, 64 * 1024, all).unwrap();
@@ -220,7 +224,7 @@ fn run(scheme: Scheme, lens: &[u64], wire: Wire, seed: u64) -> Run {
         // SR delivers every packet, so every fragment; EC may have rebuilt all packets of
         // one fragment, and then has none — but never a wrong one.
         let imm = rx.imm(n as u64);
-        if len >= u64::from(MTU) * 8 && scheme.name().starts_with("sr") {
+        if len >= u64::from(MTU) * 8 && scheme.name().starts_with("sr") && cfg.auto_gbps.is_none() {
             assert_eq!(imm, Some(0x1234_5678), "seed {seed}");
         }
         assert!(imm.is_none_or(|i| i == 0x1234_5678), "seed {seed}");
@@ -303,6 +307,27 @@ fn ec_falls_back_to_selective_repeat_when_a_submessage_cannot_decode() {
     }
 }
 
+/// The automatic choice sends SR while nothing is lost and turns to EC once losses show;
+/// every message arrives whole either way.
+#[test]
+fn auto_turns_to_ec_when_losses_show() {
+    let cfg = ReliableConfig::auto(schemes()[2], RTT, 20.0);
+    let clean = run_with(cfg, &[30_000; 3], CLEAN, 5);
+    assert_eq!(clean.sent, clean.got);
+    assert_eq!(clean.sender.parity_sent, 0, "no loss: SR throughout");
+    let lossy = run_with(
+        cfg,
+        &[30_000; 6],
+        Wire {
+            loss: 0.05,
+            ..CLEAN
+        },
+        5,
+    );
+    assert_eq!(lossy.sent, lossy.got);
+    assert!(lossy.sender.parity_sent > 0, "{:?}", lossy.sender);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
@@ -311,7 +336,7 @@ proptest! {
     #[test]
     fn every_completed_message_equals_what_was_sent(
         seed: u64,
-        scheme in 0usize..4,
+        scheme in 0usize..5,
         lens in proptest::collection::vec(1u64..40_000, 1..4),
         loss in 0.0f64..0.15,
         duplicate in 0.0f64..0.1,
@@ -319,7 +344,12 @@ proptest! {
         ack_loss in 0.0f64..0.3,
     ) {
         let wire = Wire { loss, duplicate, reorder, ack_loss };
-        let r = run(schemes()[scheme], &lens, wire, seed);
+        // Scheme 4: the automatic choice between SR and EC(4, 2).
+        let cfg = match scheme {
+            4 => ReliableConfig::auto(schemes()[2], RTT, 20.0),
+            s => ReliableConfig::new(schemes()[s], RTT),
+        };
+        let r = run_with(cfg, &lens, wire, seed);
         prop_assert_eq!(r.sent, r.got, "seed {}", seed);
     }
 }
