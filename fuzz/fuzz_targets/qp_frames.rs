@@ -39,19 +39,38 @@ fuzz_target!(|data: &[u8]| {
         rnr_retry: 1,
         ..QpAttr::default()
     };
-    let placing = placing.map(|feedback| EagerPlacing { feedback, window: 128, paths: 256 });
+    let placing = placing.map(|feedback| EagerPlacing {
+        feedback,
+        window: 128,
+        paths: 256,
+    });
     let Ok(mut target) = Target::new(t, (placing, None), &attr, (GUARD, REGION), 1) else {
         return;
     };
     let keys = target.keys;
     let (qp, table) = (&mut target.qp, &mut target.mem);
     for i in 0..4u64 {
-        let s = [Sge { addr: 512 * i, length: 512, lkey: keys.lkey }];
-        let _ = qp.post_recv(&RecvWr { wr_id: i, sg_list: &s });
+        let s = [Sge {
+            addr: 512 * i,
+            length: 512,
+            lkey: keys.lkey,
+        }];
+        let _ = qp.post_recv(&RecvWr {
+            wr_id: i,
+            sg_list: &s,
+        });
     }
     if t != QpType::Ud {
-        let s = [Sge { addr: 2048, length: 600, lkey: keys.lkey }];
-        let a = [Sge { addr: 4088, length: 8, lkey: keys.lkey }];
+        let s = [Sge {
+            addr: 2048,
+            length: 600,
+            lkey: keys.lkey,
+        }];
+        let a = [Sge {
+            addr: 4088,
+            length: 8,
+            lkey: keys.lkey,
+        }];
         let wrs = [
             SendWr::new(1, WrOpcode::Write, Payload::Sges(&s)).remote(0, 5),
             SendWr::new(2, WrOpcode::Send, Payload::Sges(&s)),
@@ -61,7 +80,8 @@ fuzz_target!(|data: &[u8]| {
         }
         if t == QpType::Rc {
             let _ = qp.post_send(&SendWr::new(3, WrOpcode::Read, Payload::Sges(&s)).remote(0, 5));
-            let _ = qp.post_send(&SendWr::new(4, WrOpcode::FetchAdd, Payload::Sges(&a)).remote(8, 5));
+            let _ =
+                qp.post_send(&SendWr::new(4, WrOpcode::FetchAdd, Payload::Sges(&a)).remote(8, 5));
         }
     }
     let mut out = vec![0u8; 2048];

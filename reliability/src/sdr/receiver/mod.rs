@@ -276,3 +276,6 @@ impl WriteImmSink for SdrSink {
             .on_packet(self.generation, reth, imm, payload, pd, mem)
     }
 }
+
+#[cfg(test)]
+mod tests;
