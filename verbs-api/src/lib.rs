@@ -10,6 +10,7 @@
 
 pub mod connect;
 pub mod engine;
+pub mod sdr;
 pub mod sim;
 pub mod spec;
 pub mod timer;

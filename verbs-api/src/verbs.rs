@@ -707,6 +707,31 @@ impl QueuePair {
         result
     }
 
+    /// ferroce's extension for protocols above UC (SDR): this UC QP's
+    /// WRITE_ONLY_WITH_IMMEDIATE packets go to `sink` instead of its receive queue (see
+    /// [`WriteImmSink`](ferroce_stack::transport::WriteImmSink)).
+    pub fn set_write_imm_sink(
+        &self,
+        sink: Box<dyn ferroce_stack::transport::WriteImmSink>,
+    ) -> Result<(), VerbsError> {
+        let mut sink = Some(sink);
+        let mut result = Ok(());
+        let found = self
+            .ctx
+            .dev
+            .slot(self.shared.qpn)
+            .lock()
+            .core_mut()
+            .with_qp(self.shared.qpn, |qp| {
+                result = qp.set_write_imm_sink(sink.take()).map(|_| ());
+            })
+            .is_some();
+        if !found {
+            return Err(VerbsError::NoSuchQp(self.shared.qpn));
+        }
+        Ok(result?)
+    }
+
     /// The engine of its device this QP lives on (0 on a device with one engine).
     pub fn engine(&self) -> usize {
         self.ctx.dev.engine_of(self.shared.qpn)

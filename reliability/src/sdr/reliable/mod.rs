@@ -28,7 +28,7 @@ mod sender;
 mod tests;
 
 pub use receiver::{ReceiverStats, ReliableReceiver};
-pub use sender::{ReliableSender, SendDone, SenderStats, TxChunk, TxKind};
+pub use sender::{ReliableSender, SendDone, SendError, SenderStats, TxChunk, TxKind};
 
 use ferroce_stack::transport::{Access, MrTable, PdId};
 

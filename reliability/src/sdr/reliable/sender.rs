@@ -81,6 +81,13 @@ pub enum SendError {
     /// EC needs a buffer for the parity.
     #[error("EC needs a parity buffer of {0} bytes")]
     NeedsParity(u64),
+    /// Streaming sends chunks as they come, so there is no whole submessage to encode: SR
+    /// only.
+    #[error("a streaming send needs selective repeat (EC encodes whole submessages)")]
+    StreamingNeedsSr,
+    /// No such streaming message, or no such chunk in it.
+    #[error("message {0} has no chunk {1} to stream")]
+    NoChunk(u64, u32),
 }
 
 struct OutMsg {
@@ -108,6 +115,8 @@ struct OutMsg {
     ec: Option<(u32, u32)>,
     /// When each data chunk last left.
     sent_at: Vec<u64>,
+    /// The deadline of each data chunk's armed timeout (0: none).
+    deadline: Vec<u64>,
     /// Chunks sent more than once, and how many.
     resent: Vec<bool>,
     resent_n: u32,
@@ -137,8 +146,12 @@ pub struct ReliableSender {
     next_user: u64,
     seq: u64,
     resend: VecDeque<(u64, u32)>,
+    /// Chunks of streaming messages added and not yet sent.
+    fresh: VecDeque<(u64, u32)>,
     /// (deadline, message, chunk, seq), deadlines in order (one RTO per connection).
     rto: VecDeque<(u64, u64, u32, u64)>,
+    /// Timers found re-armed while running the due ones.
+    rto_later: Vec<(u64, u64, u32, u64)>,
     /// (deadline, message, submessage).
     fallback: VecDeque<(u64, u64, u32)>,
     done: VecDeque<SendDone>,
@@ -162,7 +175,9 @@ impl ReliableSender {
             next_user: 0,
             seq: 0,
             resend: VecDeque::new(),
+            fresh: VecDeque::new(),
             rto: VecDeque::new(),
+            rto_later: Vec::new(),
             fallback: VecDeque::new(),
             done: VecDeque::new(),
             scratch: Vec::new(),
@@ -248,12 +263,48 @@ impl ReliableSender {
             fallback: vec![false; subs as usize],
             ec,
             sent_at: vec![0; chunks as usize],
+            deadline: vec![0; chunks as usize],
             resent: vec![false; chunks as usize],
             resent_n: 0,
             rebuilt: 0,
             done: false,
         });
         Ok(user)
+    }
+
+    /// Starts a streaming send of `len` bytes from `src`: nothing leaves until chunks are
+    /// added ([`stream_chunk`](Self::stream_chunk)), in any order, each landing at its offset
+    /// of the receiver's buffer; the message completes when every chunk was acknowledged.
+    /// Selective repeat only.
+    pub fn send_streaming(
+        &mut self,
+        src: Buffer,
+        len: u64,
+        user_imm: Option<u32>,
+    ) -> Result<u64, SendError> {
+        if self.cfg.ec().is_some() {
+            return Err(SendError::StreamingNeedsSr);
+        }
+        let user = self.send(src, len, user_imm, None)?;
+        if let Some(m) = self.msgs.back_mut() {
+            // Nothing is scheduled: chunks come one by one.
+            m.schedule = 0;
+        }
+        Ok(user)
+    }
+
+    /// Adds chunk `chunk` of streaming message `user` (again, if it was added before: a
+    /// resend the application asks for).
+    pub fn stream_chunk(&mut self, user: u64, chunk: u32) -> Result<(), SendError> {
+        let i = self.index(user).ok_or(SendError::NoChunk(user, chunk))?;
+        let m = &self.msgs[i];
+        if chunk >= m.chunks || m.schedule != 0 {
+            return Err(SendError::NoChunk(user, chunk));
+        }
+        if !m.done {
+            self.fresh.push_back((user, chunk));
+        }
+        Ok(())
     }
 
     fn index(&self, user: u64) -> Option<usize> {
@@ -272,6 +323,15 @@ impl ReliableSender {
                 continue;
             }
             return Some(self.emit_data(now, i, c, true));
+        }
+        while let Some((user, c)) = self.fresh.pop_front() {
+            let Some(i) = self.index(user) else { continue };
+            let m = &self.msgs[i];
+            if m.done || m.acked(c) {
+                continue;
+            }
+            let again = m.seq[c as usize] > 0;
+            return Some(self.emit_data(now, i, c, again));
         }
         let i = self
             .msgs
@@ -326,6 +386,7 @@ impl ReliableSender {
         // the parity and the fallback timer.
         if m.ec.is_none() || fallback {
             let at = now + self.cfg.rto_ns(fallback);
+            m.deadline[c as usize] = at;
             self.rto.push_back((at, m.user, c, self.seq));
         }
         if resend {
@@ -374,6 +435,26 @@ impl ReliableSender {
         }
     }
 
+    /// Chunk `index` of message `message`, handed out by
+    /// [`poll_transmit`](Self::poll_transmit) at some earlier time, has left (its last
+    /// packet's send completed): its timeout counts from now. A driver that keeps chunks
+    /// queued behind a pacer calls this, so queueing does not eat into the timeout.
+    pub fn on_departed(&mut self, now: u64, message: u64, kind: TxKind, index: u32) {
+        if kind != TxKind::Data {
+            return;
+        }
+        let Some(i) = self.index(message) else { return };
+        let m = &mut self.msgs[i];
+        let Some(d) = m.deadline.get_mut(index as usize) else {
+            return;
+        };
+        if *d > 0 {
+            let fallback = m.ec.is_some_and(|(k, _)| m.fallback[(index / k) as usize]);
+            *d = (*d).max(now + self.cfg.rto_ns(fallback));
+            m.sent_at[index as usize] = m.sent_at[index as usize].max(now);
+        }
+    }
+
     /// A message from the control channel.
     pub fn on_control(&mut self, now: u64, bytes: &[u8]) {
         let Ok(ack) = Ack::parse(bytes) else {
@@ -402,10 +483,12 @@ impl ReliableSender {
         for c in m.low..m.chunks {
             if !m.acked(c) && ack.has(c) {
                 m.ack(c);
+                // A chunk sent more than once could be acknowledged for any of its sends:
+                // it neither dates a loss nor gives an RTT sample (Karn's rule).
                 let s = m.seq[c as usize];
-                if s > newest {
+                if s > newest && !m.resent[c as usize] {
                     newest = s;
-                    newest_at = (!m.resent[c as usize] && s > 0).then_some(m.sent_at[c as usize]);
+                    newest_at = (s > 0).then_some(m.sent_at[c as usize]);
                 }
             }
         }
@@ -473,11 +556,25 @@ impl ReliableSender {
             };
             let Some(i) = self.index(user) else { continue };
             let m = &mut self.msgs[i];
+            // A timer re-armed since (the chunk left later than it was handed out) waits.
+            let armed = m.deadline[c as usize];
+            if armed > now {
+                if m.seq[c as usize] == s {
+                    self.rto_later.push((armed, user, c, s));
+                }
+                continue;
+            }
             if !m.done && !m.acked(c) && m.seq[c as usize] == s && !m.pending[c as usize] {
                 m.pending[c as usize] = true;
                 self.resend.push_back((user, c));
                 self.stats.timeouts += 1;
             }
+        }
+        // Re-armed timers go back in deadline order.
+        if !self.rto_later.is_empty() {
+            let mut all: Vec<_> = self.rto.drain(..).chain(self.rto_later.drain(..)).collect();
+            all.sort_unstable_by_key(|t| t.0);
+            self.rto.extend(all);
         }
         while self.fallback.front().is_some_and(|t| t.0 <= now) {
             let Some((_, user, j)) = self.fallback.pop_front() else {
@@ -517,7 +614,9 @@ impl ReliableSender {
 
     /// Whether a chunk waits to be sent.
     pub fn wants_transmit(&self) -> bool {
-        !self.resend.is_empty() || self.msgs.iter().any(|m| !m.done && m.cursor < m.schedule)
+        !self.resend.is_empty()
+            || !self.fresh.is_empty()
+            || self.msgs.iter().any(|m| !m.done && m.cursor < m.schedule)
     }
 
     /// The counters.

@@ -83,6 +83,12 @@ fn run(scheme: Scheme, lens: &[u64], wire: Wire, seed: u64) -> Run {
 }
 
 fn run_with(cfg: ReliableConfig, lens: &[u64], wire: Wire, seed: u64) -> Run {
+    run_full(cfg, lens, wire, seed, false)
+}
+
+/// With `streaming`, each message is a streaming send whose chunks are added last first,
+/// the first one twice.
+fn run_full(cfg: ReliableConfig, lens: &[u64], wire: Wire, seed: u64, streaming: bool) -> Run {
     let mut rng = Rng(seed);
     let scheme = cfg.scheme;
     let (mut txm, mut rxm) = (MrTable::new(1), MrTable::new(2));
@@ -123,8 +129,17 @@ fn run_with(cfg: ReliableConfig, lens: &[u64], wire: Wire, seed: u64) -> Run {
             .unwrap();
         let user = rx.post(dst_b, len, Some(rpar_b)).unwrap();
         assert_eq!(user, n as u64);
-        tx.send(src_b, len, Some(0x1234_5678), Some(tpar_b))
-            .unwrap();
+        if streaming {
+            let m = tx.send_streaming(src_b, len, Some(0x1234_5678)).unwrap();
+            let chunks = len.div_ceil(u64::from(MTU * CHUNK_PACKETS)) as u32;
+            for c in (0..chunks).rev().chain([0]) {
+                tx.stream_chunk(m, c).unwrap();
+            }
+            assert!(tx.stream_chunk(m, chunks).is_err());
+        } else {
+            tx.send(src_b, len, Some(0x1234_5678), Some(tpar_b))
+                .unwrap();
+        }
         let horizon = now + 2_000 * RTT;
         loop {
             assert!(now < horizon, "seed {seed}: message {n} stuck");
@@ -305,6 +320,31 @@ fn ec_falls_back_to_selective_repeat_when_a_submessage_cannot_decode() {
         assert_eq!(r.sent, r.got, "{}", s.name());
         assert!(r.sender.fallbacks > 0, "{}: {:?}", s.name(), r.sender);
     }
+}
+
+/// A streaming send: chunks added in any order (one twice, as an application's own resend)
+/// arrive where they belong and the message completes; EC refuses to stream.
+#[test]
+fn a_streaming_send_lands_its_chunks_in_any_order() {
+    let wire = Wire {
+        loss: 0.05,
+        ..CLEAN
+    };
+    for s in [Scheme::SR_RTO, Scheme::SrNack] {
+        let r = run_full(ReliableConfig::new(s, RTT), &[9_000, 30_000], wire, 4, true);
+        assert_eq!(r.sent, r.got, "{}", s.name());
+        assert!(
+            r.sender.chunks_resent >= 2,
+            "the chunk added twice: {:?}",
+            r.sender
+        );
+    }
+    let mut ec = ReliableSender::new(layout(), ReliableConfig::new(schemes()[2], RTT)).unwrap();
+    let b = Buffer { lkey: 1, va: 0 };
+    assert_eq!(
+        ec.send_streaming(b, 1000, None),
+        Err(sender::SendError::StreamingNeedsSr)
+    );
 }
 
 /// The automatic choice sends SR while nothing is lost and turns to EC once losses show;
