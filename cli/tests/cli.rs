@@ -338,6 +338,33 @@ fn scenario_sdr_reports_every_scheme_beside_the_model() {
         ec["inflation"].as_f64().unwrap() > 1.2,
         "parity costs bytes: {ec}"
     );
+    // The heat map and the check against the model.
+    let dir = std::env::temp_dir().join(format!("ferroce-sdr-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("sdr.svg");
+    let out = ferroce(&[
+        "scenario",
+        "sdr",
+        "--size",
+        "1MiB",
+        "--drop",
+        "1e-4,1e-3",
+        "--runs",
+        "3",
+        "--scheme",
+        "sr-nack,auto",
+        "--check",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.starts_with("<svg") && plot.contains("sr-nack") && plot.contains("auto"));
+    std::fs::remove_dir_all(&dir).unwrap();
     let bad = ferroce(&["scenario", "sdr", "--chunk", "5000"]);
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);

@@ -415,11 +415,12 @@ fn sr_draw(rng: &mut Rng, n: u64, t_inj: f64, o: f64, (p, p2): (f64, f64)) -> f6
     max
 }
 
-/// The mean and 99.9th percentile of `runs` simulated Writes.
-pub fn monte_carlo(s: &Setup, scheme: Scheme, runs: usize, seed: u64) -> Prediction {
+/// `runs` simulated Writes' completion times, seconds, in draw order (for a spread, or a
+/// test of a sample against the model).
+pub fn monte_carlo_draws(s: &Setup, scheme: Scheme, runs: usize, seed: u64) -> Vec<f64> {
     let mut rng = Rng(seed);
     let p = s.p_chunk();
-    let mut times: Vec<f64> = (0..runs.max(1))
+    (0..runs.max(1))
         .map(|_| match scheme {
             Scheme::SrRto { .. } | Scheme::SrNack => {
                 let o = sr_overhead(s, scheme);
@@ -440,7 +441,12 @@ pub fn monte_carlo(s: &Setup, scheme: Scheme, runs: usize, seed: u64) -> Predict
                 }
             }
         })
-        .collect();
+        .collect()
+}
+
+/// The mean and 99.9th percentile of `runs` simulated Writes.
+pub fn monte_carlo(s: &Setup, scheme: Scheme, runs: usize, seed: u64) -> Prediction {
+    let mut times = monte_carlo_draws(s, scheme, runs, seed);
     times.sort_by(f64::total_cmp);
     let mean = times.iter().sum::<f64>() / times.len() as f64;
     let at = ((times.len() as f64 * 0.999).ceil() as usize).clamp(1, times.len()) - 1;
