@@ -141,14 +141,44 @@ pub enum SlotTarget {
 /// The mapping of a slotted region, shared by every table that holds the region and by its
 /// owner, who re-points shares while the engines write through them (a post maps a slot onto
 /// the receive's buffer, a completion back onto [`SlotTarget::Discard`]).
+///
+/// Each share's target is a sequence lock over three atomics: a packet's lookup is a few
+/// loads and no lock (it runs for every packet), a re-pointing takes the writers' mutex and
+/// bumps the sequence around its stores, and a lookup that raced one reads again.
 #[derive(Debug)]
 pub struct Slotted {
     share: u64,
-    targets: std::sync::RwLock<Vec<SlotTarget>>,
+    targets: Vec<SlotCell>,
+    writers: std::sync::Mutex<()>,
     discarded: AtomicU64,
 }
 
+/// One share's target: `key` is `u64::MAX` for the discard target.
+#[derive(Debug, Default)]
+struct SlotCell {
+    seq: AtomicU64,
+    key: AtomicU64,
+    va: AtomicU64,
+    len: AtomicU64,
+}
+
+const DISCARD: u64 = u64::MAX;
+
 impl Slotted {
+    fn new(share: u64, slots: u32) -> Self {
+        Self {
+            share,
+            targets: (0..slots)
+                .map(|_| SlotCell {
+                    key: AtomicU64::new(DISCARD),
+                    ..SlotCell::default()
+                })
+                .collect(),
+            writers: std::sync::Mutex::new(()),
+            discarded: AtomicU64::new(0),
+        }
+    }
+
     /// Bytes per share.
     pub fn share(&self) -> u64 {
         self.share
@@ -156,33 +186,57 @@ impl Slotted {
 
     /// Shares in the region.
     pub fn slots(&self) -> u32 {
-        self.targets.read().map_or(0, |t| t.len() as u32)
+        self.targets.len() as u32
     }
 
     /// Points share `slot` at `target`. False when there is no such slot or the target is
     /// longer than a share. Whether the target region exists, and may be written, is
     /// checked at each access, so a target deregistered later is refused then.
     pub fn map(&self, slot: u32, target: SlotTarget) -> bool {
-        if let SlotTarget::Mapped { len, .. } = target {
-            if len > self.share {
-                return false;
-            }
-        }
-        let Ok(mut t) = self.targets.write() else {
+        let (key, va, len) = match target {
+            SlotTarget::Discard => (DISCARD, 0, 0),
+            SlotTarget::Mapped { len, .. } if len > self.share => return false,
+            SlotTarget::Mapped { key, va, len } => (u64::from(key), va, len),
+        };
+        let Some(c) = self.targets.get(slot as usize) else {
             return false;
         };
-        match t.get_mut(slot as usize) {
-            Some(s) => {
-                *s = target;
-                true
-            }
-            None => false,
-        }
+        let _w = self.writers.lock().unwrap_or_else(|e| e.into_inner());
+        // Odd while the fields change; a reader that sees odd, or a change, reads again.
+        c.seq.fetch_add(1, Ordering::AcqRel);
+        c.key.store(key, Ordering::Release);
+        c.va.store(va, Ordering::Release);
+        c.len.store(len, Ordering::Release);
+        c.seq.fetch_add(1, Ordering::AcqRel);
+        true
     }
 
     /// Where share `slot` goes now.
     pub fn target(&self, slot: u32) -> Option<SlotTarget> {
-        self.targets.read().ok()?.get(slot as usize).copied()
+        let c = self.targets.get(slot as usize)?;
+        loop {
+            let before = c.seq.load(Ordering::Acquire);
+            if before & 1 == 1 {
+                core::hint::spin_loop();
+                continue;
+            }
+            let (key, va, len) = (
+                c.key.load(Ordering::Acquire),
+                c.va.load(Ordering::Acquire),
+                c.len.load(Ordering::Acquire),
+            );
+            if c.seq.load(Ordering::Acquire) == before {
+                return Some(if key == DISCARD {
+                    SlotTarget::Discard
+                } else {
+                    SlotTarget::Mapped {
+                        key: key as u32,
+                        va,
+                        len,
+                    }
+                });
+            }
+        }
     }
 
     /// Bytes written into discarded shares so far.
@@ -512,11 +566,7 @@ impl MrTable {
                 len: usize::MAX,
             })?;
         let key = self.next_key().ok_or(RegisterError::TooMany)?;
-        let slotted = Arc::new(Slotted {
-            share,
-            targets: std::sync::RwLock::new(vec![SlotTarget::Discard; slots as usize]),
-            discarded: AtomicU64::new(0),
-        });
+        let slotted = Arc::new(Slotted::new(share, slots));
         self.regions.insert(
             key,
             Region {
@@ -783,6 +833,34 @@ impl MrTable {
             len,
             _table: core::marker::PhantomData,
         })
+    }
+
+    /// Lends the bytes of every `(va, len)` of `ranges` under `key` (each checked as
+    /// [`read`](Self::read) checks it) to `f` in place, without copying: for a computation
+    /// over registered memory, such as encoding parity from a message's chunks. The table
+    /// is borrowed meanwhile, so nothing can be deregistered under `f`.
+    pub fn with_slices<R>(
+        &self,
+        key: u32,
+        pd: PdId,
+        ranges: &[(u64, usize)],
+        needed: Access,
+        f: impl FnOnce(&[&[u8]]) -> R,
+    ) -> Result<R, AccessError> {
+        let mut slices: Vec<&[u8]> = Vec::with_capacity(ranges.len());
+        for &(va, len) in ranges {
+            let p = self.check_present(key, pd, va, len as u64, needed)?;
+            slices.push(if len == 0 {
+                &[]
+            } else {
+                // SAFETY: `check_present` bounded [va, va + len) inside the region, which
+                // stays registered (and so valid) while `self` is borrowed. As with a span
+                // an RNIC reads by DMA, the application may write the bytes meanwhile; what
+                // `f` sees is then whatever it wrote, and nothing here relies on them.
+                unsafe { core::slice::from_raw_parts(p, len) }
+            });
+        }
+        Ok(f(&slices))
     }
 
     /// Copies from the region at `va` into `out`; needs `needed` rights (REMOTE_READ for a

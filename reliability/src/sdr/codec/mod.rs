@@ -53,6 +53,26 @@ pub trait ErasureCodec: Send {
     /// Computes the `m` parity chunks of the `k` data chunks.
     fn encode(&mut self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), CodecError>;
 
+    /// Computes the `m` parity chunks of the `k` data chunks of `len` bytes each and hands
+    /// each to `out` (index, bytes) where the code keeps it, so a caller that stores parity
+    /// elsewhere (registered memory) copies it once. The default encodes into a scratch
+    /// buffer and hands that out.
+    fn encode_each(
+        &mut self,
+        data: &[&[u8]],
+        out: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<(), CodecError> {
+        let len = data.first().map_or(0, |d| d.len());
+        let mut scratch = vec![0u8; self.m() * len];
+        let mut parity: Vec<&mut [u8]> = scratch.chunks_exact_mut(len.max(1)).collect();
+        parity.truncate(self.m());
+        self.encode(data, &mut parity)?;
+        for (i, p) in parity.iter().enumerate() {
+            out(i, p);
+        }
+        Ok(())
+    }
+
     /// True when the chunks marked in `present` (data first, then parity; `k + m` marks)
     /// determine the data.
     fn decodable(&self, present: &[bool]) -> bool;

@@ -68,6 +68,29 @@ impl ErasureCodec for RsSimd {
         Ok(())
     }
 
+    fn encode_each(
+        &mut self,
+        data: &[&[u8]],
+        out: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<(), CodecError> {
+        let len = same_length(data.iter().map(|c| c.len()), self.k)?;
+        let enc = match &mut self.enc {
+            Some((l, e)) if *l == len => e,
+            slot => {
+                let e = ReedSolomonEncoder::new(self.k, self.m, len).map_err(chunk_error)?;
+                &mut slot.insert((len, e)).1
+            }
+        };
+        for d in data {
+            enc.add_original_shard(d).map_err(chunk_error)?;
+        }
+        let result = enc.encode().map_err(chunk_error)?;
+        for (i, r) in result.recovery_iter().enumerate() {
+            out(i, r);
+        }
+        Ok(())
+    }
+
     fn decodable(&self, present: &[bool]) -> bool {
         present.len() == self.k + self.m && present.iter().filter(|&&p| p).count() >= self.k
     }

@@ -170,3 +170,27 @@ proptest! {
         }
     }
 }
+
+/// `encode_each` hands out exactly what `encode` writes, for every codec (the default and
+/// reed-solomon-simd's own).
+#[test]
+fn encode_each_hands_out_what_encode_writes() {
+    let (k, m, len) = (6, 3, 64);
+    let data: Vec<Vec<u8>> = (0..k)
+        .map(|i| (0..len).map(|j| (i * 13 + j * 5) as u8).collect())
+        .collect();
+    let d: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+    let codecs: Vec<Box<dyn ErasureCodec>> = vec![
+        Box::new(RsSimd::new(k, m).unwrap()),
+        Box::new(RsErasure::new(k, m).unwrap()),
+        Box::new(Xor::new(k, m).unwrap()),
+    ];
+    for mut c in codecs {
+        let mut want = vec![vec![0u8; len]; m];
+        let mut p: Vec<&mut [u8]> = want.iter_mut().map(Vec::as_mut_slice).collect();
+        c.encode(&d, &mut p).unwrap();
+        let mut got = vec![Vec::new(); m];
+        c.encode_each(&d, &mut |i, b| got[i] = b.to_vec()).unwrap();
+        assert_eq!(got, want, "{}", c.name());
+    }
+}

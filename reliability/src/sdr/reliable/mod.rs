@@ -148,6 +148,28 @@ pub trait Memory {
     fn read(&self, buf: Buffer, offset: u64, out: &mut [u8]) -> bool;
     /// Copies `data` to `offset` of `buf`; false when the memory refuses.
     fn write(&self, buf: Buffer, offset: u64, data: &[u8]) -> bool;
+
+    /// Calls `f` with the bytes of `len` at each `offset` of `ranges` in `buf`; false (and
+    /// no call) when the memory refuses. The default copies them out; a memory that can
+    /// lend them in place (an [`MrTable`]) saves the copy, which costs as much as encoding.
+    fn with_ranges(
+        &self,
+        buf: Buffer,
+        ranges: &[(u64, usize)],
+        f: &mut dyn FnMut(&[&[u8]]),
+    ) -> bool {
+        let mut copies = Vec::with_capacity(ranges.len());
+        for &(offset, len) in ranges {
+            let mut v = vec![0; len];
+            if !self.read(buf, offset, &mut v) {
+                return false;
+            }
+            copies.push(v);
+        }
+        let views: Vec<&[u8]> = copies.iter().map(Vec::as_slice).collect();
+        f(&views);
+        true
+    }
 }
 
 /// [`Memory`] through a transport's [`MrTable`], with local rights in one PD.
@@ -175,6 +197,18 @@ impl Memory for TableMemory<'_> {
                 data,
                 Access::LOCAL_WRITE,
             )
+            .is_ok()
+    }
+
+    fn with_ranges(
+        &self,
+        buf: Buffer,
+        ranges: &[(u64, usize)],
+        f: &mut dyn FnMut(&[&[u8]]),
+    ) -> bool {
+        let at: Vec<(u64, usize)> = ranges.iter().map(|&(o, l)| (buf.va + o, l)).collect();
+        self.mem
+            .with_slices(buf.lkey, self.pd, &at, Access::NONE, |s| f(s))
             .is_ok()
     }
 }

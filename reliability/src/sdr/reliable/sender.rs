@@ -405,7 +405,8 @@ impl ReliableSender {
     }
 
     /// Computes submessage `j`'s parity into the message's parity buffer. Data past the
-    /// message's end reads as zeros, as the receiver takes it.
+    /// message's end reads as zeros, as the receiver takes it. A whole submessage is encoded
+    /// from the registered memory in place; a short last one from a zero-padded copy.
     fn encode(&mut self, i: usize, j: u32, mem: &dyn Memory) {
         let m = &mut self.msgs[i];
         let (Some(codec), Some((k, mm))) = (self.codec.as_mut(), m.ec) else {
@@ -414,23 +415,40 @@ impl ReliableSender {
         m.encoded[j as usize] = true;
         let cb = self.chunk_bytes as usize;
         let (k, mm) = (k as usize, mm as usize);
-        self.scratch.clear();
-        self.scratch.resize((k + mm) * cb, 0);
-        let (data, parity) = self.scratch.split_at_mut(k * cb);
-        for (n, chunk) in data.chunks_exact_mut(cb).enumerate() {
-            let start = (j as u64 * k as u64 + n as u64) * cb as u64;
-            let len = m.data.len.saturating_sub(start).min(cb as u64) as usize;
-            if len > 0 {
-                mem.read(m.src, start, &mut chunk[..len]);
-            }
+        let first = u64::from(j) * k as u64 * cb as u64;
+        if self.scratch.len() < k * cb {
+            self.scratch.resize(k * cb, 0);
         }
-        let data: Vec<&[u8]> = data.chunks_exact(cb).collect();
-        let mut parity: Vec<&mut [u8]> = parity.chunks_exact_mut(cb).collect();
-        if codec.encode(&data, &mut parity).is_ok() {
-            for (p, chunk) in parity.iter().enumerate() {
-                let at = (u64::from(j) * mm as u64 + p as u64) * cb as u64;
-                mem.write(m.parity_buf, at, chunk);
+        let data = &mut self.scratch[..k * cb];
+        let whole = first + (k * cb) as u64 <= m.data.len;
+        // Each parity chunk goes straight from the codec into the parity buffer.
+        let (parity_buf, mut wrote) = (m.parity_buf, 0);
+        let mut store = |p: usize, bytes: &[u8]| {
+            let at = (u64::from(j) * mm as u64 + p as u64) * cb as u64;
+            if mem.write(parity_buf, at, bytes) {
+                wrote += 1;
             }
+        };
+        let encoded = if whole {
+            let ranges: Vec<(u64, usize)> = (0..k).map(|n| (first + (n * cb) as u64, cb)).collect();
+            let mut out = false;
+            let lent = mem.with_ranges(m.src, &ranges, &mut |d| {
+                out = codec.encode_each(d, &mut store).is_ok();
+            });
+            lent && out
+        } else {
+            for (n, chunk) in data.chunks_exact_mut(cb).enumerate() {
+                let start = first + (n * cb) as u64;
+                let len = m.data.len.saturating_sub(start).min(cb as u64) as usize;
+                chunk[len..].fill(0);
+                if len > 0 {
+                    mem.read(m.src, start, &mut chunk[..len]);
+                }
+            }
+            let d: Vec<&[u8]> = data.chunks_exact(cb).collect();
+            codec.encode_each(&d, &mut store).is_ok()
+        };
+        if encoded && wrote == mm {
             self.stats.submessages_encoded += 1;
         }
     }
