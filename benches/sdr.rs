@@ -13,7 +13,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ferroce::reliability::sdr::ack::Ack;
-use ferroce::reliability::sdr::codec::{self, ErasureCodec};
+use ferroce::reliability::sdr::codec;
 use ferroce::reliability::sdr::imm::ImmLayout;
 use ferroce::reliability::sdr::model::{Code, Scheme};
 use ferroce::reliability::sdr::receiver::{Buffer, SdrReceiver};
@@ -265,7 +265,7 @@ fn ec_encode(c: &mut Criterion) {
             assert_eq!(n, 40 * 16);
             // Done, so the sender holds one message at a time.
             let ack = Ack {
-                message: message,
+                message,
                 chunks: 32,
                 cumulative: 32,
                 complete: true,
