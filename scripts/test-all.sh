@@ -18,7 +18,7 @@ step() { printf '\n==> %s\n' "$*"; }
 
 step "system packages"
 need_pkgs=()
-for p in pkg-config libdpdk-dev libclang-dev libibverbs-dev ibverbs-utils perftest tshark python3-venv python3-pip iproute2 iperf3 iputils-ping ethtool; do
+for p in pkg-config libdpdk-dev libisal-dev libclang-dev libibverbs-dev ibverbs-utils perftest tshark python3-venv python3-pip iproute2 iperf3 iputils-ping ethtool; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -50,9 +50,14 @@ step "format and lint"
 cargo fmt --all -- --check
 cargo clippy -q --workspace --all-targets -- -D warnings
 cargo clippy -q --workspace --all-targets --features dpdk -- -D warnings
+cargo clippy -q --workspace --all-targets --features isal -- -D warnings
 
 step "tests"
 cargo test --workspace
+
+step "SDR's erasure codec on the system ISA-L (libisal-dev, bindgen)"
+cargo test -q -p ferroce-isal --features isal 2>&1 | grep -E "test result|panicked|FAILED"
+cargo test -q -p ferroce-cli --features isal --test cli scenario_sdr 2>&1 | grep -E "test result|panicked|FAILED"
 
 step "DPDK driver (bindgen + shim against the system libdpdk; net_ring vdevs, no hugepages)"
 cargo test -q -p ferroce-drivers --features dpdk --test dpdk 2>&1 | grep -E "test result|panicked|FAILED"

@@ -5,6 +5,7 @@
 //! links one crate; see `docs/ARCHITECTURE.md` for how they fit together.
 
 pub use ferroce_drivers as drivers;
+pub use ferroce_isal as isal;
 pub use ferroce_reliability as reliability;
 pub use ferroce_stack as stack;
 pub use ferroce_testbed as testbed;

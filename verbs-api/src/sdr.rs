@@ -48,7 +48,7 @@ const CONTROL_BYTES: usize = 4096;
 const AHEAD_CHUNKS: u32 = 4;
 
 /// How an SDR QP is laid out and kept reliable; both ends use the same.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug)]
 pub struct SdrConfig {
     /// Immediate layout, MTU, chunk size, largest message, slots, generations.
     pub layout: RecvConfig,

@@ -624,6 +624,7 @@ fn sdr_point(s: &sdr::Setup, out: &sdr::Outcome, lossless_ns: f64, a: &SdrArgs) 
         "scheme": if s.auto { "auto" } else { s.scheme.name() },
         "k": a.k,
         "m": a.m,
+        "mds_codec": if cfg!(feature = "isal") { "isa-l" } else { "rs-simd" },
         "size_bytes": s.size,
         "chunk_bytes": s.chunk,
         "mtu": s.mtu.bytes(),

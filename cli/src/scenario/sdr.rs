@@ -183,11 +183,17 @@ pub(crate) fn run_point(s: &Setup) -> Result<Outcome, String> {
         slots: SLOTS,
         generations: GENERATIONS,
     };
-    let cfg = if s.auto {
+    #[allow(unused_mut)]
+    let mut cfg = if s.auto {
         ReliableConfig::auto(s.scheme, s.rtt_ns, s.gbps)
     } else {
         ReliableConfig::new(s.scheme, s.rtt_ns)
     };
+    // Built with `--features isal`: the system ISA-L rebuilds lost chunks (and encodes).
+    #[cfg(feature = "isal")]
+    {
+        cfg.mds = ferroce_isal::mds;
+    }
     let mut tx = ReliableSender::new(layout, cfg).map_err(|e| e.to_string())?;
     let plen = tx.parity_len(s.size);
     // Memory on each host: the message, its parity, the control ring.

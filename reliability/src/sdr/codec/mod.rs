@@ -83,8 +83,13 @@ pub trait ErasureCodec: Send {
         -> Result<(), CodecError>;
 }
 
-/// The MDS code SDR uses by default: the faster Reed-Solomon backend on this machine's
-/// measurements (docs/benchmarks.md).
+/// Makes a (k, m) MDS codec: how a connection picks its Reed-Solomon backend.
+pub type MdsFactory = fn(usize, usize) -> Result<Box<dyn ErasureCodec>, CodecError>;
+
+/// The MDS code SDR uses unless told otherwise: of the pure-Rust backends the faster on this
+/// machine's measurements (docs/benchmarks.md). The system ISA-L (`ferroce-isal`, feature
+/// `isal`) beats it at both encoding and decoding; it is a [`MdsFactory`] away
+/// (`ReliableConfig::mds`).
 pub fn mds(k: usize, m: usize) -> Result<Box<dyn ErasureCodec>, CodecError> {
     Ok(Box::new(RsSimd::new(k, m)?))
 }

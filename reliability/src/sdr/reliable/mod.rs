@@ -37,7 +37,7 @@ use super::model::{Code, Scheme};
 use super::receiver::Buffer;
 
 /// A connection's reliability settings; both ends use the same.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug)]
 pub struct ReliableConfig {
     /// The scheme.
     pub scheme: Scheme,
@@ -51,6 +51,8 @@ pub struct ReliableConfig {
     /// `scheme`, by the model at this link rate (Gbit/s). Both ends then number a parity
     /// message after every data message, sent only when EC was chosen.
     pub auto_gbps: Option<f64>,
+    /// The Reed-Solomon backend for `Code::Mds` ([`codec::mds`] unless set).
+    pub mds: codec::MdsFactory,
 }
 
 impl ReliableConfig {
@@ -63,6 +65,7 @@ impl ReliableConfig {
             ack_interval_ns: (rtt_ns / 64).max(1000),
             control_mtu: 4096,
             auto_gbps: None,
+            mds: codec::mds,
         }
     }
 
@@ -122,7 +125,7 @@ impl ReliableConfig {
                 k,
                 m,
                 ..
-            } => codec::mds(k as usize, m as usize).map(Some),
+            } => (self.mds)(k as usize, m as usize).map(Some),
             Scheme::Ec {
                 code: Code::Xor,
                 k,
