@@ -206,3 +206,59 @@ fn selective_repeat_is_negotiated_and_resends_less_than_go_back_n() {
     assert!(sr["counters"]["server"]["ooo_placed"].as_u64().unwrap() > 0);
     assert_eq!(gbn["counters"]["server"]["ooo_placed"].as_u64().unwrap(), 0);
 }
+
+/// `perf sdr bw` on the simulated fabric: every scheme moves every message verified, at the
+/// link's rate when nothing is lost (SR) and with the parity's share when it is (EC), and
+/// repairs losses its own way.
+#[test]
+fn sdr_bw_verifies_every_scheme_with_and_without_loss() {
+    for scheme in ["sr-rto", "sr-nack", "ec-mds", "ec-xor"] {
+        for loss in ["0", "0.001"] {
+            let v = json_run(&[
+                "perf",
+                "sdr",
+                "bw",
+                "--size",
+                "1048576",
+                "--iters",
+                "30",
+                "--delay-us",
+                "5",
+                "--loss",
+                loss,
+                "--scheme",
+                scheme,
+                "--json",
+            ]);
+            assert_eq!(v["verified"], true, "{scheme} {loss}: {v}");
+            assert_eq!(v["iterations"], 30, "{scheme} {loss}");
+            assert_eq!(v["scheme"], scheme);
+            let s = &v["counters"]["sender"];
+            let gbps = v["bw_avg_gbps"].as_f64().unwrap();
+            if loss == "0" {
+                // Nothing lost, nothing resent, and the link (100 Gbit/s) nearly full of data
+                // (EC: 16 data chunks travel with 8 parity chunks).
+                assert_eq!(s["chunks_resent"], 0, "{scheme}: {v}");
+                let floor = if scheme.starts_with("sr") { 90.0 } else { 60.0 };
+                assert!(gbps > floor, "{scheme}: {gbps} Gb/s");
+            } else if scheme.starts_with("sr") {
+                assert!(s["chunks_resent"].as_u64().unwrap() > 0, "{scheme}: {v}");
+            } else {
+                assert!(
+                    v["counters"]["receiver"]["chunks_rebuilt"]
+                        .as_u64()
+                        .unwrap_or(0)
+                        > 0
+                        || s["fallbacks"].as_u64().unwrap() > 0,
+                    "{scheme}: {v}"
+                );
+            }
+        }
+    }
+    let bad = ferroce(&["perf", "sdr", "lat"]);
+    assert!(!bad.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&bad.stderr).trim().lines().count(),
+        1
+    );
+}

@@ -122,8 +122,8 @@ struct Inner {
     rx: ReliableReceiver,
     peer_region: Option<u32>,
     next_slot: usize,
-    /// Chunks posted whose last packet's completion has not come back.
-    chunks_out: u32,
+    /// Chunks posted whose last packet's completion has not come back, per generation.
+    chunks_out: Vec<u32>,
     wcs: Vec<WorkCompletion>,
     stats: SdrQpStats,
 }
@@ -231,7 +231,9 @@ impl SdrQp {
         for (g, qp) in gens.iter().enumerate() {
             qp.set_write_imm_sink(receiver.sink(g as u8))?;
         }
-        let tx = ReliableSender::new(layout, config.reliability)?;
+        let mut tx = ReliableSender::new(layout, config.reliability)?;
+        // Every chunk's last packet is signaled: its completion says when it left.
+        tx.report_departures(true);
         let rx = ReliableReceiver::new(receiver.clone(), config.reliability)?;
         let this = Self {
             ctx: ctx.clone(),
@@ -247,7 +249,7 @@ impl SdrQp {
                 rx,
                 peer_region: None,
                 next_slot: 0,
-                chunks_out: 0,
+                chunks_out: vec![0; generations],
                 wcs: Vec::new(),
                 stats: SdrQpStats::default(),
             }),
@@ -434,7 +436,9 @@ impl SdrQp {
                 self.post_control_recv(slot)?;
             } else if wc.opcode == WcOpcode::RdmaWrite {
                 // A chunk's last packet left: its timeout starts now.
-                inner.chunks_out = inner.chunks_out.saturating_sub(1);
+                if let Some(g) = self.gens.iter().position(|q| q.qpn() == wc.qp_num) {
+                    inner.chunks_out[g] = inner.chunks_out[g].saturating_sub(1);
+                }
                 let (message, kind, index) = unpack_chunk(wc.wr_id);
                 inner.tx.on_departed(now, message, kind, index);
             }
@@ -443,7 +447,13 @@ impl SdrQp {
             inner.tx.handle_timeout(now);
         }
         if let Some(region) = inner.peer_region {
-            while inner.chunks_out < AHEAD_CHUNKS {
+            // A few chunks ahead, all on one generation's QP (see next_generation).
+            while let Some(g) = inner.tx.next_generation() {
+                let out: u32 = inner.chunks_out.iter().sum();
+                let others = out - inner.chunks_out[usize::from(g)];
+                if out >= AHEAD_CHUNKS || others > 0 {
+                    break;
+                }
                 let Some(c) = inner.tx.poll_transmit(now, &mem) else {
                     break;
                 };
@@ -471,7 +481,9 @@ impl SdrQp {
                         .map_err(|f| SdrError::from(f.error))?;
                     inner.stats.packets_posted += 1;
                 }
-                inner.chunks_out += 1;
+                if let Some(p) = c.packets.first() {
+                    inner.chunks_out[usize::from(p.generation)] += 1;
+                }
             }
         }
         inner.rx.poll(now, &mem);

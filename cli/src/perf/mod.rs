@@ -29,12 +29,15 @@ use serde_json::{json, Map, Value};
 use crate::Failure;
 
 mod net;
+mod sdr;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Verb {
     Write,
     Read,
     Send,
+    /// SDR Writes (seed 004) through the verbs API's SDR QP: `perf sdr bw`.
+    Sdr,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -115,6 +118,9 @@ pub(crate) struct Args {
     /// offer it, Go-Back-N otherwise.
     #[arg(long, value_enum, default_value = "gbn")]
     reliability: Reliability,
+    /// `perf sdr`: the reliability scheme on the bitmap.
+    #[arg(long = "scheme", value_enum, default_value = "sr-nack")]
+    sdr_scheme: sdr::SdrScheme,
     /// With selective repeat: UDP source ports (paths) to spray over by PSN; 1 keeps ECMP.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     paths: u16,
@@ -330,6 +336,16 @@ struct Outcome {
 
 pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
     let mtu = check(a)?;
+    if a.verb == Verb::Sdr {
+        if a.kind != Kind::Bw {
+            return Err(Failure("perf sdr runs bw only".into()));
+        }
+        return if a.device == "sim" {
+            sdr::run_sim(a, mtu)
+        } else {
+            sdr::run_net(a, mtu)
+        };
+    }
     if a.device != "sim" {
         return net::run(a, mtu);
     }
@@ -437,6 +453,7 @@ fn op_of(v: Verb) -> WrOpcode {
         Verb::Write => WrOpcode::Write,
         Verb::Read => WrOpcode::Read,
         Verb::Send => WrOpcode::Send,
+        Verb::Sdr => WrOpcode::WriteWithImm,
     }
 }
 
@@ -677,7 +694,7 @@ fn lat(
                 }
                 out.lat_ns.push(client.ctx.now() - t0);
             }
-            Verb::Write => {
+            Verb::Write | Verb::Sdr => {
                 // Ping: the client's last byte carries the iteration's marker; the server
                 // waits for it in memory (as ib_write_lat spins on the last byte) and pongs.
                 let m = marker(n);
@@ -798,6 +815,7 @@ fn report(
         (Verb::Write, Kind::Lat) => "RDMA_Write Latency Test",
         (Verb::Read, Kind::Lat) => "RDMA_Read Latency Test",
         (Verb::Send, Kind::Lat) => "Send Latency Test",
+        (Verb::Sdr, _) => "SDR BW Test",
     };
     let avg_gbps = if o.seconds > 0.0 {
         o.bytes as f64 * 8.0 / o.seconds / 1e9

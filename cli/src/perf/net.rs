@@ -428,7 +428,7 @@ fn client_lat(a: &Args, me: &Side) -> Outcome {
             got = match a.verb {
                 Verb::Read => !wcs.is_empty(),
                 Verb::Send => wcs.iter().any(|w| w.opcode.is_recv()),
-                Verb::Write => {
+                Verb::Write | Verb::Sdr => {
                     let mut b = [0u8];
                     me.conns[0].mr.read(slot + last, &mut b) && b[0] == m | 0x80
                 }

@@ -12,7 +12,7 @@ use ferroce_reliability::sdr::model::{self, Code, Scheme};
 use ferroce_reliability::sdr::receiver::{Buffer, SdrReceiver};
 use ferroce_reliability::sdr::recv::RecvConfig;
 use ferroce_reliability::sdr::reliable::{
-    ReliableConfig, ReliableReceiver, ReliableSender, TableMemory,
+    parity_len, ReliableConfig, ReliableReceiver, ReliableSender, TableMemory,
 };
 use ferroce_stack::transport::{
     FixedRate, Mtu, Payload, Policies, QpType, RecvWr, SendFlags, SendWr, Sge, WcOpcode, WrOpcode,
@@ -175,11 +175,16 @@ pub(crate) struct Outcome {
 pub(crate) fn run_point(s: &Setup) -> Result<Outcome, String> {
     let mtu = s.mtu.bytes();
     let chunk_packets = (s.chunk / u64::from(mtu)).max(1) as u32;
+    // A slot takes a message or its parity, whichever is longer.
+    let parity = match s.scheme {
+        Scheme::Ec { k, m, .. } => parity_len(s.size, u64::from(mtu * chunk_packets), k, m),
+        _ => 0,
+    };
     let layout = RecvConfig {
         layout: ImmLayout::PAPER,
         mtu,
         chunk_packets,
-        max_message: s.size.max(1),
+        max_message: s.size.max(parity).max(1),
         slots: SLOTS,
         generations: GENERATIONS,
     };

@@ -53,6 +53,9 @@ pub struct ReliableConfig {
     pub auto_gbps: Option<f64>,
     /// The Reed-Solomon backend for `Code::Mds` ([`codec::mds`] unless set).
     pub mds: codec::MdsFactory,
+    /// The most a chunk may wait in queues after it left its QP (50 µs unless set): the
+    /// timeouts' floor over the RTT. It matters only where the RTT is of that order.
+    pub queue_slack_ns: u64,
 }
 
 impl ReliableConfig {
@@ -66,6 +69,7 @@ impl ReliableConfig {
             control_mtu: 4096,
             auto_gbps: None,
             mds: codec::mds,
+            queue_slack_ns: 50_000,
         }
     }
 
@@ -87,13 +91,16 @@ impl ReliableConfig {
 
     /// When a chunk not acknowledged is sent again, ns after it left. With NACKs (and in
     /// EC's fallback) a little over one RTT: the acknowledgement of a chunk that arrived
-    /// comes back within one RTT and an interval or two.
+    /// comes back within one RTT and an interval or two. Never less than the RTT plus
+    /// [`queue_slack_ns`](Self::queue_slack_ns): a chunk that left its QP may still wait
+    /// in the port's queue behind another generation's.
     pub fn rto_ns(&self, fallback: bool) -> u64 {
         let nack = self.rtt_ns + 2 * self.ack_interval_ns + self.rtt_ns / 8;
-        match self.scheme {
+        let rto = match self.scheme {
             Scheme::SrRto { rto_rtts } if !fallback => (self.rtt_ns as f64 * rto_rtts) as u64,
             _ => nack,
-        }
+        };
+        rto.max(self.rtt_ns + self.queue_slack_ns)
     }
 
     /// Whether an acknowledgement showing a later chunk names a loss.
@@ -109,10 +116,14 @@ impl ReliableConfig {
         }
     }
 
-    /// EC's fallback slack in ns: `(1 + β)·RTT`.
+    /// EC's fallback slack in ns: `(1 + β)·RTT`, and at least the RTT plus
+    /// [`queue_slack_ns`](Self::queue_slack_ns) (the submessage's last chunk may still be
+    /// queued when its timer starts).
     pub fn fallback_ns(&self) -> u64 {
         match self.scheme {
-            Scheme::Ec { beta, .. } => ((1.0 + beta) * self.rtt_ns as f64) as u64,
+            Scheme::Ec { beta, .. } => {
+                (((1.0 + beta) * self.rtt_ns as f64) as u64).max(self.rtt_ns + self.queue_slack_ns)
+            }
             _ => 0,
         }
     }
@@ -138,10 +149,24 @@ impl ReliableConfig {
 }
 
 /// Bytes of the parity message a `len`-byte EC message travels with: `m` chunks for each
-/// submessage of `k` data chunks.
+/// submessage of `k` data chunks, and [`sub_parity`] for a short last one —
+/// `⌈chunks·m/k⌉` in all, as the model counts them.
 pub fn parity_len(len: u64, chunk_bytes: u64, k: u32, m: u32) -> u64 {
     let chunks = len.div_ceil(chunk_bytes.max(1)).max(1);
-    chunks.div_ceil(u64::from(k.max(1))) * u64::from(m) * chunk_bytes
+    let k = u64::from(k.max(1));
+    let subs = chunks.div_ceil(k);
+    let last = chunks - (subs - 1) * k;
+    ((subs - 1) * u64::from(m) + u64::from(sub_parity(last as u32, k as u32, m))) * chunk_bytes
+}
+
+/// Parity chunks of a submessage of `d` data chunks: `m` for a whole one, `⌈d·m/k⌉` for a
+/// short last one, so parity stays in proportion. An MDS code (the missing data chunks read
+/// as zeros at both ends) still rebuilds any that many losses; XOR protects the groups whose
+/// parity chunk was sent.
+pub fn sub_parity(d: u32, k: u32, m: u32) -> u32 {
+    (u64::from(d) * u64::from(m))
+        .div_ceil(u64::from(k.max(1)))
+        .min(u64::from(m)) as u32
 }
 
 /// Registered memory as the EC layer reads and writes it (encoding at the sender, rebuilding

@@ -8,7 +8,7 @@ use super::super::codec::ErasureCodec;
 use super::super::receiver::Buffer;
 use super::super::recv::RecvConfig;
 use super::super::send::{Packet, SendHandle, SendTable};
-use super::{parity_len, Memory, ReliableConfig};
+use super::{parity_len, sub_parity, Memory, ReliableConfig};
 
 ferroce_stack::counter_set! {
     /// What a sender did.
@@ -158,6 +158,9 @@ pub struct ReliableSender {
     scratch: Vec<u8>,
     stats: SenderStats,
     auto: Option<Chooser>,
+    /// The driver reports when chunks leave ([`on_departed`](Self::on_departed)): timers
+    /// start then, not when a chunk is handed out.
+    departures: bool,
 }
 
 impl ReliableSender {
@@ -191,7 +194,15 @@ impl ReliableSender {
                     u64::from(layout.mtu.max(1)),
                 )
             }),
+            departures: false,
         })
+    }
+
+    /// The driver will report each data chunk's departure
+    /// ([`on_departed`](Self::on_departed)); its timeout then starts at the departure, so
+    /// chunks queued behind a pacer (or a slow port) do not time out before they leave.
+    pub fn report_departures(&mut self, on: bool) {
+        self.departures = on;
     }
 
     /// The automatic choice's counters and its latest decision, when it runs.
@@ -239,8 +250,14 @@ impl ReliableSender {
             Some(c) => c.choose(len).ec.then(|| self.cfg.ec()).flatten(),
             None => self.cfg.ec(),
         };
-        let (subs, m) = match ec {
-            Some((k, m)) => (chunks.div_ceil(k), m),
+        let (subs, parity_chunks) = match ec {
+            Some((k, m)) => {
+                let subs = chunks.div_ceil(k);
+                (
+                    subs,
+                    (subs - 1) * m + sub_parity(chunks - (subs - 1) * k, k, m),
+                )
+            }
             None => (0, 0),
         };
         let user = self.next_user;
@@ -258,7 +275,7 @@ impl ReliableSender {
             seq: vec![0; chunks as usize],
             pending: vec![false; chunks as usize],
             cursor: 0,
-            schedule: chunks + subs * m,
+            schedule: chunks + parity_chunks,
             encoded: vec![false; subs as usize],
             fallback: vec![false; subs as usize],
             ec,
@@ -313,6 +330,34 @@ impl ReliableSender {
         (i < self.msgs.len()).then_some(i)
     }
 
+    /// The generation (internal QP) of the chunk [`poll_transmit`](Self::poll_transmit)
+    /// would hand out next, if any. A driver keeps one generation's QP busy at a time with
+    /// it: two QPs each paced to the link would together send at twice its rate.
+    pub fn next_generation(&self) -> Option<u8> {
+        let live = |&(user, c): &(u64, u32)| {
+            let m = &self.msgs[self.index(user)?];
+            (!m.done && !m.acked(c)).then_some(m.data.generation)
+        };
+        if let Some(g) = self.resend.iter().find_map(live) {
+            return Some(g);
+        }
+        if let Some(g) = self.fresh.iter().find_map(live) {
+            return Some(g);
+        }
+        let m = self
+            .msgs
+            .iter()
+            .find(|m| !m.done && m.cursor < m.schedule)?;
+        let parity = m.ec.is_some_and(|(k, mm)| {
+            let (j, r) = (m.cursor / (k + mm), m.cursor % (k + mm));
+            r >= k.min(m.chunks - j * k)
+        });
+        match (parity, m.parity) {
+            (true, Some(p)) => Some(p.generation),
+            _ => Some(m.data.generation),
+        }
+    }
+
     /// The next chunk to send, resends first; `mem` reads data to encode parity from.
     pub fn poll_transmit(&mut self, now: u64, mem: &dyn Memory) -> Option<TxChunk> {
         while let Some((user, c)) = self.resend.pop_front() {
@@ -347,7 +392,7 @@ impl ReliableSender {
         let j = pos / (k + mm);
         let r = pos % (k + mm);
         let d = k.min(m.chunks - j * k);
-        let last_of_sub = r + 1 == d + mm;
+        let last_of_sub = r + 1 == d + sub_parity(d, k, mm);
         if last_of_sub {
             let at = now + self.cfg.fallback_ns();
             self.fallback.push_back((at, m.user, j));
@@ -385,9 +430,14 @@ impl ReliableSender {
         // SR chunks and EC's fallback resends are timed; EC's first sends are covered by
         // the parity and the fallback timer.
         if m.ec.is_none() || fallback {
-            let at = now + self.cfg.rto_ns(fallback);
-            m.deadline[c as usize] = at;
-            self.rto.push_back((at, m.user, c, self.seq));
+            if self.departures {
+                // Armed when it leaves; until then no timer runs for it.
+                m.deadline[c as usize] = u64::MAX;
+            } else {
+                let at = now + self.cfg.rto_ns(fallback);
+                m.deadline[c as usize] = at;
+                self.rto.push_back((at, m.user, c, self.seq));
+            }
         }
         if resend {
             self.stats.chunks_resent += 1;
@@ -423,9 +473,12 @@ impl ReliableSender {
         let whole = first + (k * cb) as u64 <= m.data.len;
         // Each parity chunk goes straight from the codec into the parity buffer.
         let (parity_buf, mut wrote) = (m.parity_buf, 0);
+        // A short last submessage sends (and so stores) only its first parity chunks.
+        let d = (m.chunks - j * k as u32).min(k as u32);
+        let sent = sub_parity(d, k as u32, mm as u32) as usize;
         let mut store = |p: usize, bytes: &[u8]| {
             let at = (u64::from(j) * mm as u64 + p as u64) * cb as u64;
-            if mem.write(parity_buf, at, bytes) {
+            if p < sent && mem.write(parity_buf, at, bytes) {
                 wrote += 1;
             }
         };
@@ -448,7 +501,7 @@ impl ReliableSender {
             let d: Vec<&[u8]> = data.chunks_exact(cb).collect();
             codec.encode_each(&d, &mut store).is_ok()
         };
-        if encoded && wrote == mm {
+        if encoded && wrote == sent {
             self.stats.submessages_encoded += 1;
         }
     }
@@ -466,7 +519,17 @@ impl ReliableSender {
         let Some(d) = m.deadline.get_mut(index as usize) else {
             return;
         };
-        if *d > 0 {
+        if *d == u64::MAX {
+            // Waiting for its departure: the timer starts now.
+            let fallback = m.ec.is_some_and(|(k, _)| m.fallback[(index / k) as usize]);
+            let at = now + self.cfg.rto_ns(fallback);
+            *d = at;
+            m.sent_at[index as usize] = now;
+            let s = m.seq[index as usize];
+            let user = m.user;
+            self.rto_later.push((at, user, index, s));
+            self.resort_timers();
+        } else if *d > 0 {
             let fallback = m.ec.is_some_and(|(k, _)| m.fallback[(index / k) as usize]);
             *d = (*d).max(now + self.cfg.rto_ns(fallback));
             m.sent_at[index as usize] = m.sent_at[index as usize].max(now);
@@ -501,12 +564,17 @@ impl ReliableSender {
         for c in m.low..m.chunks {
             if !m.acked(c) && ack.has(c) {
                 m.ack(c);
-                // A chunk sent more than once could be acknowledged for any of its sends:
-                // it neither dates a loss nor gives an RTT sample (Karn's rule).
+                // A chunk sent more than once could be acknowledged for any of its sends.
+                // It dates a loss by its latest send only when that send is at least most of
+                // an RTT old, so the acknowledgement cannot be for an earlier one arriving
+                // late (RACK's rule, RFC 8985); it never gives an RTT sample (Karn's).
                 let s = m.seq[c as usize];
-                if s > newest && !m.resent[c as usize] {
+                let resent = m.resent[c as usize];
+                let old_enough =
+                    now.saturating_sub(m.sent_at[c as usize]) >= self.cfg.rtt_ns / 8 * 7;
+                if s > newest && (!resent || old_enough) {
                     newest = s;
-                    newest_at = (s > 0).then_some(m.sent_at[c as usize]);
+                    newest_at = (s > 0 && !resent).then_some(m.sent_at[c as usize]);
                 }
             }
         }
@@ -588,12 +656,7 @@ impl ReliableSender {
                 self.stats.timeouts += 1;
             }
         }
-        // Re-armed timers go back in deadline order.
-        if !self.rto_later.is_empty() {
-            let mut all: Vec<_> = self.rto.drain(..).chain(self.rto_later.drain(..)).collect();
-            all.sort_unstable_by_key(|t| t.0);
-            self.rto.extend(all);
-        }
+        self.resort_timers();
         while self.fallback.front().is_some_and(|t| t.0 <= now) {
             let Some((_, user, j)) = self.fallback.pop_front() else {
                 break;
@@ -617,6 +680,27 @@ impl ReliableSender {
                     self.resend.push_back((user, c));
                 }
             }
+        }
+    }
+
+    /// Puts re-armed timers back among the others, in deadline order. Departures arrive in
+    /// send order with one RTO each, so a new timer usually goes at the back.
+    fn resort_timers(&mut self) {
+        if self.rto_later.is_empty() {
+            return;
+        }
+        let in_order = self.rto_later.windows(2).all(|w| w[0].0 <= w[1].0)
+            && self
+                .rto
+                .back()
+                .zip(self.rto_later.first())
+                .is_none_or(|(b, f)| b.0 <= f.0);
+        if in_order {
+            self.rto.extend(self.rto_later.drain(..));
+        } else {
+            let mut all: Vec<_> = self.rto.drain(..).chain(self.rto_later.drain(..)).collect();
+            all.sort_by_key(|t| t.0);
+            self.rto.extend(all);
         }
     }
 
