@@ -319,6 +319,9 @@ fn memif_pair_between_two_processes() {
         ("read", "bw", 21202, false),
         ("write", "bw", 21203, true),
         ("read", "bw", 21204, true),
+        // SDR Writes (generation UC QPs, the receive table as their sink, acknowledgements
+        // on a control QP) between the two DPDK processes.
+        ("sdr", "bw", 21205, false),
     ] {
         let (s, c) = if zc {
             (&zc_server, &zc_client)
