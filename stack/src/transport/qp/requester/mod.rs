@@ -738,7 +738,9 @@ impl Requester {
         records.note(psn, now, bytes, path, retransmission);
         cx.congestion.on_sent(now, psn, bytes, retransmission);
         if let Some(rate) = cx.congestion.pacing_rate().filter(|&r| r > 0) {
-            let gap = (bytes as u128 * 1_000_000_000 / u128::from(rate)) as u64;
+            // Rounded up: a gap a fraction of a nanosecond short, packet after packet, would
+            // outrun a link paced at exactly its rate and grow its queue without end.
+            let gap = (bytes as u128 * 1_000_000_000).div_ceil(u128::from(rate)) as u64;
             self.timers.set(Timer::Pace, now + gap);
         }
     }
