@@ -459,31 +459,45 @@ impl SdrQp {
                 };
                 worked = true;
                 let n = c.packets.len();
-                for (i, p) in c.packets.iter().enumerate() {
-                    let sge = [Sge {
-                        addr: c.source.va + p.local,
-                        length: p.len,
-                        lkey: c.source.lkey,
-                    }];
-                    // The chunk's last packet is signaled: its completion frees a place.
-                    let flags = if i + 1 == n {
-                        SendFlags::SIGNALED
-                    } else {
-                        SendFlags(0)
-                    };
-                    let id = pack_chunk(c.message, c.kind, c.index);
-                    let wr = SendWr::new(id, WrOpcode::WriteWithImm, Payload::Sges(&sge))
-                        .remote(p.remote, region)
-                        .imm(p.imm)
-                        .flags(flags);
-                    self.gens[usize::from(p.generation)]
-                        .post_send(&[wr])
-                        .map_err(|f| SdrError::from(f.error))?;
-                    inner.stats.packets_posted += 1;
-                }
-                if let Some(p) = c.packets.first() {
-                    inner.chunks_out[usize::from(p.generation)] += 1;
-                }
+                let Some(g) = c.packets.first().map(|p| usize::from(p.generation)) else {
+                    continue;
+                };
+                // One post for the chunk's packets (one engine lock, not one a packet).
+                let sges: Vec<[Sge; 1]> = c
+                    .packets
+                    .iter()
+                    .map(|p| {
+                        [Sge {
+                            addr: c.source.va + p.local,
+                            length: p.len,
+                            lkey: c.source.lkey,
+                        }]
+                    })
+                    .collect();
+                let id = pack_chunk(c.message, c.kind, c.index);
+                let wrs: Vec<SendWr<'_>> = c
+                    .packets
+                    .iter()
+                    .zip(&sges)
+                    .enumerate()
+                    .map(|(i, (p, sge))| {
+                        // The chunk's last packet is signaled: its completion frees a place.
+                        let flags = if i + 1 == n {
+                            SendFlags::SIGNALED
+                        } else {
+                            SendFlags(0)
+                        };
+                        SendWr::new(id, WrOpcode::WriteWithImm, Payload::Sges(sge))
+                            .remote(p.remote, region)
+                            .imm(p.imm)
+                            .flags(flags)
+                    })
+                    .collect();
+                self.gens[g]
+                    .post_send(&wrs)
+                    .map_err(|f| SdrError::from(f.error))?;
+                inner.stats.packets_posted += n as u64;
+                inner.chunks_out[g] += 1;
             }
         }
         inner.rx.poll(now, &mem);

@@ -124,7 +124,7 @@ struct Count {
 }
 
 /// Sender's step: keep `WINDOW - 1` messages in flight, collect completions.
-fn send_step(e: &End, a: &Args, iters: u64, c: &mut Count, pat: &[u8]) -> Result<(), Failure> {
+fn send_step(e: &End, a: &Args, iters: u64, c: &mut Count) -> Result<(), Failure> {
     while let Some(d) = e.qp.poll_send() {
         let _ = d;
         c.done += 1;
@@ -132,7 +132,6 @@ fn send_step(e: &End, a: &Args, iters: u64, c: &mut Count, pat: &[u8]) -> Result
     while c.sent < iters && c.sent - c.done < (WINDOW - 1) as u64 {
         let n = c.sent;
         let at = e.slot(n);
-        e.mr.write(at, &pat[at..at + a.size]);
         e.qp.send(&e.mr, at, a.size as u64, Some(n as u32), e.parity_slot(n))
             .map_err(|e| Failure(format!("sdr send: {e}")))?;
         c.sent += 1;
@@ -242,13 +241,15 @@ pub(super) fn run_sim(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
     tx.qp.connect(&rx.qp.endpoint(), &o).map_err(sdr_err)?;
     rx.qp.connect(&tx.qp.endpoint(), &o).map_err(sdr_err)?;
     let pat = pattern(a.seed, 0, WINDOW * a.size);
+    // The sender's message slots hold the pattern once; every message goes from one.
+    tx.mr.write(0, &pat);
     let iters = a.iters.unwrap_or(200);
     let (mut ct, mut cr, mut posted) = (Count::default(), Count::default(), 0u64);
     let wall = Instant::now();
     let start = net.now();
     while ct.done < iters || cr.received < iters {
         recv_step(&rx, a, iters, &mut cr, &mut posted, &pat)?;
-        send_step(&tx, a, iters, &mut ct, &pat)?;
+        send_step(&tx, a, iters, &mut ct)?;
         let worked = tx.qp.progress().map_err(sdr_err)? | rx.qp.progress().map_err(sdr_err)?;
         if !net.step() && !worked {
             let next = [tx.qp.poll_timeout(), rx.qp.poll_timeout()]
@@ -343,6 +344,9 @@ pub(super) fn run_net(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
     me.qp.connect(&peer, &o).map_err(sdr_err)?;
     let iters = a.iters.unwrap_or(200);
     let pat = pattern(a.seed, 0, WINDOW * a.size);
+    if !a.server {
+        me.mr.write(0, &pat);
+    }
     let mut c = Count::default();
     let mut posted = 0u64;
     if a.server {
@@ -369,7 +373,7 @@ pub(super) fn run_net(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
         }
     } else {
         while c.done < iters {
-            send_step(&me, a, iters, &mut c, &pat)?;
+            send_step(&me, a, iters, &mut c)?;
             ctx.progress();
             me.qp.progress().map_err(sdr_err)?;
             if wall.elapsed() > deadline {
