@@ -127,6 +127,25 @@ impl Default for ImmLayout {
     }
 }
 
+/// Fragments the user's immediate is cut into: `32 / user_bits` (0 without user bits).
+pub fn imm_fragments(layout: ImmLayout) -> u32 {
+    match layout.user_bits() {
+        0 => 0,
+        b => 32u32.div_ceil(u32::from(b)),
+    }
+}
+
+/// The user-immediate bits packet `offset` carries.
+pub fn imm_fragment(layout: ImmLayout, user_imm: u32, offset: u32) -> u32 {
+    let bits = u32::from(layout.user_bits());
+    let n = imm_fragments(layout);
+    if n == 0 {
+        return 0;
+    }
+    let shift = (offset % n) * bits;
+    user_imm.checked_shr(shift).unwrap_or(0) & ((1u32 << bits) - 1)
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;

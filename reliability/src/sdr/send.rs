@@ -12,7 +12,8 @@
 //! fragment `p mod (32 / user_bits)`, low bits first, so the receiver has it once the first
 //! `32 / user_bits` packets arrived; a shorter message cannot carry one whole.
 
-use super::imm::{ImmLayout, SdrImm};
+use super::imm::SdrImm;
+pub use super::imm::{imm_fragment, imm_fragments};
 use super::recv::RecvConfig;
 
 /// One WRITE-with-immediate to post.
@@ -49,25 +50,6 @@ pub struct SendHandle {
 pub struct SendTable {
     config: RecvConfig,
     next: u64,
-}
-
-/// Fragments the user's immediate is cut into: `32 / user_bits` (0 without user bits).
-pub fn imm_fragments(layout: ImmLayout) -> u32 {
-    match layout.user_bits() {
-        0 => 0,
-        b => 32u32.div_ceil(u32::from(b)),
-    }
-}
-
-/// The user-immediate bits packet `offset` carries.
-pub fn imm_fragment(layout: ImmLayout, user_imm: u32, offset: u32) -> u32 {
-    let bits = u32::from(layout.user_bits());
-    let n = imm_fragments(layout);
-    if n == 0 {
-        return 0;
-    }
-    let shift = (offset % n) * bits;
-    user_imm.checked_shr(shift).unwrap_or(0) & ((1u32 << bits) - 1)
 }
 
 impl SendTable {
@@ -152,6 +134,7 @@ impl SendTable {
 
 #[cfg(test)]
 mod tests {
+    use super::super::imm::ImmLayout;
     use super::super::recv::{Arrival, RecvTable};
     use super::*;
 

@@ -241,7 +241,7 @@ impl RecvTable {
             return Arrival::Refused;
         }
         p.arrived[w] |= 1 << b;
-        let n = super::send::imm_fragments(c.layout);
+        let n = super::imm::imm_fragments(c.layout);
         if n > 0 {
             // Packet p carries fragment p mod n: the first of each residue to arrive fills it.
             let i = f.offset % n;
@@ -312,7 +312,7 @@ impl RecvTable {
         if p.handle.message != handle.message {
             return None;
         }
-        let n = super::send::imm_fragments(self.config.layout);
+        let n = super::imm::imm_fragments(self.config.layout);
         (n > 0 && p.packets >= n && p.fragments == (1u64 << n) - 1).then_some(p.user_imm)
     }
 
