@@ -2,7 +2,7 @@
 
 use core::ffi::c_int;
 
-use ferroce_reliability::sdr::codec::{CodecError, ErasureCodec};
+use ferroce_reliability::sdr::codec::{same_length, CodecError, ErasureCodec};
 
 use crate::ffi;
 
@@ -84,21 +84,6 @@ impl IsaL {
     }
 }
 
-fn same_len(chunks: impl Iterator<Item = usize>, n: usize) -> Result<usize, CodecError> {
-    let mut len = None;
-    let mut count = 0;
-    for l in chunks {
-        count += 1;
-        if *len.get_or_insert(l) != l {
-            return Err(CodecError::Chunks("chunks of different lengths"));
-        }
-    }
-    if count != n {
-        return Err(CodecError::Chunks("wrong number of chunks"));
-    }
-    Ok(len.unwrap_or(0))
-}
-
 impl ErasureCodec for IsaL {
     fn name(&self) -> &'static str {
         "isa-l"
@@ -111,8 +96,8 @@ impl ErasureCodec for IsaL {
     }
 
     fn encode(&mut self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), CodecError> {
-        let len = same_len(data.iter().map(|c| c.len()), self.k)?;
-        if same_len(parity.iter().map(|c| c.len()), self.m)? != len {
+        let len = same_length(data.iter().map(|c| c.len()), self.k)?;
+        if same_length(parity.iter().map(|c| c.len()), self.m)? != len {
             return Err(CodecError::Chunks("parity and data lengths differ"));
         }
         Self::run(self.k, &mut self.encode_tables, len, data, parity)
@@ -128,7 +113,7 @@ impl ErasureCodec for IsaL {
         present: &[bool],
     ) -> Result<(), CodecError> {
         let (k, m) = (self.k, self.m);
-        let len = same_len(chunks.iter().map(|c| c.len()), k + m)?;
+        let len = same_length(chunks.iter().map(|c| c.len()), k + m)?;
         if !self.decodable(present) {
             return Err(CodecError::Undecodable);
         }

@@ -94,8 +94,9 @@ pub fn mds(k: usize, m: usize) -> Result<Box<dyn ErasureCodec>, CodecError> {
     Ok(Box::new(RsSimd::new(k, m)?))
 }
 
-/// Checks the shape every call shares: `n` chunks of one length.
-fn same_length(chunks: impl Iterator<Item = usize>, n: usize) -> Result<usize, CodecError> {
+/// Checks the shape every call shares: `n` chunks of one length, which it returns (for
+/// codecs outside this crate too).
+pub fn same_length(chunks: impl Iterator<Item = usize>, n: usize) -> Result<usize, CodecError> {
     let mut len = None;
     let mut count = 0;
     for l in chunks {

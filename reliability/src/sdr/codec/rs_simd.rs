@@ -50,22 +50,8 @@ impl ErasureCodec for RsSimd {
     }
 
     fn encode(&mut self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), CodecError> {
-        let len = encode_shape(data, parity, self.k, self.m)?;
-        let enc = match &mut self.enc {
-            Some((l, e)) if *l == len => e,
-            slot => {
-                let e = ReedSolomonEncoder::new(self.k, self.m, len).map_err(chunk_error)?;
-                &mut slot.insert((len, e)).1
-            }
-        };
-        for d in data {
-            enc.add_original_shard(d).map_err(chunk_error)?;
-        }
-        let out = enc.encode().map_err(chunk_error)?;
-        for (p, r) in parity.iter_mut().zip(out.recovery_iter()) {
-            p.copy_from_slice(r);
-        }
-        Ok(())
+        encode_shape(data, parity, self.k, self.m)?;
+        self.encode_each(data, &mut |i, r| parity[i].copy_from_slice(r))
     }
 
     fn encode_each(
