@@ -134,8 +134,20 @@ impl SdrReceiver {
 
     /// Posts the next receive: `len` bytes into `buf`. The next message sent lands there.
     pub fn post(&self, buf: Buffer, len: u64) -> Result<RecvHandle, PostError> {
+        let chunk = self.config().chunk_packets;
+        self.post_chunked(buf, len, chunk)
+    }
+
+    /// [`post`](Self::post) with the receive's own chunk size (`chunk_packets` packets), as
+    /// the paper's `recv_post` takes one.
+    pub fn post_chunked(
+        &self,
+        buf: Buffer,
+        len: u64,
+        chunk_packets: u32,
+    ) -> Result<RecvHandle, PostError> {
         let mut inner = self.lock();
-        let h = inner.table.post(len)?;
+        let h = inner.table.post_chunked(len, chunk_packets)?;
         // The share is mapped before the lock is released, so no packet of this message
         // can be checked by the table and then find its share unmapped.
         let mapped = self.shared.slots.map(

@@ -89,6 +89,7 @@ pub struct RecvHandle {
     /// Its length, bytes.
     pub len: u64,
     chunks: u32,
+    chunk_packets: u32,
     bitmap: Arc<[AtomicU64]>,
 }
 
@@ -96,6 +97,11 @@ impl RecvHandle {
     /// Chunks in the message.
     pub fn chunks(&self) -> u32 {
         self.chunks
+    }
+
+    /// Packets per chunk of this receive.
+    pub fn chunk_packets(&self) -> u32 {
+        self.chunk_packets
     }
 
     /// Whether chunk `i` arrived whole.
@@ -158,7 +164,18 @@ impl RecvTable {
 
     /// Posts the next receive, `len` bytes: the next message sent lands in it.
     pub fn post(&mut self, len: u64) -> Result<RecvHandle, PostError> {
-        let c = self.config;
+        self.post_chunked(len, self.config.chunk_packets)
+    }
+
+    /// [`post`](Self::post) with this receive's own chunk size, `chunk_packets` packets (the
+    /// paper's `recv_post` takes one per receive): the bitmap is the receiver's alone, so a
+    /// sender need not know it — unless a reliability layer acknowledges chunks, which then
+    /// keeps the connection's.
+    pub fn post_chunked(&mut self, len: u64, chunk_packets: u32) -> Result<RecvHandle, PostError> {
+        let c = RecvConfig {
+            chunk_packets: chunk_packets.max(1),
+            ..self.config
+        };
         let max = c
             .max_message
             .min(u64::from(c.layout.max_packets()) * u64::from(c.mtu));
@@ -177,6 +194,7 @@ impl RecvTable {
             generation: ((self.next / u64::from(c.slots)) % u64::from(c.generations)) as u8,
             len,
             chunks,
+            chunk_packets: c.chunk_packets,
             bitmap: (0..chunks.div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
@@ -250,7 +268,7 @@ impl RecvTable {
                 p.fragments |= 1 << i;
             }
         }
-        let chunk = f.offset / c.chunk_packets;
+        let chunk = f.offset / p.handle.chunk_packets;
         p.missing[chunk as usize] -= 1;
         let completed = p.missing[chunk as usize] == 0;
         if completed {
@@ -269,7 +287,6 @@ impl RecvTable {
     /// Returns whether the message is now complete; false as well for a receive no longer
     /// posted or a chunk past it.
     pub fn mark_chunk(&mut self, handle: &RecvHandle, chunk: u32) -> bool {
-        let c = self.config;
         let Some(p) = self.slots[handle.slot as usize]
             .as_mut()
             .filter(|p| p.handle.message == handle.message)
@@ -279,8 +296,8 @@ impl RecvTable {
         if chunk >= p.handle.chunks || p.missing[chunk as usize] == 0 {
             return p.chunks_left == 0;
         }
-        let first = chunk * c.chunk_packets;
-        let last = (first + c.chunk_packets).min(p.packets);
+        let first = chunk * p.handle.chunk_packets;
+        let last = (first + p.handle.chunk_packets).min(p.packets);
         for i in first..last {
             p.arrived[(i / 64) as usize] |= 1 << (i % 64);
         }

@@ -142,3 +142,36 @@ proptest! {
         }
     }
 }
+
+/// Each receive may have its own chunk size (the paper's `recv_post` takes one): the same
+/// packets fill a 2-packet-chunk bitmap and a 5-packet-chunk one at their own pace.
+#[test]
+fn a_receive_can_have_its_own_chunk_size() {
+    let mut t = RecvTable::new(RecvConfig {
+        layout: ImmLayout::PAPER,
+        mtu: 100,
+        chunk_packets: 2,
+        max_message: 10_000,
+        slots: 2,
+        generations: 1,
+    });
+    let a = t.post(1000).unwrap();
+    let b = t.post_chunked(1000, 5).unwrap();
+    assert_eq!((a.chunks(), a.chunk_packets()), (5, 2));
+    assert_eq!((b.chunks(), b.chunk_packets()), (2, 5));
+    for offset in 0..5u32 {
+        for h in [&a, &b] {
+            let imm = ImmLayout::PAPER
+                .pack(SdrImm {
+                    msg_id: h.slot,
+                    offset,
+                    user: 0,
+                })
+                .unwrap();
+            assert!(matches!(t.arrive(0, imm, 100), Arrival::Place { .. }));
+        }
+    }
+    // Five packets: two and a half of a's chunks, one of b's.
+    assert_eq!(a.bitmap(), [0b11]);
+    assert_eq!(b.bitmap(), [0b1]);
+}
