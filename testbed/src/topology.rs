@@ -2,7 +2,7 @@
 
 use std::net::Ipv4Addr;
 
-use ferroce_drivers::sim::{EcmpHash, FabricBuilder, HostId, LinkModel};
+use ferroce_drivers::sim::{EcmpHash, FabricBuilder, HostId, LinkId, LinkModel, SwitchId};
 
 use crate::{Host, Testbed};
 
@@ -55,6 +55,50 @@ pub fn multipath_asym(seed: u64, paths: Vec<(LinkModel, LinkModel)>, mem_bytes: 
         b.link_asym(s0, s1, ab, ba);
     }
     hosts_a_and_b(b, (ha, hb), seed, mem_bytes)
+}
+
+/// Where the faults of a [`rails`] testbed go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rails {
+    /// Host `a` and host `b` in the fabric.
+    pub hosts: [HostId; 2],
+    /// The ToR of each rail.
+    pub tors: [SwitchId; 2],
+    /// `links[h][r]`: host `h`'s link to the ToR of rail `r` (its NIC `r`).
+    pub links: [[LinkId; 2]; 2],
+}
+
+/// SHIFT's testbed (seed 000), rail-optimized: hosts `a` and `b`, each with two NICs; NIC
+/// `r` of both hosts on the ToR of rail `r`, and the two rails joined nowhere else, so one
+/// failed NIC, host link or ToR cuts a rail and only the other rail is left. Every link has
+/// `model` both ways. Faults go in through the fabric (`fail_port`, `fail_link`,
+/// `fail_switch`, `blackhole_link`) at the places [`Rails`] names.
+pub fn rails(seed: u64, model: LinkModel, mem_bytes: usize) -> (Testbed, Rails) {
+    let mut b = FabricBuilder::new(seed);
+    b.rx_ring(1 << 16);
+    let ha = b.host("a", 2);
+    let hb = b.host("b", 2);
+    let tors = [b.switch("tor0"), b.switch("tor1")];
+    let mut links = [[LinkId(0); 2]; 2];
+    for (h, host) in [ha, hb].into_iter().enumerate() {
+        for (r, &tor) in tors.iter().enumerate() {
+            links[h][r] = b.link((host, r), tor, model.clone());
+        }
+    }
+    let fabric = b.build().expect("a valid topology");
+    let ports = |h| (0..2).map(|i| fabric.port(h, i)).collect::<Vec<_>>();
+    let hosts = vec![
+        Host::with_ports(ports(ha), mem_bytes, Ipv4Addr::new(10, 0, 0, 1), seed ^ 0xa),
+        Host::with_ports(ports(hb), mem_bytes, Ipv4Addr::new(10, 0, 0, 2), seed ^ 0xb),
+    ];
+    (
+        Testbed::new(fabric, hosts),
+        Rails {
+            hosts: [ha, hb],
+            tors,
+            links,
+        },
+    )
 }
 
 /// Builds the fabric and puts hosts 10.0.0.1 and 10.0.0.2 with `mem_bytes` of registered

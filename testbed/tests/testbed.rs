@@ -87,3 +87,71 @@ fn a_qp_sends_on_the_port_it_was_put_on() {
     assert_eq!(fabric.port_stats(ha, 0).tx_bytes, 0);
     assert_eq!(fabric.port_stats(hb, 0).tx_bytes, 0);
 }
+
+/// SHIFT's rail-optimized testbed: each rail carries its own connection; a ToR fault takes
+/// its rail down (both hosts' ports on it see the link down) while the other rail carries on;
+/// the clock stops at the fault's start and end; a black hole keeps the carrier up and loses
+/// everything; a WRITE caught by the fault completes once the rail is back.
+#[test]
+fn rails_carry_one_connection_each_and_a_fault_cuts_only_its_rail() {
+    use ferroce_drivers::{LinkState, Port};
+    let (mut w, r) = ferroce_testbed::rails(3, LinkModel::new(100_000_000_000, 1_000), 1 << 20);
+    let o = ConnOpts::default();
+    for rail in 0..2u32 {
+        let (qa, qb) = (10 + rail, 20 + rail);
+        w.hosts[0].insert_qp(
+            Qp::new(QpConfig::new(Qpn::new(qa), QpType::Rc, PD)),
+            rail as usize,
+        );
+        w.hosts[1].insert_qp(
+            Qp::new(QpConfig::new(Qpn::new(qb), QpType::Rc, PD)),
+            rail as usize,
+        );
+        w.bring_up((0, qa), (1, qb), (0, 0), &o);
+        w.bring_up((1, qb), (0, qa), (0, 0), &o);
+    }
+    let (down_at, up_at) = (50_000, 400_000);
+    w.fabric.fail_switch(r.tors[0], down_at, up_at);
+    // Both rails work before the fault.
+    write(&mut w, 0, 10, 4096);
+    write(&mut w, 0, 11, 4096);
+    assert!(w.drive_until(down_at - 1), "all done before the fault");
+    assert_eq!(w.hosts[0].completions.len(), 2);
+    // Idle before the fault: the next change is the fault itself.
+    assert_eq!(w.fabric.next_event(), None);
+    assert_eq!(w.fabric.next_link_change(), Some(down_at));
+    w.fabric.advance_to(down_at);
+    for h in 0..2 {
+        assert_eq!(w.hosts[h].port(0).link_state(), LinkState::Down, "host {h}");
+        assert_eq!(w.hosts[h].port(1).link_state(), LinkState::Up, "host {h}");
+    }
+    // During the fault: rail 1 completes, rail 0's WRITE waits for the rail to come back.
+    write(&mut w, 0, 10, 4096);
+    write(&mut w, 0, 11, 4096);
+    assert!(!w.drive_until(up_at - 1));
+    let done: Vec<u64> = w.hosts[0].completions.iter().map(|c| c.wr_id).collect();
+    assert_eq!(done.len(), 3, "{done:?}");
+    let stats = w.fabric.link_stats(r.links[0][0]);
+    assert!(stats[0].dropped_down > 0, "{stats:?}");
+    assert!(w.drive());
+    assert_eq!(w.hosts[0].completions.len(), 4);
+    assert!(w.hosts[0]
+        .completions
+        .iter()
+        .all(|c| c.status == WcStatus::Success));
+    assert_eq!(w.hosts[0].port(0).link_state(), LinkState::Up);
+    // A black hole on rail 1: the carrier stays up, the frames vanish.
+    let now = w.now();
+    w.fabric.blackhole_link(r.links[0][1], now, now + 100_000);
+    write(&mut w, 0, 11, 4096);
+    assert!(!w.drive_until(now + 99_000));
+    assert_eq!(w.hosts[0].port(1).link_state(), LinkState::Up);
+    assert!(w.fabric.link_stats(r.links[0][1])[0].dropped_blackhole > 0);
+    assert_eq!(
+        w.hosts[0].completions.len(),
+        4,
+        "nothing got through the hole"
+    );
+    assert!(w.drive());
+    assert_eq!(w.hosts[0].completions.len(), 5);
+}

@@ -79,6 +79,13 @@ pub struct LinkModel {
     /// Link state changes `(time_ns, up)`, in time order; the link starts up. A frame is lost
     /// if the link is down when it starts serializing or when it would arrive.
     pub schedule: Vec<(u64, bool)>,
+    /// Windows `[from, until)` in which the link is down besides the schedule: injected
+    /// faults (a NIC, a cable, a switch), which may overlap; the link is up again only when
+    /// none covers the time.
+    pub outages: Vec<(u64, u64)>,
+    /// Windows `[from, until)` in which the link stays up (its carrier says nothing) but
+    /// loses every frame offered: a black hole, the failure no link event announces.
+    pub blackholes: Vec<(u64, u64)>,
 }
 
 impl Default for LinkModel {
@@ -93,6 +100,8 @@ impl Default for LinkModel {
             reorder_delay_ns: 5_000,
             corrupt: 0.0,
             schedule: Vec::new(),
+            outages: Vec::new(),
+            blackholes: Vec::new(),
         }
     }
 }
@@ -109,18 +118,42 @@ impl LinkModel {
 
     /// Whether the link is up at `t`.
     pub fn is_up(&self, t: u64) -> bool {
-        // The schedule is short and sorted: find the last change at or before t.
-        let mut up = true;
-        for &(at, state) in &self.schedule {
-            if at > t {
-                break;
-            }
-            up = state;
-        }
-        up
+        // The schedule is sorted: the last change at or before t decides.
+        let n = self.schedule.partition_point(|&(at, _)| at <= t);
+        (n == 0 || self.schedule[n - 1].1) && !within(&self.outages, t)
     }
 
-    /// Down from `t` for `down_ns`, then up again: a flap.
+    /// Whether frames offered at `t` fall into a black hole.
+    pub fn is_blackholed(&self, t: u64) -> bool {
+        within(&self.blackholes, t)
+    }
+
+    /// The first time after `t` at which the link goes up or down or a black hole opens or
+    /// closes: an event the fabric's clock stops at, so a port polled then sees the change.
+    pub fn next_change(&self, t: u64) -> Option<u64> {
+        let n = self.schedule.partition_point(|&(at, _)| at <= t);
+        let scheduled = self.schedule.get(n).map(|&(at, _)| at);
+        let holes = self
+            .blackholes
+            .iter()
+            .chain(&self.outages)
+            .flat_map(|&(from, until)| [from, until])
+            .filter(|&at| at > t)
+            .min();
+        match (scheduled, holes) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Down from `from` until `until` (an outage; overlapping ones add up).
+    pub fn down_between(mut self, from: u64, until: u64) -> Self {
+        self.outages.push((from, until));
+        self
+    }
+
+    /// Down from `t` for `down_ns`, then up again: a flap (on the schedule, which takes
+    /// thousands of them cheaply).
     pub fn flap(mut self, t: u64, down_ns: u64) -> Self {
         self.schedule.push((t, false));
         self.schedule.push((t + down_ns, true));
@@ -135,6 +168,11 @@ impl LinkModel {
         let bits = (len + WIRE_OVERHEAD) as u128 * 8;
         (bits * 1_000_000_000).div_ceil(u128::from(self.bandwidth_bps)) as u64
     }
+}
+
+/// Whether `t` falls in one of `windows` (`[from, until)`).
+fn within(windows: &[(u64, u64)], t: u64) -> bool {
+    windows.iter().any(|&(from, until)| from <= t && t < until)
 }
 
 /// Counters of one link direction.
@@ -152,6 +190,8 @@ pub struct LinkStats {
     pub dropped_loss: u64,
     /// Frames lost because the link was down.
     pub dropped_down: u64,
+    /// Frames lost in a black hole (the link up).
+    pub dropped_blackhole: u64,
     /// Extra copies delivered.
     pub duplicated: u64,
     /// Frames held back so later ones overtook them.
@@ -238,6 +278,10 @@ impl Channel {
             self.stats.dropped_down += 1;
             return none;
         }
+        if self.model.is_blackholed(now) {
+            self.stats.dropped_blackhole += 1;
+            return none;
+        }
         let start = now.max(self.busy_until);
         if self.model.queue_limit_bytes > 0 && self.model.bandwidth_bps > 0 {
             let backlog_ns = start - now;
@@ -283,5 +327,54 @@ impl Channel {
     /// Whether the direction is up at `t`.
     pub(super) fn is_up(&self, t: u64) -> bool {
         self.model.is_up(t)
+    }
+
+    /// Down in `[from, until)`, added while the fabric runs.
+    pub(super) fn add_down(&mut self, from: u64, until: u64) {
+        self.model.outages.push((from, until));
+    }
+
+    /// When this direction next goes up or down or opens or closes a black hole.
+    pub(super) fn next_change(&self, t: u64) -> Option<u64> {
+        self.model.next_change(t)
+    }
+
+    /// A black hole in `[from, until)`, added while the fabric runs.
+    pub(super) fn add_blackhole(&mut self, from: u64, until: u64) {
+        self.model.blackholes.push((from, until));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Overlapping faults add up: the link is up only when none covers the time; black holes
+    /// keep the carrier; every edge is a change the clock can stop at.
+    #[test]
+    fn outages_overlap_and_every_edge_is_a_change() {
+        let mut m = LinkModel::new(1_000_000_000, 10)
+            .down_between(100, 300)
+            .down_between(200, 400)
+            .flap(1_000, 50);
+        m.blackholes.push((500, 600));
+        for (t, up) in [
+            (99, true),
+            (100, false),
+            (250, false),
+            (350, false),
+            (400, true),
+        ] {
+            assert_eq!(m.is_up(t), up, "t = {t}");
+        }
+        assert!(m.is_up(550) && m.is_blackholed(550) && !m.is_blackholed(600));
+        assert!(!m.is_up(1_020) && m.is_up(1_050));
+        let mut t = 0;
+        let mut edges = Vec::new();
+        while let Some(n) = m.next_change(t) {
+            edges.push(n);
+            t = n;
+        }
+        assert_eq!(edges, [100, 200, 300, 400, 500, 600, 1_000, 1_050]);
     }
 }

@@ -335,6 +335,66 @@ impl Fabric {
         self.lock().events.peek().map(|e| e.0.time)
     }
 
+    /// When a link next goes up or down, or a black hole opens or closes.
+    pub fn next_link_change(&self) -> Option<u64> {
+        self.lock().next_change()
+    }
+
+    /// Takes link `link` down both ways in `[from, until)` (ns): a cable pulled, or the port
+    /// at either end failing. Overlapping faults add up.
+    pub fn fail_link(&self, link: LinkId, from: u64, until: u64) {
+        let mut core = self.lock();
+        if let Some(l) = core.links.get_mut(link.0) {
+            for d in &mut l.dirs {
+                d.add_down(from, until);
+            }
+        }
+    }
+
+    /// Makes link `link` lose every frame both ways in `[from, until)` while its carrier
+    /// stays up: a black hole, which only the endpoints' own evidence can find.
+    pub fn blackhole_link(&self, link: LinkId, from: u64, until: u64) {
+        let mut core = self.lock();
+        if let Some(l) = core.links.get_mut(link.0) {
+            for d in &mut l.dirs {
+                d.add_blackhole(from, until);
+            }
+        }
+    }
+
+    /// Fails switch `s` in `[from, until)`: every link it has goes down.
+    pub fn fail_switch(&self, s: SwitchId, from: u64, until: u64) {
+        for l in self.links_of_switch(s) {
+            self.fail_link(l, from, until);
+        }
+    }
+
+    /// Fails port `index` of host `host` (its NIC) in `[from, until)`: its link goes down.
+    pub fn fail_port(&self, host: HostId, index: usize, from: u64, until: u64) {
+        if let Some(l) = self.link_of_port(host, index) {
+            self.fail_link(l, from, until);
+        }
+    }
+
+    /// The link on port `index` of host `host`, if it is connected.
+    pub fn link_of_port(&self, host: HostId, index: usize) -> Option<LinkId> {
+        let core = self.lock();
+        let slot = *core.hosts.get(host.0)?.ports.get(index)?;
+        core.ports[slot].peer.map(|(l, _)| LinkId(l))
+    }
+
+    /// Every link with an end on switch `s`.
+    pub fn links_of_switch(&self, s: SwitchId) -> Vec<LinkId> {
+        let core = self.lock();
+        let Some(sw) = core.switches.get(s.0) else {
+            return Vec::new();
+        };
+        sw.ports
+            .iter()
+            .filter_map(|&slot| core.ports[slot].peer.map(|(l, _)| LinkId(l)))
+            .collect()
+    }
+
     /// Delivers every frame due by `t` in order, then sets the clock to `t`. Time never goes
     /// back: an earlier `t` delivers nothing.
     pub fn advance_to(&self, t: u64) {
@@ -356,15 +416,20 @@ impl Fabric {
     }
 
     /// The one rule every harness on this fabric follows when its endpoints had nothing to
-    /// do: jump to the earliest of the next arrival and `deadline` (the endpoints' earliest
-    /// timer), delivering what is due then, unless that is past `until`. A deadline due now
-    /// that did nothing moves time on by a nanosecond, so a harness never spins in place.
+    /// do: jump to the earliest of the next arrival, `deadline` (the endpoints' earliest
+    /// timer) and a link change before them, delivering what is due then, unless that is past
+    /// `until`. A deadline due now that did nothing moves time on by a nanosecond, so a
+    /// harness never spins in place.
     pub fn advance_idle(&self, deadline: Option<u64>, until: u64) -> Idle {
         let now = self.now();
         let next_event = self.next_event();
         let Some(next) = [next_event, deadline].into_iter().flatten().min() else {
             return Idle::Done;
         };
+        // While something is still to happen, the clock also stops where a link changes
+        // before it, so whoever polls the port then sees the new state. (A link change alone,
+        // with nothing in flight and no timer, changes nothing anyone waits for.)
+        let next = self.next_link_change().map_or(next, |c| next.min(c));
         if next > until {
             return Idle::Beyond;
         }
@@ -611,6 +676,15 @@ struct Core {
 }
 
 impl Core {
+    /// The first link change after now.
+    fn next_change(&self) -> Option<u64> {
+        self.links
+            .iter()
+            .flat_map(|l| l.dirs.iter())
+            .filter_map(|d| d.next_change(self.now))
+            .min()
+    }
+
     fn schedule(&mut self, time: u64, to: usize, frame: Vec<u8>) {
         self.seq += 1;
         self.events.push(Reverse(Event {
