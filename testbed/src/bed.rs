@@ -112,6 +112,7 @@ impl<P: Port> Testbed<P> {
             retry_cnt: o.retry_cnt,
             rnr_retry: o.rnr_retry,
             max_rd_atomic: o.max_rd_atomic,
+            port_num: port as u8 + 1,
             ..QpAttr::default()
         };
         let qp = self.hosts[h].qp(qpn);
@@ -120,6 +121,23 @@ impl<P: Port> Testbed<P> {
             // UD has no path; its MTU is the port's.
             qp.set_port_mtu(o.mtu);
         }
+    }
+
+    /// Gives QP `qpn` of host `h` (at RTS) an alternate path from its port `alt_port` to
+    /// port `peer_alt_port` of host `ph`: where native failover moves it.
+    pub fn set_alternate(
+        &mut self,
+        (h, qpn): (usize, u32),
+        ph: usize,
+        (alt_port, peer_alt_port): (usize, usize),
+    ) {
+        let peer = &self.hosts[ph];
+        let peer_mac = peer.port(peer_alt_port).mac();
+        let av = self.hosts[h].av_from(alt_port, peer_mac, peer.ip);
+        self.hosts[h]
+            .qp(qpn)
+            .set_alternate_path(av, alt_port as u8 + 1)
+            .expect("an alternate path at RTS");
     }
 
     /// A connection: QP `qpn_a` on host `ha` and `qpn_b` on host `hb`, both of type `t`,

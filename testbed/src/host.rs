@@ -44,6 +44,8 @@ pub struct Host<P> {
     pub rx_malformed: u64,
     /// Frames for a QP number this host does not have.
     pub rx_unknown_qp: u64,
+    /// Each port's link state as the QPs last heard it (up), for link events.
+    link_up: Vec<bool>,
 }
 
 impl<P: Port> Host<P> {
@@ -73,6 +75,7 @@ impl<P: Port> Host<P> {
             completed_at: Vec::new(),
             rx_malformed: 0,
             rx_unknown_qp: 0,
+            link_up: Vec::new(),
         }
     }
 
@@ -216,8 +219,20 @@ impl<P: Port> Host<P> {
             rx_unknown_qp,
             completions,
             completed_at,
+            link_up,
             ..
         } = self;
+        // Link events: every QP hears of a port that went down or came back.
+        link_up.resize(ports.len(), true);
+        for (i, port) in ports.iter().enumerate() {
+            let up = port.link_state() == ferroce_drivers::LinkState::Up;
+            if up != link_up[i] {
+                link_up[i] = up;
+                for qp in qps.iter_mut() {
+                    qp.on_port_event(now, i as u8, up);
+                }
+            }
+        }
         for port in ports.iter_mut() {
             port.rx_burst(usize::MAX, |frame| {
                 match RoceRepr::parse(frame, Checks::ALL) {
@@ -234,6 +249,12 @@ impl<P: Port> Host<P> {
             if qp.poll_timeout().is_some_and(|t| t <= now) {
                 qp.handle_timeout(now);
             }
+            // A QP with an alternate path says which port it sends on now.
+            let p = qp
+                .active_port()
+                .map(usize::from)
+                .filter(|&a| a < ports.len())
+                .unwrap_or(p);
             let port = &mut ports[p];
             while let Some(n) = qp.poll_transmit(now, scratch, mem) {
                 let frame = &scratch[..n];

@@ -26,6 +26,7 @@ macro_rules! flag_set {
 pub mod av;
 pub mod congestion;
 pub mod counters;
+pub(crate) mod failover;
 pub mod hostile;
 pub mod loopback;
 pub mod mr;

@@ -201,6 +201,9 @@ pub enum ModifyError {
     /// Only a UC QP takes a WRITE-with-immediate sink.
     #[error("a {0:?} QP cannot take a WRITE-with-immediate sink (UC only)")]
     NotUc(QpType),
+    /// An alternate path needs a connected QP (RC or UC, RTR to SQD) and a port.
+    #[error("a {0:?} QP in {1} cannot take an alternate path")]
+    NoAlternatePath(QpType, QpState),
 }
 
 /// Required and optional attributes of a legal transition, or `None` when it is illegal.

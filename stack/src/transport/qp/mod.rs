@@ -28,6 +28,7 @@ use std::collections::VecDeque;
 use smallvec::SmallVec;
 
 use super::counters::Counters;
+use super::failover::Paths;
 use super::mr::{Access, MrTable, PdId};
 use super::path::Path;
 use super::recovery::{Delivery, Recovery};
@@ -312,6 +313,18 @@ pub(crate) struct QpContext {
     pub(crate) counters: Counters,
     /// What of the QP a half's failure left for the QP to flush when the handler returns.
     pub(crate) pending: Flush,
+    /// What few QPs use, boxed so an idle QP pays one pointer: the alternate path (native
+    /// failover) and the WRITE-with-immediate sink (SDR).
+    pub(crate) ext: Option<Box<Extensions>>,
+}
+
+/// A QP's rarely used parts (see `QpContext::ext`).
+#[derive(Debug, Default)]
+pub(crate) struct Extensions {
+    /// The alternate path and which path is active.
+    pub(crate) paths: Option<Paths>,
+    /// UC only: takes WRITE_ONLY_WITH_IMMEDIATEs in place of the receive queue.
+    pub(crate) sink: Option<Box<dyn WriteImmSink>>,
 }
 
 /// What the QP still flushes after a half failed it. A failure the requester raises flushes
@@ -371,6 +384,7 @@ impl Qp {
                 completions: VecDeque::new(),
                 counters: Counters::default(),
                 pending: Flush::None,
+                ext: None,
             },
             req: requester::Requester::new(Psn::new(0)),
             resp: responder::Responder::new(Psn::new(0), config.srq.clone()),
@@ -457,12 +471,13 @@ impl Qp {
         if self.cx.qp_type != QpType::Uc {
             return Err(ModifyError::NotUc(self.cx.qp_type));
         }
-        Ok(core::mem::replace(&mut self.resp.sink, sink))
+        let ext = self.cx.ext.get_or_insert_with(Box::default);
+        Ok(core::mem::replace(&mut ext.sink, sink))
     }
 
     /// The sink a UC QP hands its WRITE-with-immediates to, if any.
     pub fn write_imm_sink(&mut self) -> Option<&mut (dyn WriteImmSink + 'static)> {
-        self.resp.sink.as_deref_mut()
+        self.cx.ext.as_mut()?.sink.as_deref_mut()
     }
 
     /// Replaces all three policies, before RTR (see [`set_recovery`](Self::set_recovery)).
@@ -596,6 +611,107 @@ impl Qp {
         }
     }
 
+    /// Gives a connected QP (RTR, RTS or SQD) an alternate path — `av` from port
+    /// `port_num` (from 1, as `ibv_qp_attr.alt_port_num`) — where native failover moves it;
+    /// the QP stays on its primary path until then. (IBTA's `ALT_PATH` attributes: kept out
+    /// of [`QpAttr`] and boxed, so a QP without one pays a pointer.)
+    pub fn set_alternate_path(
+        &mut self,
+        av: AddressVector,
+        port_num: u8,
+    ) -> Result<(), ModifyError> {
+        if self.cx.qp_type == QpType::Ud
+            || !matches!(self.cx.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+            || port_num == 0
+        {
+            return Err(ModifyError::NoAlternatePath(self.cx.qp_type, self.cx.state));
+        }
+        let a = &self.cx.attr;
+        let udp = av.udp_src_port.unwrap_or(self.cx.template.udp_src_port());
+        let template = av.template(a.dest_qp_num, udp);
+        let paths = Paths::new(
+            a.port_num.saturating_sub(1),
+            a.ah_attr.dmac,
+            &av,
+            template,
+            port_num - 1,
+        );
+        self.cx.ext.get_or_insert_with(Box::default).paths = Some(paths);
+        Ok(())
+    }
+
+    /// The port (index from 0) the QP sends on now, when it has an alternate path; `None`
+    /// for a QP with one path (its driver's choice).
+    pub fn active_port(&self) -> Option<u8> {
+        self.cx.paths().map(|p| p.active_port)
+    }
+
+    /// Moves between the primary and the alternate path so far (native failover).
+    pub fn path_migrations(&self) -> u64 {
+        self.cx.paths().map_or(0, |p| p.migrations)
+    }
+
+    /// Whether the QP runs on its alternate path now.
+    pub fn on_alternate_path(&self) -> bool {
+        self.cx.paths().is_some_and(|p| p.on_alternate)
+    }
+
+    /// A link event on port `port` (index from 0): the active path's port going down moves
+    /// the QP to the other path at once (if that is on another port); the primary's port
+    /// coming back moves it home once the damping interval since the last move is over.
+    pub fn on_port_event(&mut self, now: u64, port: u8, up: bool) {
+        let Some(p) = self.cx.paths() else {
+            return;
+        };
+        if !matches!(self.cx.state, QpState::Rts | QpState::Sqd) {
+            return;
+        }
+        if !up && p.active_port == port && p.standby_port != port {
+            self.migrate(now, true);
+        } else if up
+            && p.on_alternate
+            && p.standby_port == port
+            && !p.damped(now, self.damping_ns())
+        {
+            // Home again; what is in flight on the alternate still arrives.
+            self.migrate(now, false);
+        }
+    }
+
+    fn damping_ns(&self) -> u64 {
+        self.cx.ack_timeout_ns.map_or(1_000_000, |t| t.get())
+    }
+
+    /// Moves to the standby path; with `restart`, everything outstanding goes again from the
+    /// oldest unacknowledged PSN on it, with a fresh retry budget.
+    fn migrate(&mut self, now: u64, restart: bool) {
+        let una = self.req.una;
+        let Some(p) = self.cx.ext.as_mut().and_then(|e| e.paths.as_mut()) else {
+            return;
+        };
+        core::mem::swap(&mut p.standby, &mut self.cx.template);
+        p.swap_ends(now, una);
+        let (port, alt) = (p.active_port, p.on_alternate);
+        self.cx
+            .span()
+            .in_scope(|| tracing::debug!(port, alternate = alt, restart, "path migration"));
+        if restart {
+            self.req.restart_on_new_path(&mut self.cx, now);
+        }
+    }
+
+    /// Whether a timeout on the active path moves the QP: it has another path, and made
+    /// progress since it last moved (a QP that moved and still hears nothing has no better
+    /// path to go to: its retry budget decides).
+    fn migrates_on_timeout(&self, now: u64) -> bool {
+        let Some(p) = self.cx.paths() else {
+            return false;
+        };
+        self.req.timers_retry_expired(now)
+            && self.req.una != self.req.nxt
+            && p.una_at_move != Some(self.req.una)
+    }
+
     /// Rebuilds the header template from the address vector and destination QPN.
     fn connect_path(&mut self) {
         let av = self.cx.attr.ah_attr;
@@ -613,9 +729,11 @@ impl Qp {
     fn reset(&mut self) {
         self.req = requester::Requester::new(Psn::new(0));
         let srq = self.resp.srq.clone();
-        let sink = self.resp.sink.take();
         self.resp = responder::Responder::new(Psn::new(0), srq);
-        self.resp.sink = sink;
+        // The sink stays (the owner set it); the alternate path goes, as every path does.
+        if let Some(e) = self.cx.ext.as_mut() {
+            e.paths = None;
+        }
         self.cx.completions.clear();
     }
 
@@ -771,6 +889,16 @@ impl Qp {
     pub fn handle_packet(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &mut MrTable) {
         self.cx.counters.rx_packets += 1;
         self.cx.counters.rx_bytes += pkt.frame_len() as u64;
+        if let Some(p) = self.cx.paths() {
+            // The peer sends from its other address: it moved, and replies follow it.
+            if pkt.repr.eth.src == p.standby_peer
+                && pkt.repr.eth.src != p.active_peer
+                && !p.damped(now, self.damping_ns())
+                && matches!(self.cx.state, QpState::Rts | QpState::Sqd)
+            {
+                self.migrate(now, true);
+            }
+        }
         let op = pkt.repr.bth.opcode;
         if op == Opcode::CNP
             && self.cx.qp_type != QpType::Ud
@@ -904,6 +1032,11 @@ impl Qp {
     /// Runs the timers due at `now`.
     pub fn handle_timeout(&mut self, now: u64) {
         if matches!(self.cx.state, QpState::Rts | QpState::Sqd) {
+            if self.migrates_on_timeout(now) {
+                self.cx.counters.local_ack_timeout_err += 1;
+                self.migrate(now, true);
+                return;
+            }
             self.req.on_timeout(&mut self.cx, now);
             self.apply_failure();
         }
@@ -945,6 +1078,11 @@ impl Qp {
 }
 
 impl QpContext {
+    /// The alternate path and which path is active, if the QP has one.
+    pub(crate) fn paths(&self) -> Option<&Paths> {
+        self.ext.as_ref()?.paths.as_ref()
+    }
+
     /// The header template with the BTH fields of one packet set.
     pub(crate) fn repr(&self, opcode: Opcode, psn: Psn, payload_len: usize) -> RoceRepr {
         let mut r = self.template.repr();
@@ -967,11 +1105,10 @@ impl QpContext {
         self.ack_timeout_ns.map(|t| now + t.get())
     }
 
-    /// The path the QP was connected with: port 0 (one port per device until multi-port
-    /// devices arrive) and its UDP source port.
+    /// The path the QP sends on: its active port (0 with one path) and UDP source port.
     pub(crate) fn base_path(&self) -> Path {
         Path {
-            port: 0,
+            port: self.paths().map_or(0, |p| p.active_port),
             udp_src_port: self.template.udp_src_port(),
         }
     }

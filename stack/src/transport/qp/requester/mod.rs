@@ -33,6 +33,9 @@ pub(crate) use responses::Responses;
 /// every message's last packet), so the window keeps moving without an ACK per packet.
 pub const ACK_REQ_EVERY: u32 = 64;
 
+/// `Requester::recovering` when no gap is being recovered (no PSN has 32 bits).
+pub(crate) const NOT_RECOVERING: u32 = u32::MAX;
+
 #[derive(Debug)]
 pub(crate) struct Requester {
     pub(crate) sq: VecDeque<SendWqe>,
@@ -51,8 +54,9 @@ pub(crate) struct Requester {
     pub(crate) sent_hw: Psn,
     pub(crate) rd_atomic_inflight: u32,
     pub(crate) consumers_inflight: u32,
-    /// End-to-end credits from the last AETH; `None` when the responder reports none (31).
-    pub(crate) credits: Option<u32>,
+    /// End-to-end credits from the last AETH; `u32::MAX` when the responder reports none
+    /// (31): no limit. (A plain `u32`: an idle QP's footprint counts.)
+    pub(crate) credits: u32,
     /// The retry, RNR and pacing deadlines.
     pub(crate) timers: TimerTable,
     pub(crate) retries_left: u8,
@@ -60,8 +64,9 @@ pub(crate) struct Requester {
     /// The PSN the last sequence-error rewind resumed from. Responses and NAKs the responder
     /// sent before it saw the retransmission still point at that gap; acting on each of them
     /// would rewind again and again (a retransmission storm), so a gap is acted on once until
-    /// `una` moves or the timer fires.
-    pub(crate) recovering: Option<Psn>,
+    /// `una` moves or the timer fires. A raw PSN, [`NOT_RECOVERING`] for none: an idle QP's
+    /// footprint counts.
+    pub(crate) recovering: u32,
     /// Placement delivery: what the responder reported arrived ahead of `una` (`None` for
     /// in-order delivery; boxed, so a Go-Back-N QP does not carry it).
     pub(crate) sacks: Option<Box<Sacks>>,
@@ -101,6 +106,22 @@ impl Sacks {
 
 impl Requester {
     /// (Re)starts the retry timer for a request sent, or progress made, at `now`.
+    /// Whether the local ACK timer has fired by `now`.
+    pub(crate) fn timers_retry_expired(&self, now: u64) -> bool {
+        self.timers.expired(Timer::Retry, now)
+    }
+
+    /// The QP moved to another path: everything outstanding goes again from `una` on it,
+    /// with a fresh retry budget (the old path's silence says nothing of the new one).
+    pub(crate) fn restart_on_new_path(&mut self, cx: &mut QpContext, now: u64) {
+        self.retries_left = cx.attr.retry_cnt;
+        self.recovering = NOT_RECOVERING;
+        if self.una != self.nxt {
+            self.retransmit(cx, now, Retransmit::From(self.una));
+            self.arm_retry(cx, now);
+        }
+    }
+
     pub(crate) fn arm_retry(&mut self, cx: &QpContext, now: u64) {
         self.timers.set_or_stop(Timer::Retry, cx.ack_deadline(now));
     }
@@ -165,11 +186,11 @@ impl Requester {
             consumers_inflight: 0,
             // IBTA §9.7.7.2: a requester starts with no credits, and may always have one
             // message outstanding to learn the count.
-            credits: Some(0),
+            credits: 0,
             timers: TimerTable::default(),
             retries_left: 7,
             rnr_retries_left: 7,
-            recovering: None,
+            recovering: NOT_RECOVERING,
             sacks: None,
             rtx: VecDeque::new(),
             responses: None,
@@ -193,7 +214,7 @@ impl Requester {
         self.rd_atomic_inflight = 0;
         self.consumers_inflight = 0;
         self.timers = TimerTable::default();
-        self.recovering = None;
+        self.recovering = NOT_RECOVERING;
     }
 
     fn window(&self) -> SendWindow {
@@ -463,7 +484,7 @@ impl Requester {
                     || w.flags.contains(SendFlags::FENCE) && self.rd_atomic_inflight > 0
                     || w.op.consumes_recv()
                         && self.consumers_inflight > 0
-                        && self.credits.is_some_and(|c| self.consumers_inflight >= c)
+                        && self.consumers_inflight >= self.credits
                     || self.nxt.distance(self.una) >= window
                 {
                     return None;
@@ -822,7 +843,7 @@ impl Requester {
 
     fn take_credits(&mut self, syndrome: u8) {
         if let Syndrome::Ack { credits } = Syndrome::from_byte(syndrome) {
-            self.credits = super::credits_of(credits);
+            self.credits = super::credits_of(credits).unwrap_or(u32::MAX);
         }
     }
 
@@ -908,7 +929,7 @@ impl Requester {
         }
         self.retries_left = cx.attr.retry_cnt;
         self.rnr_retries_left = cx.attr.rnr_retry;
-        self.recovering = None;
+        self.recovering = NOT_RECOVERING;
         let pending = self.una != self.nxt;
         self.timers
             .set_or_stop(Timer::Retry, deadline.filter(|_| pending));
@@ -921,10 +942,10 @@ impl Requester {
     fn implied_nak(&mut self, cx: &mut QpContext, now: u64) {
         cx.counters.implied_nak_seq_err += 1;
         let una = self.una;
-        if self.recovering == Some(una) {
+        if self.recovering == una.value() {
             return;
         }
-        self.recovering = Some(una);
+        self.recovering = una.value();
         let r = cx.recovery.on_sequence_error(una, self.window());
         self.retransmit(cx, now, r);
         self.arm_retry(cx, now);
@@ -987,13 +1008,13 @@ impl Requester {
         if !self.outstanding(psn) {
             // Stale (an older ACK overtaken by a newer one) or for nothing we sent.
             if psn.before(self.una) && psn.distance(self.una) > -(1 << 22) {
-                self.credits = super::credits_of(credits);
+                self.credits = super::credits_of(credits).unwrap_or(u32::MAX);
             } else {
                 cx.counters.ghost_responses += 1;
             }
             return;
         }
-        self.credits = super::credits_of(credits);
+        self.credits = super::credits_of(credits).unwrap_or(u32::MAX);
         if let Acked::ImpliedNak = self.ack_through(cx, now, psn.add(1)) {
             self.implied_nak(cx, now);
         }
@@ -1059,10 +1080,10 @@ impl Requester {
                 cx.counters.packet_seq_err += 1;
                 cx.span()
                     .in_scope(|| tracing::debug!(psn = psn.value(), "PSN sequence error NAK"));
-                if psn == self.nxt || self.recovering == Some(psn) {
+                if psn == self.nxt || self.recovering == psn.value() {
                     return;
                 }
-                self.recovering = Some(psn);
+                self.recovering = psn.value();
                 if !moved {
                     if self.retries_left == 0 {
                         self.fail(cx, Some((0, WcStatus::RetryExcErr)));
@@ -1260,7 +1281,7 @@ impl Requester {
             return;
         }
         self.retries_left -= 1;
-        self.recovering = None;
+        self.recovering = NOT_RECOVERING;
         cx.congestion.on_timeout(now);
         let r = cx.recovery.on_timeout(self.window());
         self.retransmit(cx, now, r);

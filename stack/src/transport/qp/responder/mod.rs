@@ -14,7 +14,7 @@ use super::{QpContext, RecvWqe};
 use crate::transport::mr::{Access, AccessError, MrTable};
 use crate::transport::recovery::{Arrivals, Feedback, LossReport, OutOfOrder};
 use crate::transport::sg::{self, SgError};
-use crate::transport::sink::{Sunk, WriteImmSink};
+use crate::transport::sink::Sunk;
 use crate::transport::srq::Srq;
 use crate::transport::state::{QpState, QpType};
 use crate::transport::tx::{self, TxOut};
@@ -190,8 +190,6 @@ pub(crate) struct Responder {
     atomics: VecDeque<(Psn, u64)>,
     /// Placement delivery only (boxed: Go-Back-N QPs carry a pointer, not the state).
     pub(crate) ooo: Option<Box<Ooo>>,
-    /// UC only: takes WRITE_ONLY_WITH_IMMEDIATEs in place of the receive queue (SDR).
-    pub(crate) sink: Option<Box<dyn WriteImmSink>>,
 }
 
 impl Responder {
@@ -222,7 +220,6 @@ impl Responder {
             replies: VecDeque::new(),
             atomics: VecDeque::new(),
             ooo: None,
-            sink: None,
         }
     }
 
@@ -351,7 +348,11 @@ impl Responder {
                     }
                 }
             }
-            QpType::Uc if self.sink.is_some() && Self::for_sink(pkt) => self.sink_rx(cx, pkt, mem),
+            QpType::Uc
+                if cx.ext.as_ref().is_some_and(|e| e.sink.is_some()) && Self::for_sink(pkt) =>
+            {
+                self.sink_rx(cx, pkt, mem)
+            }
             QpType::Uc => {
                 let psn = pkt.repr.bth.psn;
                 if psn != self.epsn {
@@ -386,12 +387,15 @@ impl Responder {
             self.abort_msg();
         }
         self.epsn = pkt.repr.bth.psn.add(1);
-        let (Some(reth), Some(imm), Some(sink)) =
-            (pkt.repr.ext.reth, pkt.repr.ext.imm_dt, self.sink.as_mut())
-        else {
+        let pd = cx.pd;
+        let (Some(reth), Some(imm), Some(sink)) = (
+            pkt.repr.ext.reth,
+            pkt.repr.ext.imm_dt,
+            cx.ext.as_mut().and_then(|e| e.sink.as_mut()),
+        ) else {
             return;
         };
-        match sink.on_write_imm(reth, imm.imm, pkt.payload, cx.pd, mem) {
+        match sink.on_write_imm(reth, imm.imm, pkt.payload, pd, mem) {
             Sunk::Placed => cx.counters.rx_write_requests += 1,
             Sunk::Dropped => cx.counters.rx_dropped += 1,
         }

@@ -1,0 +1,76 @@
+//! Native failover (issue 22): a connected QP with an alternate path moves to it and back
+//! with its whole transport state — PSNs, outstanding work, the responder's duplicate
+//! detection and atomic replay cache — so the peer sees anything resent it already executed
+//! as a duplicate and every work request runs exactly once, atomics included.
+//!
+//! What moves a QP: its own evidence (a local ACK timeout on the active path), a link event
+//! on the active path's port (the driver reports it, [`Qp::on_port_event`](super::Qp)), or
+//! the peer's (a request or response arriving from the peer's other address: the peer moved,
+//! so replies follow). A move onto a path resends everything outstanding from the oldest
+//! unacknowledged PSN with a fresh retry budget. Two guards keep it bounded: a QP that moved
+//! and made no progress since does not move again on its own evidence (both paths dead ends
+//! in the retry budget's error, as without failover), and evidence from the path it just left
+//! is ignored for a damping interval (late packets of the old path do not pull it back).
+
+use super::av::{AddressVector, Template};
+use crate::wire::{MacAddr, Psn};
+
+/// The two paths of a QP with an alternate, and which one it uses.
+#[derive(Debug)]
+pub(crate) struct Paths {
+    /// The path not in use: its template, its port (index), the peer's MAC on it.
+    pub(crate) standby: Template,
+    pub(crate) standby_port: u8,
+    pub(crate) standby_peer: MacAddr,
+    /// The path in use: its port and the peer's MAC on it.
+    pub(crate) active_port: u8,
+    pub(crate) active_peer: MacAddr,
+    /// Whether the active path is the alternate.
+    pub(crate) on_alternate: bool,
+    /// When the QP last moved, and the oldest unacknowledged PSN then.
+    pub(crate) moved_at: Option<u64>,
+    pub(crate) una_at_move: Option<Psn>,
+    /// Moves so far, either way.
+    pub(crate) migrations: u64,
+}
+
+impl Paths {
+    /// A QP on its primary path (`primary_port`, peer MAC `primary_peer`) with the
+    /// alternate `alt` on `alt_port`.
+    pub(crate) fn new(
+        primary_port: u8,
+        primary_peer: MacAddr,
+        alt: &AddressVector,
+        alt_template: Template,
+        alt_port: u8,
+    ) -> Self {
+        Self {
+            standby: alt_template,
+            standby_port: alt_port,
+            standby_peer: alt.dmac,
+            active_port: primary_port,
+            active_peer: primary_peer,
+            on_alternate: false,
+            moved_at: None,
+            una_at_move: None,
+            migrations: 0,
+        }
+    }
+
+    /// Whether a move is in its damping interval at `now`.
+    pub(crate) fn damped(&self, now: u64, damping_ns: u64) -> bool {
+        self.moved_at
+            .is_some_and(|t| now < t.saturating_add(damping_ns))
+    }
+
+    /// Swaps the active and standby paths (the caller swaps the templates with
+    /// [`core::mem::swap`] on `standby`).
+    pub(crate) fn swap_ends(&mut self, now: u64, una: Psn) {
+        core::mem::swap(&mut self.active_port, &mut self.standby_port);
+        core::mem::swap(&mut self.active_peer, &mut self.standby_peer);
+        self.on_alternate = !self.on_alternate;
+        self.moved_at = Some(now);
+        self.una_at_move = Some(una);
+        self.migrations += 1;
+    }
+}
