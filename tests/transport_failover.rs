@@ -388,3 +388,35 @@ fn a_link_event_moves_the_qp_and_the_peer_follows() {
     );
     assert!(w.hosts[0].qp(QPN[0]).path_migrations() >= 2);
 }
+
+/// Both rails down for good: the QP moves once, hears nothing on the other path either, and
+/// every WR completes with an error in bounded time (the retry budget), as without failover.
+#[test]
+fn both_paths_dead_end_in_errors_not_a_hang() {
+    let (mut w, r) = setup(11);
+    w.fabric.fail_switch(r.tors[0], 0, u64::MAX / 4);
+    w.fabric.fail_switch(r.tors[1], 0, u64::MAX / 4);
+    for id in 0..5 {
+        post(
+            &mut w,
+            0,
+            id,
+            &Op::Write {
+                src: 0,
+                dst: WRITES + 4096 * id as usize,
+                len: 4096,
+            },
+        );
+    }
+    assert!(w.drive_until(1_000_000_000), "bounded");
+    let c: Vec<WcStatus> = w.hosts[0]
+        .completions
+        .iter()
+        .filter(|c| c.qp_num.value() == QPN[0])
+        .map(|c| c.status)
+        .collect();
+    assert_eq!(c.len(), 5, "{c:?}");
+    assert_eq!(c[0], WcStatus::RetryExcErr);
+    assert!(c[1..].iter().all(|&s| s == WcStatus::WrFlushErr), "{c:?}");
+    assert!(w.hosts[0].qp(QPN[0]).path_migrations() <= 2);
+}
