@@ -74,6 +74,13 @@ pub struct Rails {
 /// `model` both ways. Faults go in through the fabric (`fail_port`, `fail_link`,
 /// `fail_switch`, `blackhole_link`) at the places [`Rails`] names.
 pub fn rails(seed: u64, model: LinkModel, mem_bytes: usize) -> (Testbed, Rails) {
+    let m = || [model.clone(), model.clone()];
+    rails_with(seed, [m(), m()], mem_bytes)
+}
+
+/// [`rails`] with each host link on its own model: `models[h][r]` for host `h`'s NIC on
+/// rail `r`.
+pub fn rails_with(seed: u64, models: [[LinkModel; 2]; 2], mem_bytes: usize) -> (Testbed, Rails) {
     let mut b = FabricBuilder::new(seed);
     b.rx_ring(1 << 16);
     let ha = b.host("a", 2);
@@ -82,7 +89,7 @@ pub fn rails(seed: u64, model: LinkModel, mem_bytes: usize) -> (Testbed, Rails) 
     let mut links = [[LinkId(0); 2]; 2];
     for (h, host) in [ha, hb].into_iter().enumerate() {
         for (r, &tor) in tors.iter().enumerate() {
-            links[h][r] = b.link((host, r), tor, model.clone());
+            links[h][r] = b.link((host, r), tor, models[h][r].clone());
         }
     }
     let fabric = b.build().expect("a valid topology");
