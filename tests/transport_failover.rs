@@ -480,8 +480,11 @@ fn late_frames_of_the_old_path_are_duplicates_not_repeats() {
     );
 }
 
+/// Frames with the time a switch saw them.
+type Frames = std::sync::Arc<std::sync::Mutex<Vec<(u64, Vec<u8>)>>>;
+
 /// Records every frame a switch forwards, with its time.
-struct Tap(std::sync::Arc<std::sync::Mutex<Vec<(u64, Vec<u8>)>>>);
+struct Tap(Frames);
 
 impl ferroce::stack::switch::SwitchHook for Tap {
     fn on_frame(
