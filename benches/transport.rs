@@ -13,10 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ferroce::stack::transport::loopback::{connect, Loopback};
 use ferroce::stack::transport::{
-    Access, MrKeys, MrTable, Mtu, Payload, PdId, Qp, QpAttr, QpConfig, QpType, SendFlags, SendWr,
-    Sge, WcStatus, WrOpcode,
+    Access, AddressVector, MrKeys, MrTable, Mtu, Payload, PdId, Qp, QpAttr, QpConfig, QpType,
+    SendFlags, SendWr, Sge, WcStatus, WrOpcode,
 };
-use ferroce::stack::wire::{Psn, Qpn};
+use ferroce::stack::wire::{MacAddr, Psn, Qpn};
 
 /// Counts live heap bytes, for the idle-QP footprint.
 struct Counting;
@@ -143,6 +143,44 @@ fn bench(c: &mut Criterion) {
         b.iter(|| writes(&mut r, 4, MIB as u32))
     });
     g.finish();
+
+    // Native failover configured (an alternate path on both ends) and nothing failing: the
+    // cost of being ready (issue 22: 64 B rate ≥ 0.95× of without).
+    let mut g = c.benchmark_group("transport_rc_write_failover_ready");
+    let mut r = rig(Mtu::Mtu1024, 64);
+    let alt = AddressVector {
+        smac: MacAddr([2, 0, 0, 0, 1, 1]),
+        dmac: MacAddr([2, 0, 0, 0, 1, 2]),
+        ..r.lo.a.query().ah_attr
+    };
+    r.lo.a.set_alternate_path(alt, 2).unwrap();
+    r.lo.b.set_alternate_path(alt, 2).unwrap();
+    g.throughput(Throughput::Elements(SMALL));
+    g.bench_function("64B_messages", |b| b.iter(|| writes(&mut r, SMALL, 64)));
+    g.finish();
+    let per_qp = idle_qp_bytes_with_alternate();
+    println!("idle connected RC QP with an alternate path: {per_qp} bytes (target: <= 2 KiB more than without)");
+}
+
+fn idle_qp_bytes_with_alternate() -> usize {
+    const N: usize = 1000;
+    let before = LIVE.load(Ordering::Relaxed);
+    let mut qps: Vec<Qp> = Vec::with_capacity(N);
+    let vec_bytes = N * core::mem::size_of::<Qp>();
+    for i in 0..N / 2 {
+        let mut a = Qp::new(QpConfig::new(Qpn::new(2 * i as u32), QpType::Rc, PD));
+        let mut b = Qp::new(QpConfig::new(Qpn::new(2 * i as u32 + 1), QpType::Rc, PD));
+        connect(&mut a, &mut b, &QpAttr::default()).unwrap();
+        let av = a.query().ah_attr;
+        a.set_alternate_path(av, 2).unwrap();
+        b.set_alternate_path(av, 2).unwrap();
+        qps.push(a);
+        qps.push(b);
+    }
+    let heap = LIVE.load(Ordering::Relaxed) - before - vec_bytes;
+    let per_qp = core::mem::size_of::<Qp>() + heap / N;
+    drop(qps);
+    per_qp
 }
 
 criterion_group!(benches, bench);
