@@ -370,3 +370,38 @@ fn scenario_sdr_reports_every_scheme_beside_the_model() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+/// `scenario failover` on one fault: native failover moves the stream to the other rail and
+/// loses nothing (every WR completed, atomics once each); without failover the QP dies.
+#[test]
+fn scenario_failover_native_survives_where_none_dies() {
+    let out = ferroce(&["scenario", "failover", "--fault", "tor,blackhole", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    for r in runs {
+        for key in [
+            "scheme", "fault", "detect_us", "failover_us", "resent_bytes",
+            "duplicates_executed", "atomics_ok", "verified",
+        ] {
+            assert!(r.get(key).is_some(), "{key} missing in {r}");
+        }
+        assert_eq!(r["atomics_ok"], true, "{r}");
+        assert_eq!(r["duplicates_executed"], 0, "{r}");
+        match r["scheme"].as_str().unwrap() {
+            "native" => {
+                assert_eq!(r["errors"], 0, "{r}");
+                assert_eq!(r["verified"], true, "{r}");
+                assert!(r["failover_us"].as_f64().is_some(), "{r}");
+            }
+            _ => {
+                assert!(r["errors"].as_u64().unwrap() > 0, "{r}");
+                assert!(r["failover_us"].is_null(), "{r}");
+            }
+        }
+    }
+    let tor = &runs[0];
+    // A ToR failure is a link event at both ends: the move is immediate.
+    assert!(tor["failover_us"].as_f64().unwrap() < 50.0, "{tor}");
+}

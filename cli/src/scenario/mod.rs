@@ -1,6 +1,7 @@
 //! `ferroce scenario`: the papers' experiments, run on the simulated fabric in virtual time
 //! (no NIC, no root), each printing a table, a `--json` summary and optionally a plot.
 
+mod failover;
 mod heatmap;
 mod plot;
 mod sdr;
@@ -28,6 +29,37 @@ enum Which {
     /// lossy, fast link; completion time of SR (RTO, NACK) and EC (MDS, XOR) against the drop
     /// rate, beside the completion-time model.
     Sdr(SdrArgs),
+    /// SHIFT's experiment (seed 000, Figure 7): a WRITE stream over one of two rails, a NIC,
+    /// link, ToR or black-hole fault at 5 ms healed at 10 ms; native failover against none.
+    Failover(FailoverArgs),
+}
+
+#[derive(clap::Args)]
+struct FailoverArgs {
+    /// Faults, comma-separated (default: all five).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    fault: Vec<failover::Fault>,
+    /// Schemes, comma-separated (default: native, none).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    scheme: Vec<failover::Scheme>,
+    /// NIC rate, Gbit/s.
+    #[arg(long, default_value_t = 100.0)]
+    gbps: f64,
+    /// One-way delay of every link, µs.
+    #[arg(long, default_value_t = 2.0)]
+    delay_us: f64,
+    /// WRITE size, bytes.
+    #[arg(long, default_value_t = 65536)]
+    size: usize,
+    /// Local ACK timeout exponent (4.096 µs · 2^n): the detection threshold of a black hole.
+    #[arg(long, default_value_t = 5)]
+    timeout: u8,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -139,6 +171,7 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
     match &a.which {
         Which::Spray(s) => run_spray(s),
         Which::Sdr(s) => run_sdr(s),
+        Which::Failover(f) => run_failover(f),
     }
 }
 
@@ -661,5 +694,105 @@ fn sdr_point(s: &sdr::Setup, out: &sdr::Outcome, lossless_ns: f64, a: &SdrArgs) 
             "model_ec_mean_ms": ec_s * 1e3,
         })),
         "verified": out.verified,
+    })
+}
+
+fn run_failover(a: &FailoverArgs) -> Result<ExitCode, Failure> {
+    if a.gbps.is_nan() || a.gbps <= 0.0 || a.delay_us < 0.0 || !(4096..=1 << 20).contains(&a.size) {
+        return Err(Failure(
+            "--gbps must be above zero, --delay-us not negative, --size 4096..1048576".into(),
+        ));
+    }
+    let faults = if a.fault.is_empty() {
+        failover::Fault::ALL.to_vec()
+    } else {
+        a.fault.clone()
+    };
+    let schemes = if a.scheme.is_empty() {
+        vec![failover::Scheme::Native, failover::Scheme::None]
+    } else {
+        a.scheme.clone()
+    };
+    let mut runs = Vec::new();
+    let mut ok = true;
+    for &fault in &faults {
+        for &scheme in &schemes {
+            let s = failover::Setup {
+                scheme,
+                fault,
+                gbps: a.gbps,
+                delay_ns: (a.delay_us * 1e3) as u64,
+                size: a.size,
+                depth: 32,
+                timeout: a.timeout,
+                fault_at: 5_000_000,
+                heal_at: 10_000_000,
+                end: 15_000_000,
+                bin_ns: 100_000,
+                seed: a.seed,
+            };
+            let o = failover::run(&s);
+            let before = o.bins[..50].iter().sum::<u64>() as f64 / 50.0;
+            let dip = o.bins[50..100].iter().copied().min().unwrap_or(0) as f64 / before.max(1.0);
+            if scheme == failover::Scheme::Native {
+                ok &= o.verified && o.atomics_ok && o.duplicates_executed == 0 && o.errors == 0;
+            }
+            runs.push(json!({
+                "scheme": scheme.name(),
+                "fault": fault.name(),
+                "detect_us": o.detect_ns.map(|n| n as f64 / 1e3),
+                "failover_us": o.failover_ns.map(|n| n as f64 / 1e3),
+                "resent_bytes": o.resent_bytes,
+                "duplicates_executed": o.duplicates_executed,
+                "atomics_ok": o.atomics_ok,
+                "verified": o.verified,
+                "completed": o.completed,
+                "errors": o.errors,
+                "migrations": o.migrations,
+                "dip": dip,
+                "gbps_bins": o.bins.iter().map(|&b| b as f64 * 8.0 / 100_000.0).collect::<Vec<_>>(),
+            }));
+        }
+    }
+    if a.json {
+        println!(
+            "{}",
+            json!({ "scenario": "failover", "bin_us": 100, "runs": runs })
+        );
+    } else {
+        println!(
+            "{:>10} {:>7} {:>10} {:>12} {:>6} {:>12} {:>5} {:>8} {:>6} {:>6}",
+            "fault",
+            "scheme",
+            "detect_us",
+            "failover_us",
+            "dip",
+            "resent",
+            "dups",
+            "atomics",
+            "errors",
+            "ok"
+        );
+        let us = |v: &Value| v.as_f64().map_or("-".to_string(), |x| format!("{x:.1}"));
+        for r in &runs {
+            println!(
+                "{:>10} {:>7} {:>10} {:>12} {:>6.2} {:>12} {:>5} {:>8} {:>6} {:>6}",
+                r["fault"].as_str().unwrap_or(""),
+                r["scheme"].as_str().unwrap_or(""),
+                us(&r["detect_us"]),
+                us(&r["failover_us"]),
+                r["dip"].as_f64().unwrap_or(0.0),
+                r["resent_bytes"],
+                r["duplicates_executed"],
+                r["atomics_ok"],
+                r["errors"],
+                r["verified"],
+            );
+        }
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     })
 }

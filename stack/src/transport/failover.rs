@@ -32,6 +32,11 @@ pub(crate) struct Paths {
     pub(crate) una_at_move: Option<Psn>,
     /// Moves so far, either way.
     pub(crate) migrations: u64,
+    /// Ports (bit per index, up to 64) whose link is known down from link events: no move
+    /// goes onto one.
+    pub(crate) ports_down: u64,
+    /// When a packet last came from the peer's active address.
+    pub(crate) heard_active: u64,
 }
 
 impl Paths {
@@ -54,7 +59,38 @@ impl Paths {
             moved_at: None,
             una_at_move: None,
             migrations: 0,
+            ports_down: 0,
+            heard_active: 0,
         }
+    }
+
+    /// Records a link event on `port`.
+    pub(crate) fn note_link(&mut self, port: u8, up: bool) {
+        let bit = 1u64.checked_shl(u32::from(port)).unwrap_or(0);
+        if up {
+            self.ports_down &= !bit;
+        } else {
+            self.ports_down |= bit;
+        }
+    }
+
+    /// Whether the standby path's port is known up (or not known down).
+    pub(crate) fn standby_usable(&self) -> bool {
+        self.ports_down >> self.standby_port & 1 == 0 || self.standby_port >= 64
+    }
+
+    /// A packet from `src` arrived at `now`: whether it says the peer moved — it comes from
+    /// the peer's other address, and the active one has been silent for `silence_ns` (frames
+    /// of a path just left, still draining from its queues, interleave with the new path's
+    /// for a while; following them would pull the QP back and forth).
+    pub(crate) fn peer_moved(&mut self, src: MacAddr, now: u64, silence_ns: u64) -> bool {
+        if src == self.active_peer {
+            self.heard_active = now;
+            return false;
+        }
+        src == self.standby_peer
+            && self.standby_usable()
+            && now.saturating_sub(self.heard_active) >= silence_ns
     }
 
     /// Whether a move is in its damping interval at `now`.

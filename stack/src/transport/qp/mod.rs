@@ -660,19 +660,18 @@ impl Qp {
     /// the QP to the other path at once (if that is on another port); the primary's port
     /// coming back moves it home once the damping interval since the last move is over.
     pub fn on_port_event(&mut self, now: u64, port: u8, up: bool) {
-        let Some(p) = self.cx.paths() else {
+        let damping = self.damping_ns();
+        let live = matches!(self.cx.state, QpState::Rts | QpState::Sqd);
+        let Some(p) = self.cx.ext.as_mut().and_then(|e| e.paths.as_mut()) else {
             return;
         };
-        if !matches!(self.cx.state, QpState::Rts | QpState::Sqd) {
+        p.note_link(port, up);
+        if !live {
             return;
         }
-        if !up && p.active_port == port && p.standby_port != port {
+        if !up && p.active_port == port && p.standby_port != port && p.standby_usable() {
             self.migrate(now, true);
-        } else if up
-            && p.on_alternate
-            && p.standby_port == port
-            && !p.damped(now, self.damping_ns())
-        {
+        } else if up && p.on_alternate && p.standby_port == port && !p.damped(now, damping) {
             // Home again; what is in flight on the alternate still arrives.
             self.migrate(now, false);
         }
@@ -710,6 +709,7 @@ impl Qp {
         self.req.timers_retry_expired(now)
             && self.req.una != self.req.nxt
             && p.una_at_move != Some(self.req.una)
+            && p.standby_usable()
     }
 
     /// Rebuilds the header template from the address vector and destination QPN.
@@ -889,13 +889,12 @@ impl Qp {
     pub fn handle_packet(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &mut MrTable) {
         self.cx.counters.rx_packets += 1;
         self.cx.counters.rx_bytes += pkt.frame_len() as u64;
-        if let Some(p) = self.cx.paths() {
-            // The peer sends from its other address: it moved, and replies follow it.
-            if pkt.repr.eth.src == p.standby_peer
-                && pkt.repr.eth.src != p.active_peer
-                && !p.damped(now, self.damping_ns())
-                && matches!(self.cx.state, QpState::Rts | QpState::Sqd)
-            {
+        let damping = self.damping_ns();
+        let live = matches!(self.cx.state, QpState::Rts | QpState::Sqd);
+        if let Some(p) = self.cx.ext.as_mut().and_then(|e| e.paths.as_mut()) {
+            // The peer sends from its other address, and no longer from this one: it moved,
+            // and replies follow.
+            if p.peer_moved(pkt.repr.eth.src, now, damping / 8) && live && !p.damped(now, damping) {
                 self.migrate(now, true);
             }
         }

@@ -1,0 +1,252 @@
+//! `ferroce scenario failover`: SHIFT's experiment (seed 000, Figure 7) on the simulated
+//! fabric in virtual time. Two hosts with two 100 Gbit/s NICs each on two rails; a
+//! perftest-like WRITE stream (64 KiB messages, 32 outstanding, every 16th WR a FETCH_ADD on
+//! a counter) on rail 0; a fault at 5 ms — a NIC on either side, a host link, the rail's
+//! ToR, or a black hole that no link event announces — healed at 10 ms; the run ends at
+//! 15 ms. Schemes: `native` (the QP moves to rail 1 with its transport state and comes back)
+//! and `none` (an RNIC without failover: the QP exhausts its retries and dies). SHIFT mode
+//! is still to come (issue 22).
+
+use ferroce_drivers::sim::LinkModel;
+use ferroce_stack::transport::{
+    Payload, Qp, QpConfig, QpType, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode,
+};
+use ferroce_stack::wire::Qpn;
+use ferroce_testbed::{rails, ConnOpts, Testbed, PD};
+
+const QPN: [u32; 2] = [0x10, 0x20];
+/// Memory: the source message, the destination ring, the counter, the atomic results.
+const SRC: usize = 0;
+const DST: usize = 1 << 20;
+const COUNTER: usize = 8 << 20;
+const RESULTS: usize = (8 << 20) + 4096;
+const MEM: usize = 16 << 20;
+
+/// Where the fault is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Fault {
+    /// The sender's NIC on rail 0.
+    LocalNic,
+    /// The receiver's NIC on rail 0.
+    RemoteNic,
+    /// The receiver's cable to the ToR of rail 0 (the ToR port goes down with it).
+    Link,
+    /// The ToR of rail 0.
+    Tor,
+    /// Rail 0 loses everything while every link stays up.
+    Blackhole,
+}
+
+impl Fault {
+    pub(crate) const ALL: [Self; 5] = [
+        Self::LocalNic,
+        Self::RemoteNic,
+        Self::Link,
+        Self::Tor,
+        Self::Blackhole,
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::LocalNic => "local-nic",
+            Self::RemoteNic => "remote-nic",
+            Self::Link => "link",
+            Self::Tor => "tor",
+            Self::Blackhole => "blackhole",
+        }
+    }
+}
+
+/// How the endpoints react.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Scheme {
+    /// ferroce's native failover.
+    Native,
+    /// No failover (an RNIC's RC QP).
+    None,
+}
+
+impl Scheme {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Native => "native",
+            Self::None => "none",
+        }
+    }
+}
+
+/// One run's parameters.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Setup {
+    pub(crate) scheme: Scheme,
+    pub(crate) fault: Fault,
+    pub(crate) gbps: f64,
+    pub(crate) delay_ns: u64,
+    pub(crate) size: usize,
+    pub(crate) depth: usize,
+    /// Local ACK timeout exponent: the detection threshold for a black hole.
+    pub(crate) timeout: u8,
+    pub(crate) fault_at: u64,
+    pub(crate) heal_at: u64,
+    pub(crate) end: u64,
+    pub(crate) bin_ns: u64,
+    pub(crate) seed: u64,
+}
+
+/// What one run measured.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Outcome {
+    /// Bytes of WRITEs completed per bin.
+    pub(crate) bins: Vec<u64>,
+    /// From the fault to the QP's first move.
+    pub(crate) detect_ns: Option<u64>,
+    /// From the fault to the first completion after the move.
+    pub(crate) failover_ns: Option<u64>,
+    pub(crate) resent_bytes: u64,
+    pub(crate) duplicates_executed: u64,
+    pub(crate) atomics_ok: bool,
+    pub(crate) verified: bool,
+    pub(crate) completed: u64,
+    pub(crate) errors: u64,
+    pub(crate) migrations: u64,
+}
+
+fn post(w: &mut Testbed, s: &Setup, n: u64) {
+    let (lkey, rkey) = (w.hosts[0].keys.lkey, w.hosts[1].keys.rkey);
+    if n % 16 == 15 {
+        let sge = [Sge {
+            addr: (RESULTS + 8 * (n / 16) as usize) as u64,
+            length: 8,
+            lkey,
+        }];
+        let mut wr = SendWr::new(n, WrOpcode::FetchAdd, Payload::Sges(&sge))
+            .remote(COUNTER as u64, rkey)
+            .flags(SendFlags::SIGNALED);
+        wr.compare_add = 1;
+        let _ = w.hosts[0].qp(QPN[0]).post_send(&wr);
+    } else {
+        let sge = [Sge {
+            addr: SRC as u64,
+            length: s.size as u32,
+            lkey,
+        }];
+        let at = DST + (n as usize % s.depth) * s.size;
+        let wr = SendWr::new(n, WrOpcode::Write, Payload::Sges(&sge))
+            .remote(at as u64, rkey)
+            .flags(SendFlags::SIGNALED);
+        let _ = w.hosts[0].qp(QPN[0]).post_send(&wr);
+    }
+}
+
+/// Runs one (scheme, fault).
+pub(crate) fn run(s: &Setup) -> Outcome {
+    let (mut w, r) = rails(
+        s.seed,
+        LinkModel::new((s.gbps * 1e9) as u64, s.delay_ns),
+        MEM,
+    );
+    let o = ConnOpts {
+        mtu: ferroce_stack::transport::Mtu::Mtu4096,
+        timeout: s.timeout,
+        ..ConnOpts::default()
+    };
+    for (h, &qpn) in QPN.iter().enumerate() {
+        w.hosts[h].insert_qp(Qp::new(QpConfig::new(Qpn::new(qpn), QpType::Rc, PD)), 0);
+    }
+    w.bring_up((0, QPN[0]), (1, QPN[1]), (1, 2), &o);
+    w.bring_up((1, QPN[1]), (0, QPN[0]), (2, 1), &o);
+    if s.scheme == Scheme::Native {
+        w.set_alternate((0, QPN[0]), 1, (1, 1));
+        w.set_alternate((1, QPN[1]), 0, (1, 1));
+    }
+    let pattern: Vec<u8> = (0..s.size).map(|i| (i * 13 + 7) as u8).collect();
+    w.hosts[0].write(SRC, &pattern);
+    let (from, until) = (s.fault_at, s.heal_at);
+    match s.fault {
+        Fault::LocalNic => w.fabric.fail_port(r.hosts[0], 0, from, until),
+        Fault::RemoteNic => w.fabric.fail_port(r.hosts[1], 0, from, until),
+        Fault::Link => w.fabric.fail_link(r.links[1][0], from, until),
+        Fault::Tor => w.fabric.fail_switch(r.tors[0], from, until),
+        Fault::Blackhole => w.fabric.blackhole_link(r.links[0][0], from, until),
+    }
+    let mut out = Outcome {
+        bins: vec![0; (s.end / s.bin_ns) as usize + 1],
+        ..Outcome::default()
+    };
+    let (mut posted, mut done_n, mut fetch_adds) = (0u64, 0u64, 0u64);
+    let mut moved_at: Option<u64> = None;
+    let mut seen = 0usize;
+    loop {
+        let now = w.now();
+        if now >= s.end {
+            break;
+        }
+        let dead = w.hosts[0].qp(QPN[0]).state() == ferroce_stack::transport::QpState::Err;
+        while !dead && posted - done_n < s.depth as u64 {
+            post(&mut w, s, posted);
+            posted += 1;
+        }
+        match w.step(s.end) {
+            ferroce_testbed::Step::Worked | ferroce_testbed::Step::Advanced => {}
+            // Nothing in flight and no timer: time still passes (a link may come back).
+            ferroce_testbed::Step::Idle | ferroce_testbed::Step::Beyond => {
+                let next = w.fabric.next_link_change().filter(|&c| c < s.end);
+                w.fabric.advance_to(next.unwrap_or(s.end).max(now + 1));
+            }
+        }
+        let t = w.now();
+        if moved_at.is_none() && w.hosts[0].qp(QPN[0]).path_migrations() > 0 {
+            moved_at = Some(t);
+        }
+        let host = &w.hosts[0];
+        for (wc, &at) in host.completions[seen..]
+            .iter()
+            .zip(&host.completed_at[seen..])
+        {
+            done_n += 1;
+            if wc.status != WcStatus::Success {
+                out.errors += 1;
+                continue;
+            }
+            out.completed += 1;
+            if wc.opcode == WcOpcode::FetchAdd {
+                fetch_adds += 1;
+            } else if let Some(b) = out.bins.get_mut((at / s.bin_ns) as usize) {
+                *b += s.size as u64;
+            }
+            if out.failover_ns.is_none() && moved_at.is_some_and(|m| at >= m) && at >= from {
+                out.failover_ns = Some(at - from);
+            }
+        }
+        seen = host.completions.len();
+        if dead && posted == done_n {
+            // The QP is gone; nothing more will happen on it.
+            break;
+        }
+    }
+    out.detect_ns = moved_at.map(|m| m.saturating_sub(from));
+    let qp = w.hosts[0].qp(QPN[0]);
+    out.migrations = qp.path_migrations();
+    out.resent_bytes = qp.counters().retransmitted_packets * 4096;
+    // Every FETCH_ADD that completed added 1 once: results 0..n, the counter at n (FETCH_ADDs
+    // still in flight at the end may have executed too: the counter may be ahead by those).
+    let mut results: Vec<u64> = (0..posted / 16)
+        .map(|i| w.hosts[0].word(RESULTS + 8 * i as usize))
+        .take(fetch_adds as usize)
+        .collect();
+    results.sort_unstable();
+    let counter = w.hosts[1].word(COUNTER);
+    let in_flight = posted / 16 - fetch_adds;
+    out.atomics_ok = results.windows(2).all(|p| p[0] != p[1])
+        && results.iter().all(|&r| r < counter)
+        && counter <= fetch_adds + in_flight;
+    out.duplicates_executed = counter.saturating_sub(fetch_adds + in_flight)
+        + results.windows(2).filter(|p| p[0] == p[1]).count() as u64;
+    // The WRITE ring holds the pattern wherever a WRITE completed.
+    let slots = (posted.min(s.depth as u64)) as usize;
+    out.verified = (0..slots)
+        .filter(|i| i % 16 != 15)
+        .all(|i| w.hosts[1].read(DST + i * s.size, s.size) == pattern)
+        && (s.scheme == Scheme::None || out.errors == 0);
+    out
+}
