@@ -104,6 +104,11 @@ fn writes(r: &mut Rig, n: u64, len: u32) {
 }
 
 fn idle_qp_bytes() -> usize {
+    idle_bytes(|_, _| {})
+}
+
+/// Heap and struct bytes per connected RC QP, 1000 of them, each pair set up by `extra`.
+fn idle_bytes(extra: impl Fn(&mut Qp, &mut Qp)) -> usize {
     const N: usize = 1000;
     let before = LIVE.load(Ordering::Relaxed);
     let mut qps: Vec<Qp> = Vec::with_capacity(N);
@@ -112,6 +117,7 @@ fn idle_qp_bytes() -> usize {
         let mut a = Qp::new(QpConfig::new(Qpn::new(2 * i as u32), QpType::Rc, PD));
         let mut b = Qp::new(QpConfig::new(Qpn::new(2 * i as u32 + 1), QpType::Rc, PD));
         connect(&mut a, &mut b, &QpAttr::default()).unwrap();
+        extra(&mut a, &mut b);
         qps.push(a);
         qps.push(b);
     }
@@ -163,24 +169,11 @@ fn bench(c: &mut Criterion) {
 }
 
 fn idle_qp_bytes_with_alternate() -> usize {
-    const N: usize = 1000;
-    let before = LIVE.load(Ordering::Relaxed);
-    let mut qps: Vec<Qp> = Vec::with_capacity(N);
-    let vec_bytes = N * core::mem::size_of::<Qp>();
-    for i in 0..N / 2 {
-        let mut a = Qp::new(QpConfig::new(Qpn::new(2 * i as u32), QpType::Rc, PD));
-        let mut b = Qp::new(QpConfig::new(Qpn::new(2 * i as u32 + 1), QpType::Rc, PD));
-        connect(&mut a, &mut b, &QpAttr::default()).unwrap();
+    idle_bytes(|a, b| {
         let av = a.query().ah_attr;
         a.set_alternate_path(av, 2).unwrap();
         b.set_alternate_path(av, 2).unwrap();
-        qps.push(a);
-        qps.push(b);
-    }
-    let heap = LIVE.load(Ordering::Relaxed) - before - vec_bytes;
-    let per_qp = core::mem::size_of::<Qp>() + heap / N;
-    drop(qps);
-    per_qp
+    })
 }
 
 criterion_group!(benches, bench);

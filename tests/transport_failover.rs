@@ -57,13 +57,7 @@ fn setup(seed: u64) -> (Testbed, ferroce::testbed::Rails) {
         timeout: 5, // 131 µs: a black hole costs one of these, then the QP moves
         ..ConnOpts::default()
     };
-    for (h, &qpn) in QPN.iter().enumerate() {
-        w.hosts[h].insert_qp(Qp::new(QpConfig::new(Qpn::new(qpn), QpType::Rc, PD)), 0);
-    }
-    w.bring_up((0, QPN[0]), (1, QPN[1]), (100, 200), &o);
-    w.bring_up((1, QPN[1]), (0, QPN[0]), (200, 100), &o);
-    w.set_alternate((0, QPN[0]), 1, (1, 1));
-    w.set_alternate((1, QPN[1]), 0, (1, 1));
+    connect_pair(&mut w, &o, true);
     for h in 0..2 {
         let data: Vec<u8> = (0..SRC_LEN)
             .map(|i| (i as u64 * 31 + seed + h as u64) as u8)
@@ -71,6 +65,20 @@ fn setup(seed: u64) -> (Testbed, ferroce::testbed::Rails) {
         w.hosts[h].write(SRC, &data);
     }
     (w, r)
+}
+
+/// The RC pair on rail 0 (port 0 of both hosts), with rail 1 as both ends' alternate when
+/// `alternate`.
+fn connect_pair(w: &mut Testbed, o: &ConnOpts, alternate: bool) {
+    for (h, &qpn) in QPN.iter().enumerate() {
+        w.hosts[h].insert_qp(Qp::new(QpConfig::new(Qpn::new(qpn), QpType::Rc, PD)), 0);
+    }
+    w.bring_up((0, QPN[0]), (1, QPN[1]), (100, 200), o);
+    w.bring_up((1, QPN[1]), (0, QPN[0]), (200, 100), o);
+    if alternate {
+        w.set_alternate((0, QPN[0]), 1, (1, 1));
+        w.set_alternate((1, QPN[1]), 0, (1, 1));
+    }
 }
 
 fn run(seed: u64) {
@@ -434,13 +442,7 @@ fn late_frames_of_the_old_path_are_duplicates_not_repeats() {
         timeout: 8, // 1 ms: nothing here times out
         ..ConnOpts::default()
     };
-    for (h, &qpn) in QPN.iter().enumerate() {
-        w.hosts[h].insert_qp(Qp::new(QpConfig::new(Qpn::new(qpn), QpType::Rc, PD)), 0);
-    }
-    w.bring_up((0, QPN[0]), (1, QPN[1]), (100, 200), &o);
-    w.bring_up((1, QPN[1]), (0, QPN[0]), (200, 100), &o);
-    w.set_alternate((0, QPN[0]), 1, (1, 1));
-    w.set_alternate((1, QPN[1]), 0, (1, 1));
+    connect_pair(&mut w, &o, true);
     // Host a's rail-0 link fails at 5 µs: what it sent before has crossed it and is on its
     // way to b over the 100 µs link.
     w.fabric.fail_port(r.hosts[0], 0, 5_000, u64::MAX / 4);
@@ -504,15 +506,7 @@ fn an_alternate_path_changes_nothing_on_the_wire_without_a_fault() {
     let capture = |alternate: bool| {
         let (mut w, r) = rails(21, LinkModel::new(100_000_000_000, 2_000), MEM);
         let o = ConnOpts::default();
-        for (h, &qpn) in QPN.iter().enumerate() {
-            w.hosts[h].insert_qp(Qp::new(QpConfig::new(Qpn::new(qpn), QpType::Rc, PD)), 0);
-        }
-        w.bring_up((0, QPN[0]), (1, QPN[1]), (100, 200), &o);
-        w.bring_up((1, QPN[1]), (0, QPN[0]), (200, 100), &o);
-        if alternate {
-            w.set_alternate((0, QPN[0]), 1, (1, 1));
-            w.set_alternate((1, QPN[1]), 0, (1, 1));
-        }
+        connect_pair(&mut w, &o, alternate);
         let frames = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         for tor in r.tors {
             w.fabric.set_hook(tor, Tap(frames.clone()));

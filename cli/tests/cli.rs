@@ -376,14 +376,24 @@ fn scenario_sdr_reports_every_scheme_beside_the_model() {
 #[test]
 fn scenario_failover_native_survives_where_none_dies() {
     let out = ferroce(&["scenario", "failover", "--fault", "tor,blackhole", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let runs = v["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 4);
     for r in runs {
         for key in [
-            "scheme", "fault", "detect_us", "failover_us", "resent_bytes",
-            "duplicates_executed", "atomics_ok", "verified",
+            "scheme",
+            "fault",
+            "detect_us",
+            "failover_us",
+            "resent_bytes",
+            "duplicates_executed",
+            "atomics_ok",
+            "verified",
         ] {
             assert!(r.get(key).is_some(), "{key} missing in {r}");
         }
