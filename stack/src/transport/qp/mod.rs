@@ -672,8 +672,11 @@ impl Qp {
         if !up && p.active_port == port && p.standby_port != port && p.standby_usable() {
             self.migrate(now, true);
         } else if up && p.on_alternate && p.standby_port == port && !p.damped(now, damping) {
-            // Home again; what is in flight on the alternate still arrives.
-            self.migrate(now, false);
+            // Home again, resending what is outstanding on the primary: its copies arrive in
+            // order ahead of the alternate's still queued ones, which the responder then
+            // takes as duplicates (without the resend they would interleave, and every gap
+            // costs a NAK and a rewind).
+            self.migrate(now, true);
         }
     }
 
