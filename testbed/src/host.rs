@@ -222,9 +222,11 @@ impl<P: Port> Host<P> {
             link_up,
             ..
         } = self;
-        // Link events: every QP hears of a port that went down or came back.
+        // Link events: every QP hears of a port that went down or came back (only QPs with
+        // an alternate path act on them, so hosts without one skip the polling).
         link_up.resize(ports.len(), true);
-        for (i, port) in ports.iter().enumerate() {
+        let listening = qps.iter().any(|q| q.active_port().is_some());
+        for (i, port) in ports.iter().enumerate().filter(|_| listening) {
             let up = port.link_state() == ferroce_drivers::LinkState::Up;
             if up != link_up[i] {
                 link_up[i] = up;

@@ -421,10 +421,11 @@ impl SdrQp {
         let mut inner = self.lock();
         let inner = &mut *inner;
         let mut worked = false;
-        inner.wcs.clear();
-        self.cq.poll(&mut inner.wcs, usize::MAX);
+        // The completions buffer is the QP's, kept between calls.
+        let mut wcs = std::mem::take(&mut inner.wcs);
+        self.cq.poll(&mut wcs, usize::MAX);
         let control = self.control.qpn();
-        for wc in std::mem::take(&mut inner.wcs) {
+        for wc in wcs.drain(..) {
             worked = true;
             if wc.qp_num == control && wc.opcode == WcOpcode::Recv {
                 let slot = wc.wr_id as usize % CONTROL_SLOTS;
@@ -443,6 +444,7 @@ impl SdrQp {
                 inner.tx.on_departed(now, message, kind, index);
             }
         }
+        inner.wcs = wcs;
         if inner.tx.poll_timeout().is_some_and(|t| t <= now) {
             inner.tx.handle_timeout(now);
         }

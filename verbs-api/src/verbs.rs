@@ -684,27 +684,13 @@ impl QueuePair {
         &self,
         policy: ferroce_stack::transport::Policies,
     ) -> Result<(), VerbsError> {
-        let mut policy = Some(policy);
-        let mut result = Ok(());
-        let found = self
-            .ctx
-            .dev
-            .slot(self.shared.qpn)
-            .lock()
-            .core_mut()
-            .with_qp(self.shared.qpn, |qp| match qp.state() {
-                QpState::Reset | QpState::Init => {
-                    if let Some(p) = policy.take() {
-                        qp.set_policies(p);
-                    }
-                }
-                s => result = Err(VerbsError::PolicyAfterRtr(s)),
-            })
-            .is_some();
-        if !found {
-            return Err(VerbsError::NoSuchQp(self.shared.qpn));
-        }
-        result
+        self.with_qp(|qp| match qp.state() {
+            QpState::Reset | QpState::Init => {
+                qp.set_policies(policy);
+                Ok(())
+            }
+            s => Err(VerbsError::PolicyAfterRtr(s)),
+        })?
     }
 
     /// ferroce's extension for protocols above UC (SDR): this UC QP's
@@ -714,22 +700,18 @@ impl QueuePair {
         &self,
         sink: Box<dyn ferroce_stack::transport::WriteImmSink>,
     ) -> Result<(), VerbsError> {
-        let mut sink = Some(sink);
-        let mut result = Ok(());
-        let found = self
-            .ctx
+        Ok(self.with_qp(|qp| qp.set_write_imm_sink(Some(sink)).map(|_| ()))??)
+    }
+
+    /// Runs `f` on the transport QP under its engine's lock.
+    fn with_qp<T>(&self, f: impl FnOnce(&mut Qp) -> T) -> Result<T, VerbsError> {
+        self.ctx
             .dev
             .slot(self.shared.qpn)
             .lock()
             .core_mut()
-            .with_qp(self.shared.qpn, |qp| {
-                result = qp.set_write_imm_sink(sink.take()).map(|_| ());
-            })
-            .is_some();
-        if !found {
-            return Err(VerbsError::NoSuchQp(self.shared.qpn));
-        }
-        Ok(result?)
+            .with_qp(self.shared.qpn, f)
+            .ok_or(VerbsError::NoSuchQp(self.shared.qpn))
     }
 
     /// The engine of its device this QP lives on (0 on a device with one engine).
@@ -746,13 +728,7 @@ impl QueuePair {
 
     /// `ibv_query_qp`.
     pub fn query(&self) -> Result<QpAttr, VerbsError> {
-        self.ctx
-            .dev
-            .slot(self.shared.qpn)
-            .lock()
-            .core_mut()
-            .with_qp(self.shared.qpn, |qp| qp.query())
-            .ok_or(VerbsError::NoSuchQp(self.shared.qpn))
+        self.with_qp(|qp| qp.query())
     }
 
     /// This QP's transport counters.

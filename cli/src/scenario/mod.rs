@@ -686,12 +686,12 @@ fn sdr_point(s: &sdr::Setup, out: &sdr::Outcome, lossless_ns: f64, a: &SdrArgs) 
         "rebuilt_chunks": out.rebuilt_chunks,
         "auto_chose_sr": out.auto_sr,
         "auto_chose_ec": out.auto_ec,
-        "auto_last": out.auto_last.map(|(ec, rtt, pc, sr_s, ec_s)| json!({
-            "chose": if ec { "ec" } else { "sr-nack" },
-            "rtt_ms": rtt / 1e6,
-            "p_chunk": pc,
-            "model_sr_mean_ms": sr_s * 1e3,
-            "model_ec_mean_ms": ec_s * 1e3,
+        "auto_last": out.auto_last.map(|d| json!({
+            "chose": if d.ec { "ec" } else { "sr-nack" },
+            "rtt_ms": d.rtt_ns / 1e6,
+            "p_chunk": d.p_chunk,
+            "model_sr_mean_ms": d.sr_mean * 1e3,
+            "model_ec_mean_ms": d.ec_mean * 1e3,
         })),
         "verified": out.verified,
     })

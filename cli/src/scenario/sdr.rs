@@ -166,11 +166,10 @@ pub(crate) struct Outcome {
     pub(crate) resent_chunks: u64,
     pub(crate) fallbacks: u64,
     pub(crate) rebuilt_chunks: u64,
-    /// Messages the automatic choice sent with SR and with EC, and why it chose last:
-    /// (EC?, RTT ns, p_chunk, model's SR mean s, model's EC mean s).
+    /// Messages the automatic choice sent with SR and with EC, and why it chose last.
     pub(crate) auto_sr: u64,
     pub(crate) auto_ec: u64,
-    pub(crate) auto_last: Option<(bool, f64, f64, f64, f64)>,
+    pub(crate) auto_last: Option<ferroce_reliability::sdr::auto::Decision>,
 }
 
 /// Runs one point: `runs` Writes of `size` bytes one after another on one connection.
@@ -404,7 +403,7 @@ pub(crate) fn run_point(s: &Setup) -> Result<Outcome, String> {
     if let Some((a, last)) = tx.auto() {
         out.auto_sr = a.chose_sr;
         out.auto_ec = a.chose_ec;
-        out.auto_last = last.map(|d| (d.ec, d.rtt_ns, d.p_chunk, d.sr_mean, d.ec_mean));
+        out.auto_last = last;
     }
     Ok(out)
 }

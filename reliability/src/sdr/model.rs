@@ -365,11 +365,11 @@ pub fn analytic(s: &Setup, scheme: Scheme) -> Prediction {
     }
 }
 
-/// A small deterministic generator (SplitMix64) for the Monte Carlo runs.
-struct Rng(u64);
+/// A small deterministic generator (SplitMix64) for the Monte Carlo runs (and the tests).
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -378,7 +378,7 @@ impl Rng {
     }
 
     /// Uniform in (0, 1].
-    fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         ((self.next() >> 11) + 1) as f64 / (1u64 << 53) as f64
     }
 

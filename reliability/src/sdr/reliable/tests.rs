@@ -39,21 +39,11 @@ enum Item {
     Ack(Vec<u8>),
 }
 
-/// A tiny seeded generator (SplitMix64), so a failing case replays.
-struct Rng(u64);
+/// The model's seeded generator (SplitMix64), so a failing case replays.
+use super::super::model::Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn chance(&mut self, p: f64) -> bool {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 * 1.0 < p
-    }
+fn chance(rng: &mut Rng, p: f64) -> bool {
+    rng.unit() <= p && p > 0.0
 }
 
 fn layout() -> RecvConfig {
@@ -159,15 +149,15 @@ fn run_full(cfg: ReliableConfig, lens: &[u64], wire: Wire, seed: u64, streaming:
                         Access::NONE,
                     )
                     .unwrap();
-                    let copies = if rng.chance(wire.loss) {
+                    let copies = if chance(&mut rng, wire.loss) {
                         0
-                    } else if rng.chance(wire.duplicate) {
+                    } else if chance(&mut rng, wire.duplicate) {
                         2
                     } else {
                         1
                     };
                     for _ in 0..copies {
-                        let late = if rng.chance(wire.reorder) {
+                        let late = if chance(&mut rng, wire.reorder) {
                             RTT / 20
                         } else {
                             0
@@ -208,7 +198,7 @@ fn run_full(cfg: ReliableConfig, lens: &[u64], wire: Wire, seed: u64, streaming:
             }
             rx.poll(now, &TableMemory { mem: &rxm, pd: PD });
             while let Some(a) = rx.poll_control(now) {
-                if !rng.chance(wire.ack_loss) {
+                if !chance(&mut rng, wire.ack_loss) {
                     items.push(Some(Item::Ack(a)));
                     order += 1;
                     wire_q.push(Reverse((now + RTT / 2, order, items.len() - 1)));

@@ -680,6 +680,20 @@ impl Qp {
         }
     }
 
+    /// The peer sends from its other address, and no longer from this one: it moved, and
+    /// replies follow.
+    #[cold]
+    fn follow_peer(&mut self, now: u64, pkt: &RocePacket<'_>) {
+        let damping = self.damping_ns();
+        let live = matches!(self.cx.state, QpState::Rts | QpState::Sqd);
+        let Some(p) = self.cx.ext.as_mut().and_then(|e| e.paths.as_mut()) else {
+            return;
+        };
+        if p.peer_moved(pkt.repr.eth.src, now, damping / 8) && live && !p.damped(now, damping) {
+            self.migrate(now, true);
+        }
+    }
+
     fn damping_ns(&self) -> u64 {
         self.cx.ack_timeout_ns.map_or(1_000_000, |t| t.get())
     }
@@ -892,14 +906,8 @@ impl Qp {
     pub fn handle_packet(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &mut MrTable) {
         self.cx.counters.rx_packets += 1;
         self.cx.counters.rx_bytes += pkt.frame_len() as u64;
-        let damping = self.damping_ns();
-        let live = matches!(self.cx.state, QpState::Rts | QpState::Sqd);
-        if let Some(p) = self.cx.ext.as_mut().and_then(|e| e.paths.as_mut()) {
-            // The peer sends from its other address, and no longer from this one: it moved,
-            // and replies follow.
-            if p.peer_moved(pkt.repr.eth.src, now, damping / 8) && live && !p.damped(now, damping) {
-                self.migrate(now, true);
-            }
+        if self.cx.paths().is_some() {
+            self.follow_peer(now, pkt);
         }
         let op = pkt.repr.bth.opcode;
         if op == Opcode::CNP
