@@ -159,8 +159,8 @@ fn bench(c: &mut Criterion) {
         dmac: MacAddr([2, 0, 0, 0, 1, 2]),
         ..r.lo.a.query().ah_attr
     };
-    r.lo.a.set_alternate_path(alt, 2).unwrap();
-    r.lo.b.set_alternate_path(alt, 2).unwrap();
+    r.lo.a.set_alternate_path(alt, 2, 16).unwrap();
+    r.lo.b.set_alternate_path(alt, 2, 16).unwrap();
     g.throughput(Throughput::Elements(SMALL));
     g.bench_function("64B_messages", |b| b.iter(|| writes(&mut r, SMALL, 64)));
     g.finish();
@@ -171,8 +171,8 @@ fn bench(c: &mut Criterion) {
 fn idle_qp_bytes_with_alternate() -> usize {
     idle_bytes(|a, b| {
         let av = a.query().ah_attr;
-        a.set_alternate_path(av, 2).unwrap();
-        b.set_alternate_path(av, 2).unwrap();
+        a.set_alternate_path(av, 2, 16).unwrap();
+        b.set_alternate_path(av, 2, 16).unwrap();
     })
 }
 

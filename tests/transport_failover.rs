@@ -543,3 +543,146 @@ fn an_alternate_path_changes_nothing_on_the_wire_without_a_fault() {
         "the wire differs with an alternate path configured"
     );
 }
+
+/// The pair with no alternate path set: each QP offers its device's other port in band
+/// (`PATH_CONTROL` announce at RTS, answered by a reply), takes the peer's as its alternate,
+/// and a fault then moves both ends as if the paths had been set by hand.
+#[test]
+fn the_peers_other_port_is_learned_in_band() {
+    let (mut w, r) = rails(3, LinkModel::new(100_000_000_000, 2_000), MEM);
+    for (h, &qpn) in QPN.iter().enumerate() {
+        let local = ferroce::stack::transport::LocalPort {
+            port: 1,
+            mac: ferroce::drivers::Port::mac(w.hosts[h].port(1)),
+            ip: w.hosts[h].ip.into(),
+        };
+        w.hosts[h].insert_qp(Qp::new(QpConfig::new(Qpn::new(qpn), QpType::Rc, PD)), 0);
+        w.hosts[h].qp(qpn).offer_alternate_port(local);
+    }
+    let data: Vec<u8> = (0..65536).map(|i| (i * 7 + 1) as u8).collect();
+    w.hosts[0].write(SRC, &data);
+    let o = ConnOpts {
+        timeout: 5,
+        ..ConnOpts::default()
+    };
+    // Host 0 reaches RTS first: its announce finds host 1's QP in RESET and is dropped;
+    // host 1's, at its RTS, reaches host 0 and is answered.
+    w.bring_up((0, QPN[0]), (1, QPN[1]), (100, 200), &o);
+    assert!(w.drive());
+    w.bring_up((1, QPN[1]), (0, QPN[0]), (200, 100), &o);
+    assert!(w.drive());
+    for (h, &qpn) in QPN.iter().enumerate() {
+        let s = w.hosts[h].qp(qpn).path_control_stats();
+        assert!(
+            s.received >= 1 && s.sent >= 1 && s.clamped == 0,
+            "host {h}: {s:?}"
+        );
+        assert_eq!(w.hosts[h].qp(qpn).active_port(), Some(0), "host {h}");
+    }
+    // Host 1's NIC on rail 0 fails mid-stream: host 1 moves on the link event and says so
+    // on rail 1, and host 0 follows on that message (its last ACK on rail 0 is too recent
+    // for silence to say so), with no ACK timeout of its own.
+    w.fabric
+        .fail_port(r.hosts[1], 0, w.fabric.now() + 100_000, u64::MAX / 4);
+    for id in 0..64 {
+        post(
+            &mut w,
+            0,
+            id,
+            &Op::Write {
+                src: 0,
+                dst: WRITES + 65536 * id as usize,
+                len: 65536,
+            },
+        );
+    }
+    assert!(w.drive_until(w.fabric.now() + 2_000_000));
+    let c = &w.hosts[0].completions;
+    assert_eq!(c.len(), 64);
+    assert!(c.iter().all(|c| c.status == WcStatus::Success), "{c:?}");
+    assert_eq!(w.hosts[0].qp(QPN[0]).active_port(), Some(1));
+    assert_eq!(w.hosts[1].qp(QPN[1]).active_port(), Some(1));
+    assert_eq!(w.hosts[0].qp(QPN[0]).path_control_stats().followed, 1);
+    assert_eq!(w.hosts[0].qp(QPN[0]).counters().local_ack_timeout_err, 0);
+    for id in 0..64 {
+        let dst = WRITES + 65536 * id;
+        assert_eq!(w.hosts[1].read(dst, 65536), data, "write {id}");
+    }
+}
+
+/// A QP that keeps more atomics outstanding than the peer keeps results for replay gets no
+/// alternate path: a resend after a move could run an atomic twice.
+#[test]
+fn an_alternate_path_needs_a_replay_cache_as_deep_as_the_atomics_outstanding() {
+    let (mut w, _r) = setup(5);
+    let av = w.hosts[0].qp(QPN[0]).query().ah_attr;
+    let qp = w.hosts[0].qp(QPN[0]);
+    let depth = qp.query().max_rd_atomic;
+    let err = qp.set_alternate_path(av, 2, depth - 1).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ferroce::stack::transport::ModifyError::ReplayTooShallow { .. }
+        ),
+        "{err}"
+    );
+    assert!(qp.set_alternate_path(av, 2, depth).is_ok());
+}
+
+/// An announce from a peer whose replay cache is shallower than this QP's atomic depth: the
+/// alternate is taken and the QP's `max_rd_atomic` lowered to the peer's
+/// `max_dest_rd_atomic`, so a resend after a move stays exactly-once (perftest's WRITE server
+/// leaves its depth at the default and the client's replay depth at 0). A malformed path
+/// control payload changes nothing.
+#[test]
+fn an_announce_from_a_shallow_peer_lowers_the_atomic_depth() {
+    use ferroce::stack::transport::loopback::{connect, drain_frames};
+    use ferroce::stack::transport::{LocalPort, MrTable, QpAttr, QpState};
+    use ferroce::stack::wire::{Checks, MacAddr, RoceRepr};
+    let mut a = Qp::new(QpConfig::new(Qpn::new(0x11), QpType::Rc, PD));
+    let mut b = Qp::new(QpConfig::new(Qpn::new(0x22), QpType::Rc, PD));
+    // Each end keeps 2 atomic results for replay and would keep 16 atomics outstanding.
+    let attr = QpAttr {
+        max_rd_atomic: 16,
+        max_dest_rd_atomic: 2,
+        ..QpAttr::default()
+    };
+    connect(&mut a, &mut b, &attr).unwrap();
+    assert_eq!(a.query().max_rd_atomic, 16);
+    let port = |n: u8| LocalPort {
+        port: 1,
+        mac: MacAddr([2, 0, 0, 0, 1, n]),
+        ip: std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 1, n)),
+    };
+    a.offer_alternate_port(port(1));
+    b.offer_alternate_port(port(2));
+    let mem = MrTable::new(1);
+    let mut mem_b = MrTable::new(2);
+    let mut mem_a = MrTable::new(3);
+    for _ in 0..3 {
+        for f in drain_frames(&mut a, &mem, 0) {
+            b.handle_packet(0, &RoceRepr::parse(&f, Checks::ALL).unwrap(), &mut mem_b);
+        }
+        for f in drain_frames(&mut b, &mem, 0) {
+            a.handle_packet(0, &RoceRepr::parse(&f, Checks::ALL).unwrap(), &mut mem_a);
+        }
+    }
+    for q in [&a, &b] {
+        assert_eq!(q.path_control_stats().clamped, 1);
+        assert_eq!(q.query().max_rd_atomic, 2);
+    }
+    assert_eq!(a.active_port(), Some(0));
+    assert_eq!(b.active_port(), Some(0));
+    assert!(a.path_control_stats().received >= 1 && b.path_control_stats().received >= 1);
+    // A path control packet with a payload that does not parse: dropped, nothing moves.
+    let before = b.counters().rx_dropped;
+    a.offer_alternate_port(port(1));
+    let mut f = drain_frames(&mut a, &mem, 0).remove(0);
+    let at = f.len() - 4 - 28; // the payload, before the ICRC
+    f[at] = 0x7f;
+    ferroce::stack::wire::sample::reseal(&mut f);
+    b.handle_packet(0, &RoceRepr::parse(&f, Checks::ALL).unwrap(), &mut mem_b);
+    assert_eq!(b.counters().rx_dropped, before + 1);
+    assert_eq!(b.state(), QpState::Rts);
+    assert_eq!(b.active_port(), Some(0));
+}

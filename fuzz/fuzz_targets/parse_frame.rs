@@ -4,11 +4,17 @@
 //! parses back to the same headers and payload.
 #![no_main]
 
-use ferroce_stack::wire::{Checks, RoceRepr};
+use ferroce_stack::wire::{Checks, PathControl, RoceRepr};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let _ = RoceRepr::parse(data, Checks::NONE);
+    // ferroce's path control payload: what parses emits back to the same bytes.
+    if let Ok(c) = PathControl::parse(data) {
+        let mut out = [0u8; PathControl::LEN];
+        c.emit(&mut out);
+        assert_eq!(&out[..], &data[..PathControl::LEN]);
+    }
     if let Ok(p) = RoceRepr::parse(data, Checks::ALL) {
         let _ = p.icrc_check();
         let mut buf = vec![0u8; p.repr.buffer_len()];

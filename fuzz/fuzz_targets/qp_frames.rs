@@ -6,9 +6,9 @@
 
 use ferroce_stack::transport::hostile::{EagerPlacing, Target};
 use ferroce_stack::transport::{
-    Access, Feedback, Mtu, Payload, QpAttr, QpType, RecvWr, SendWr, Sge, WrOpcode,
+    Access, Feedback, LocalPort, Mtu, Payload, QpAttr, QpType, RecvWr, SendWr, Sge, WrOpcode,
 };
-use ferroce_stack::wire::{Checks, Qpn, RoceRepr};
+use ferroce_stack::wire::{Checks, MacAddr, Qpn, RoceRepr};
 use libfuzzer_sys::fuzz_target;
 
 const GUARD: usize = 256;
@@ -49,6 +49,16 @@ fuzz_target!(|data: &[u8]| {
     };
     let keys = target.keys;
     let (qp, table) = (&mut target.qp, &mut target.mem);
+    // Half the runs: a QP with another port to announce, so PATH_CONTROL announces (taking an
+    // alternate path, lowering the atomic depth) and moves (migrating, resending) are
+    // reachable from the wire.
+    if kind & 0x40 != 0 {
+        qp.offer_alternate_port(LocalPort {
+            port: 1,
+            mac: MacAddr([2, 0, 0, 0, 1, 1]),
+            ip: std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 1, 1)),
+        });
+    }
     for i in 0..4u64 {
         let s = [Sge {
             addr: 512 * i,

@@ -169,10 +169,10 @@ pub unsafe extern "C" fn ferroce_ibv_query_device(
 symver!(ferroce_ibv_query_device => "ibv_query_device" @ "IBVERBS_1.1");
 
 /// The attributes of port 1.
-pub(crate) fn port_attr(ctx: &Context) -> ffi::ibv_port_attr {
-    let p = ctx.verbs.query_port();
+pub(crate) fn port_attr(ctx: &Context, port: u8) -> Option<ffi::ibv_port_attr> {
+    let p = ctx.verbs.query_port_num(port).ok()?;
     let active = p.state == PortState::Active;
-    ffi::ibv_port_attr {
+    Some(ffi::ibv_port_attr {
         state: if active {
             ffi::IBV_PORT_ACTIVE
         } else {
@@ -192,7 +192,7 @@ pub(crate) fn port_attr(ctx: &Context) -> ffi::ibv_port_attr {
         phys_state: if active { 5 } else { 3 },
         link_layer: ffi::IBV_LINK_LAYER_ETHERNET as u8,
         ..Default::default()
-    }
+    })
 }
 
 /// `ibv_query_port`: writes the legacy 48 bytes (the header's inline wrapper zeroes the
@@ -210,10 +210,9 @@ pub unsafe extern "C" fn ferroce_ibv_query_port(
     let (Some(c), false) = (unsafe { context(ctx) }, attr.is_null()) else {
         return libc::EINVAL;
     };
-    if port != 1 {
+    let Some(a) = port_attr(c, port) else {
         return libc::EINVAL;
-    }
-    let a = port_attr(c);
+    };
     // SAFETY: `a` is a whole `ibv_port_attr` (larger than 48 bytes); `attr` has room for
     // the legacy 48 per the contract; the two do not overlap.
     unsafe {
@@ -242,10 +241,10 @@ pub unsafe extern "C" fn ferroce_ibv_query_gid(
     let (Some(c), false) = (unsafe { context(ctx) }, gid.is_null()) else {
         return -1;
     };
-    if port != 1 || index < 0 {
+    if index < 0 {
         return -1;
     }
-    let Ok(g) = c.verbs.query_gid(index as u32) else {
+    let Ok(g) = c.verbs.query_gid_on(port, index as u32) else {
         return -1;
     };
     // SAFETY: `gid` points to 16 writable bytes per the contract.
@@ -270,7 +269,7 @@ pub unsafe extern "C" fn ferroce_ibv_query_gid_type(
     let (Some(c), false) = (unsafe { context(ctx) }, kind.is_null()) else {
         return libc::EINVAL;
     };
-    if port != 1 || c.verbs.query_gid(index).is_err() {
+    if c.verbs.query_gid_on(port, index).is_err() {
         return libc::EINVAL;
     }
     // SAFETY: per the contract.

@@ -93,13 +93,19 @@ pub unsafe extern "C" fn ferroce__ibv_query_gid_ex(
     let Some(c) = (unsafe { context(ctx) }) else {
         return libc::EINVAL;
     };
-    if entry.is_null() || entry_size < size_of::<ffi::ibv_gid_entry>() || port_num != 1 {
+    let Ok(port) = u8::try_from(port_num) else {
+        return libc::EINVAL;
+    };
+    if entry.is_null()
+        || entry_size < size_of::<ffi::ibv_gid_entry>()
+        || c.verbs.query_port_num(port).is_err()
+    {
         return libc::EINVAL;
     }
-    let Ok(gid) = c.verbs.query_gid(gid_index) else {
+    let Ok(gid) = c.verbs.query_gid_on(port, gid_index) else {
         return libc::ENODATA;
     };
-    let ifindex = crate::neigh::interface(&c.dev.spec)
+    let ifindex = crate::neigh::interface_of(&c.dev.spec, port)
         .and_then(|i| std::ffi::CString::new(i).ok())
         // SAFETY: a NUL-terminated name.
         .map_or(0, |i| unsafe { libc::if_nametoindex(i.as_ptr()) });
@@ -128,7 +134,11 @@ pub unsafe extern "C" fn ferroce_ibv_query_pkey(
     pkey: *mut u16,
 ) -> c_int {
     // SAFETY: per the contract.
-    if unsafe { context(ctx) }.is_none() || pkey.is_null() || port != 1 || index != 0 {
+    // SAFETY: per the contract.
+    let Some(c) = (unsafe { context(ctx) }) else {
+        return -1;
+    };
+    if pkey.is_null() || c.verbs.query_port_num(port).is_err() || index != 0 {
         return -1;
     }
     // SAFETY: per the contract.

@@ -15,12 +15,23 @@ use ferroce_stack::wire::MacAddr;
 /// How long to wait for the kernel to resolve an address.
 const PATIENCE: Duration = Duration::from_secs(3);
 
-/// The interface a device specification sends through, if it is a Linux interface.
+/// The interface a device specification sends through (port 1's), if it is a Linux
+/// interface.
 pub fn interface(spec: &str) -> Option<&str> {
-    spec.strip_prefix("afpacket:").or_else(|| {
-        spec.strip_prefix("tap:")
-            .map(|s| s.split('@').next().unwrap_or(s))
-    })
+    interface_of(spec, 1)
+}
+
+/// The interface of port `port` (from 1) of a device specification, if it is a Linux
+/// interface (`afpacket:veth0,veth1` has two).
+pub fn interface_of(spec: &str, port: u8) -> Option<&str> {
+    let i = usize::from(port.checked_sub(1)?);
+    if let Some(rest) = spec.strip_prefix("afpacket:") {
+        let ifaces = rest.split_whitespace().next()?;
+        return ifaces.split(',').nth(i);
+    }
+    spec.strip_prefix("tap:")
+        .filter(|_| i == 0)
+        .map(|s| s.split('@').next().unwrap_or(s))
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff`.

@@ -516,18 +516,21 @@ pub(crate) fn path_of(c: &Context, a: &ffi::ibv_ah_attr) -> Result<AddressVector
         );
         return Err(libc::EINVAL);
     }
-    if a.port_num > 1 || a.grh.sgid_index != 0 {
+    // Port 0 in an address handle means port 1 (libibverbs programs leave it unset).
+    let port = a.port_num.max(1);
+    if c.verbs.query_port_num(port).is_err() || a.grh.sgid_index != 0 {
         return Err(libc::EINVAL);
     }
     // SAFETY: every 16-byte pattern is a valid `raw` view of the union.
     let gid = Gid(unsafe { a.grh.dgid.raw });
     let ip = gid.ip();
-    let own = Gid::from_ip(ip) == c.verbs.query_gid(0).map_err(|_| libc::EINVAL)?;
-    let mac = if own {
-        Some(c.verbs.mac())
+    let own = (1..=c.verbs.query_device().phys_port_cnt)
+        .find(|&p| c.verbs.query_gid_on(p, 0).ok() == Some(Gid::from_ip(ip)));
+    let mac = if let Some(p) = own {
+        c.verbs.port_mac(p).ok()
     } else {
         crate::neigh::configured(ip).or_else(|| {
-            crate::neigh::interface(&c.dev.spec).and_then(|i| crate::neigh::resolve(i, ip))
+            crate::neigh::interface_of(&c.dev.spec, port).and_then(|i| crate::neigh::resolve(i, ip))
         })
     };
     let Some(mac) = mac else {
@@ -537,7 +540,7 @@ pub(crate) fn path_of(c: &Context, a: &ffi::ibv_ah_attr) -> Result<AddressVector
         );
         return Err(libc::EHOSTUNREACH);
     };
-    let mut av = c.verbs.path_to(gid, mac);
+    let mut av = c.verbs.path_on(port, gid, mac).map_err(|_| libc::EINVAL)?;
     av.hop_limit = a.grh.hop_limit;
     av.traffic_class = a.grh.traffic_class;
     av.flow_label = a.grh.flow_label;

@@ -171,8 +171,18 @@ fn to_attr(q: &Qp, a: &ffi::ibv_qp_attr, mask: AttrMask) -> Result<QpAttr, c_int
     if mask.contains(AttrMask::PATH_MTU) {
         out.path_mtu = mtu(a.path_mtu).ok_or(libc::EINVAL)?;
     }
-    if mask.contains(AttrMask::PORT) && a.port_num != 1 {
-        return Err(libc::EINVAL);
+    if mask.contains(AttrMask::PORT) {
+        // SAFETY: QPs are made with a live context.
+        let c = unsafe { owner(q.ibv.context) };
+        if c.verbs.query_port_num(a.port_num).is_err() {
+            eprintln!(
+                "ferroce: port {} does not exist (the device has {})",
+                a.port_num,
+                c.verbs.query_device().phys_port_cnt
+            );
+            return Err(libc::EINVAL);
+        }
+        out.port_num = a.port_num;
     }
     if mask.contains(AttrMask::AV) {
         // SAFETY: QPs are made with a live context.
@@ -192,6 +202,36 @@ fn to_attr(q: &Qp, a: &ffi::ibv_qp_attr, mask: AttrMask) -> Result<QpAttr, c_int
     out.min_rnr_timer = a.min_rnr_timer;
     out.dest_qp_num = Qpn::new(a.dest_qp_num & 0xff_ffff);
     Ok(out)
+}
+
+/// The environment variable that picks how a QP on a device with two ports survives one
+/// failing: `native` (the default: ferroce's own failover, in band with a ferroce peer) or
+/// `none`.
+pub const FAILOVER_ENV: &str = "FERROCE_FAILOVER";
+
+/// On a device with two ports, a connected QP entering RTR offers its other port to the
+/// peer (see [`QueuePair::offer_alternate_port`](ferroce_verbs::QueuePair)): programs
+/// written for one port (perftest) get native failover with a ferroce peer unchanged.
+fn offer_failover(q: &Qp) {
+    // SAFETY: QPs are made with a live context.
+    let c = unsafe { owner(q.ibv.context) };
+    if c.verbs.query_device().phys_port_cnt < 2 || q.ibv.qp_type == ffi::IBV_QPT_UD {
+        return;
+    }
+    match std::env::var(FAILOVER_ENV).as_deref() {
+        Ok("none") => return,
+        Ok("native") | Err(_) => {}
+        Ok(other) => {
+            eprintln!(
+                "ferroce: {FAILOVER_ENV}={other} is not a scheme (native or none); using native"
+            );
+        }
+    }
+    let primary = q.qp.query().map_or(1, |a| a.port_num.max(1));
+    let other = if primary == 1 { 2 } else { 1 };
+    if let Err(e) = q.qp.offer_alternate_port(other) {
+        eprintln!("ferroce: QP {:#x}: no failover: {e}", q.ibv.qp_num);
+    }
 }
 
 /// `ibv_modify_qp`: the spec's transition rules, as ferroce's QP enforces them; a refusal
@@ -219,6 +259,9 @@ pub unsafe extern "C" fn ferroce_ibv_modify_qp(
             if mask.contains(AttrMask::STATE) {
                 // SAFETY: the program's own QP header; libibverbs updates it the same way.
                 unsafe { (*qp).state = a.qp_state };
+                if attr.qp_state == QpState::Rtr {
+                    offer_failover(q);
+                }
             }
             0
         }
@@ -270,7 +313,7 @@ pub unsafe extern "C" fn ferroce_ibv_query_qp(
         max_rd_atomic: x.max_rd_atomic,
         max_dest_rd_atomic: x.max_dest_rd_atomic,
         min_rnr_timer: x.min_rnr_timer,
-        port_num: 1,
+        port_num: x.port_num.max(1),
         timeout: x.timeout,
         retry_cnt: x.retry_cnt,
         rnr_retry: x.rnr_retry,

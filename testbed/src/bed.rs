@@ -134,9 +134,11 @@ impl<P: Port> Testbed<P> {
         let peer = &self.hosts[ph];
         let peer_mac = peer.port(peer_alt_port).mac();
         let av = self.hosts[h].av_from(alt_port, peer_mac, peer.ip);
+        // The testbed's QPs all keep the same atomic depth both ways.
+        let depth = self.hosts[h].qp(qpn).query().max_dest_rd_atomic;
         self.hosts[h]
             .qp(qpn)
-            .set_alternate_path(av, alt_port as u8 + 1)
+            .set_alternate_path(av, alt_port as u8 + 1, depth)
             .expect("an alternate path at RTS");
     }
 

@@ -37,6 +37,12 @@ pub struct Endpoint {
     /// What this end offers beyond IBTA (a recovery scheme, later SDR or a congestion
     /// control and their parameters); the connection uses what both offer ([`negotiate`]).
     pub offers: Capabilities,
+    /// Its device's second port, GID and MAC, when it has one: where native failover
+    /// reaches it ([`connect_qp`] makes it the alternate path when both ends have one).
+    pub alt: Option<(Gid, MacAddr)>,
+    /// Its responder's atomic replay depth (`max_dest_rd_atomic`): native failover is
+    /// exactly-once only if the peer's `max_rd_atomic` is no more.
+    pub rd_atomic: u8,
 }
 
 /// Capability kinds of the exchange. A kind this build does not know is carried and
@@ -178,9 +184,12 @@ pub fn negotiate(mine: &Endpoint, peer: &Endpoint) -> Agreement {
 
 /// First bytes of an exchange message, so a peer speaking something else (or an older
 /// exchange: `FERROCE2` carried one offers byte) is caught.
-const MAGIC: &[u8; 8] = b"FERROCE3";
-/// Bytes of the fixed part of an encoded endpoint, before the capability count.
-const FIXED_LEN: usize = 8 + 4 + 4 + 16 + 6 + 8 + 8 + 4;
+const MAGIC: &[u8; 8] = b"FERROCE4";
+/// Bytes of the fixed part of an encoded endpoint, before the capability count: magic, QPN,
+/// PSN, GID, MAC, region, then the second port (a flag, GID, MAC) and the replay depth.
+const FIXED_LEN: usize = 8 + 4 + 4 + 16 + 6 + 8 + 8 + 4 + 1 + 16 + 6 + 1;
+/// Where the second port's flag starts.
+const ALT_AT: usize = 58;
 /// Bytes of one encoded capability: kind, then the parameter big-endian.
 const CAPABILITY_LEN: usize = 1 + 4;
 /// Bytes of one encoded endpoint: the fixed part, the capability count, and room for
@@ -200,6 +209,8 @@ impl Endpoint {
             len: mr.len() as u64,
             rkey: mr.rkey(),
             offers: Capabilities::NONE,
+            alt: ctx.query_gid_on(2, 0).ok().zip(ctx.port_mac(2).ok()),
+            rd_atomic: ConnectOpts::default().rd_atomic,
         }
     }
 
@@ -214,6 +225,12 @@ impl Endpoint {
         b[38..46].copy_from_slice(&self.addr.to_be_bytes());
         b[46..54].copy_from_slice(&self.len.to_be_bytes());
         b[54..58].copy_from_slice(&self.rkey.to_be_bytes());
+        if let Some((gid, mac)) = self.alt {
+            b[ALT_AT] = 1;
+            b[ALT_AT + 1..ALT_AT + 17].copy_from_slice(&gid.0);
+            b[ALT_AT + 17..ALT_AT + 23].copy_from_slice(&mac.0);
+        }
+        b[ALT_AT + 23] = self.rd_atomic;
         b[FIXED_LEN] = self.offers.len;
         for (i, c) in self.offers.iter().enumerate() {
             let at = FIXED_LEN + 1 + i * CAPABILITY_LEN;
@@ -249,6 +266,17 @@ impl Endpoint {
         gid.copy_from_slice(&b[16..32]);
         let mut mac = [0u8; 6];
         mac.copy_from_slice(&b[32..38]);
+        let alt = match b[ALT_AT] {
+            0 => None,
+            1 => {
+                let mut g = [0u8; 16];
+                g.copy_from_slice(&b[ALT_AT + 1..ALT_AT + 17]);
+                let mut m = [0u8; 6];
+                m.copy_from_slice(&b[ALT_AT + 17..ALT_AT + 23]);
+                Some((Gid(g), MacAddr(m)))
+            }
+            _ => return None,
+        };
         Some(Self {
             qpn: u32_at(8),
             psn: u32_at(12),
@@ -258,6 +286,8 @@ impl Endpoint {
             len: u64_at(46),
             rkey: u32_at(54),
             offers,
+            alt,
+            rd_atomic: b[ALT_AT + 23],
         })
     }
 }
@@ -526,6 +556,15 @@ pub fn connect_qp(
         ..QpAttr::default()
     };
     ferroce_stack::transport::bring_up(qp.qp_type(), &attr, |a, m| qp.modify(a, m))?;
+    // Both ends with a second port: native failover between them. A QP keeping more
+    // atomics outstanding than the peer's replay cache holds gets none (and says why).
+    if let (Some((gid, mac)), true, false) = (
+        peer.alt,
+        ctx.query_device().phys_port_cnt > 1,
+        qp.qp_type() == ferroce_stack::transport::QpType::Ud,
+    ) {
+        qp.set_alternate_path(2, gid, mac, peer.rd_atomic)?;
+    }
     Ok(())
 }
 
@@ -543,6 +582,8 @@ mod tests {
             len: 4096,
             rkey: 0xdead_beef,
             offers,
+            alt: Some((Gid([9; 16]), MacAddr([2, 0, 0, 0, 1, 9]))),
+            rd_atomic: 8,
         }
     }
 

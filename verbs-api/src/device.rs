@@ -77,6 +77,8 @@ pub(crate) struct Device {
     homes: Arc<QpEngines>,
     pub(crate) mac: MacAddr,
     pub(crate) ip: IpAddr,
+    /// Every port's MAC and address, port 1 first (`mac` and `ip` are port 1's).
+    pub(crate) ports: Vec<(MacAddr, IpAddr)>,
     pub(crate) eth_mtu: usize,
     pub(crate) next_qpn: AtomicU32,
     pub(crate) next_id: AtomicU32,
@@ -129,6 +131,7 @@ impl Device {
             homes,
             mac,
             ip,
+            ports: vec![(mac, ip)],
             eth_mtu,
             // QPN 0 and 1 are special in IBTA (SMI/GSI); start above them.
             next_qpn: AtomicU32::new(0x100 + (key_seed as u32 & 0xff) * 0x100),
@@ -140,6 +143,32 @@ impl Device {
             control: std::sync::OnceLock::new(),
             cores: std::sync::OnceLock::new(),
         })
+    }
+
+    /// A device with several ports on one engine (`ips[i]` is port i+1's address): a QP
+    /// with an alternate path sends on its active port (native failover).
+    pub(crate) fn multi_port<P: Port + Send + 'static>(
+        name: String,
+        ports: Vec<P>,
+        ips: Vec<IpAddr>,
+        key_seed: u64,
+        sim: Option<Arc<SimClock>>,
+    ) -> Arc<Self> {
+        assert_eq!(ports.len(), ips.len(), "an address per port");
+        let addrs: Vec<_> = ports
+            .iter()
+            .map(Port::mac)
+            .zip(ips.iter().copied())
+            .collect();
+        let mut engine = Engine::with_ports(ports, key_seed);
+        if sim.is_none() {
+            engine.set_clock_stride(32);
+        }
+        let mut dev = Self::with_engines(name, vec![Box::new(engine)], ips[0], key_seed, sim);
+        Arc::get_mut(&mut dev)
+            .expect("a new device has no other owner")
+            .ports = addrs;
+        dev
     }
 
     /// The first engine: the one that owns the port's link and makes memory keys.

@@ -20,6 +20,14 @@ pub enum VerbsError {
     /// A GID index other than 0.
     #[error("GID index {0} is out of range (the port has one GID)")]
     GidIndex(u32),
+    /// A port number the device does not have.
+    #[error("port {port} does not exist (the device has {ports}; ports count from 1)")]
+    NoSuchPort {
+        /// The port asked for.
+        port: u8,
+        /// Ports the device has.
+        ports: u8,
+    },
     /// The port could not map the registered memory for sending in place.
     #[error("memory registration failed: {0}")]
     Map(#[from] ferroce_drivers::MapError),

@@ -290,6 +290,8 @@ impl SdrQp {
             len: 0,
             rkey: 0,
             offers: crate::connect::Capabilities::NONE,
+            alt: None,
+            rd_atomic: o.rd_atomic,
         };
         let opts = ConnectOpts {
             access: Access::REMOTE_WRITE,

@@ -62,6 +62,51 @@ impl SimNet {
         ))
     }
 
+    /// Two hosts with two ports each, as devices `sim:a` (10.0.0.1 on port 1, 10.0.1.1 on
+    /// port 2) and `sim:b` (10.0.0.2, 10.0.1.2): port 1 of both on one link, port 2 on
+    /// another, `model` on each — two rails, for native failover between ports. `link()`
+    /// is rail 1's link; [`rail_links`](Self::rail_links) has both.
+    pub fn rails(
+        seed: u64,
+        model: LinkModel,
+        eth_mtu: usize,
+    ) -> Result<(Self, [LinkId; 2], Context, Context), VerbsError> {
+        let mut b = FabricBuilder::new(seed);
+        b.mtu(eth_mtu).rx_ring(1 << 16);
+        let ha = b.host("a", 2);
+        let hb = b.host("b", 2);
+        let l0 = b.link((ha, 0), (hb, 0), model.clone());
+        let l1 = b.link((ha, 1), (hb, 1), model);
+        let fabric = b
+            .build()
+            .map_err(|e| VerbsError::Open(format!("cannot build the simulated fabric: {e}")))?;
+        let ports = |h| vec![fabric.port(h, 0), fabric.port(h, 1)];
+        let (pa, pb) = (ports(ha), ports(hb));
+        let clock = Arc::new(SimClock {
+            fabric,
+            devices: Mutex::new(Vec::new()),
+        });
+        let ips = |n| {
+            vec![
+                IpAddr::V4(Ipv4Addr::new(10, 0, 0, n)),
+                IpAddr::V4(Ipv4Addr::new(10, 0, 1, n)),
+            ]
+        };
+        let da = Device::multi_port("sim:a".into(), pa, ips(1), seed ^ 0xa, Some(clock.clone()));
+        let db = Device::multi_port("sim:b".into(), pb, ips(2), seed ^ 0xb, Some(clock.clone()));
+        {
+            let mut d = clock.devices.lock().unwrap_or_else(|e| e.into_inner());
+            d.push(Arc::downgrade(&da));
+            d.push(Arc::downgrade(&db));
+        }
+        Ok((
+            Self { clock, link: l0 },
+            [l0, l1],
+            Context { dev: da },
+            Context { dev: db },
+        ))
+    }
+
     /// Virtual time now, in nanoseconds.
     pub fn now(&self) -> u64 {
         self.clock.fabric.now()

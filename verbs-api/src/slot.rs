@@ -37,6 +37,10 @@ pub(crate) trait DeviceEngine: Send {
     fn core_mut(&mut self) -> &mut EngineCore;
     fn port(&self) -> &dyn Port;
     fn port_mut(&mut self) -> &mut dyn Port;
+    /// The device's ports this engine drives (one, or every port of a multi-port device).
+    fn port_count(&self) -> usize;
+    fn port_at(&self, i: usize) -> &dyn Port;
+    fn port_at_mut(&mut self, i: usize) -> &mut dyn Port;
 }
 
 impl<P: Port + Send> DeviceEngine for Engine<P> {
@@ -54,6 +58,15 @@ impl<P: Port + Send> DeviceEngine for Engine<P> {
     }
     fn port_mut(&mut self) -> &mut dyn Port {
         Self::port_mut(self)
+    }
+    fn port_count(&self) -> usize {
+        self.ports().len()
+    }
+    fn port_at(&self, i: usize) -> &dyn Port {
+        &self.ports()[i]
+    }
+    fn port_at_mut(&mut self, i: usize) -> &mut dyn Port {
+        &mut self.ports_mut()[i]
     }
 }
 
@@ -90,6 +103,10 @@ impl EngineSlot {
 /// Longest an idle engine thread sleeps without a deadline or a frame: a bound on how late
 /// it notices something nobody woke it for.
 const MAX_SLEEP: Duration = Duration::from_millis(100);
+
+/// Longest a multi-port engine thread sleeps: how late, at worst, an idle device notices a
+/// port's link going down or coming back.
+const LINK_SLEEP: Duration = Duration::from_millis(1);
 
 /// Idle turns an engine thread takes before it sleeps: enough for the frames of a burst
 /// still on their way, few enough that the thread does not hold a core that a program
@@ -230,11 +247,19 @@ impl EngineSlot {
     /// descriptor (DPDK), or an engine that shares its port's queues with others, is polled
     /// without sleeping (yielding when idle).
     pub(crate) fn run(&self, stop: &AtomicBool, shares_port: bool) {
-        let fd = self.lock().port().rx_fd();
-        let sleeper = match (fd, &self.idle.wakeup) {
-            (Some(fd), Some(w)) if !shares_port => Some([fd, w.fd()]),
+        // Every port's descriptor, and the wakeup's: a multi-port engine sleeps on all.
+        let fds: Option<Vec<_>> = {
+            let e = self.lock();
+            (0..e.port_count()).map(|i| e.port_at(i).rx_fd()).collect()
+        };
+        let sleeper = match (fds, &self.idle.wakeup) {
+            (Some(mut fds), Some(w)) if !shares_port => {
+                fds.push(w.fd());
+                Some(fds)
+            }
             _ => None,
         };
+        let multi_port = self.lock().port_count() > 1;
         self.idle
             .sleeper
             .store(sleeper.is_some(), Ordering::Release);
@@ -252,7 +277,7 @@ impl EngineSlot {
                 continue;
             }
             idle = idle.saturating_add(1);
-            let Some(fds) = sleeper else {
+            let Some(fds) = sleeper.as_deref() else {
                 if idle > 1024 {
                     // Poll mode, but not at the expense of a machine with few cores.
                     std::thread::yield_now();
@@ -263,8 +288,10 @@ impl EngineSlot {
                 std::hint::spin_loop();
                 continue;
             }
+            // A multi-port engine wakes to look at its links (carrier changes make no frame).
+            let longest = if multi_port { LINK_SLEEP } else { MAX_SLEEP };
             let (timeout, bounded) = match self.prepare_sleep() {
-                Bedtime::Sleep(t) => (t.min(MAX_SLEEP), t >= MAX_SLEEP),
+                Bedtime::Sleep(t) => (t.min(longest), t >= MAX_SLEEP && !multi_port),
                 // Another thread is turning the engine now: it takes what arrives while it
                 // does. Sleep on the descriptors anyway (a packet socket's is readable while
                 // frames wait, whoever reads them), briefly, since the port could not be
@@ -276,7 +303,7 @@ impl EngineSlot {
                     continue;
                 }
             };
-            let woken = wait_readable(&fds, Some(timeout)).unwrap_or(true);
+            let woken = wait_readable(fds, Some(timeout)).unwrap_or(true);
             self.idle.asleep.store(false, Ordering::Release);
             self.idle.notify_drain();
             if let Some(mut e) = self.try_lock() {
@@ -298,7 +325,9 @@ impl EngineSlot {
         let Some(mut e) = self.try_lock() else {
             return Bedtime::Busy;
         };
-        e.port_mut().rx_arm();
+        for i in 0..e.port_count() {
+            e.port_at_mut(i).rx_arm();
+        }
         fence(Ordering::SeqCst);
         let _ = e.core_mut().take_earliest_new_deadline();
         if e.poll() > 0 || e.core().has_pending_work() {

@@ -48,7 +48,7 @@ pub fn open_device_with_pcap(
     match spec.split_once(':') {
         Some(("afpacket", rest)) if !rest.trim().is_empty() => {
             let mut words = rest.split_whitespace();
-            let iface = words.next().unwrap_or_default();
+            let ifaces = words.next().unwrap_or_default();
             let mut opts = ferroce_drivers::afpacket::AfPacketOptions::default();
             for w in words {
                 match w {
@@ -60,17 +60,35 @@ pub fn open_device_with_pcap(
                     }
                 }
             }
-            let port = ferroce_drivers::afpacket::AfPacketPort::open_with(iface, opts)
-                .map_err(|e| VerbsError::Open(e.to_string()))?;
-            let ip = port.ip().ok_or_else(|| {
-                VerbsError::Open(format!(
-                    "interface {iface} has no IP address; RoCEv2 needs one for its GID (ip addr add ... dev {iface})"
-                ))
-            })?;
             let seed = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(1, |d| d.as_nanos() as u64);
-            device(spec, port, ip, seed, pcap, None)
+            let mut ports = Vec::new();
+            let mut ips = Vec::new();
+            for iface in ifaces.split(',') {
+                let port = ferroce_drivers::afpacket::AfPacketPort::open_with(iface, opts)
+                    .map_err(|e| VerbsError::Open(e.to_string()))?;
+                ips.push(port.ip().ok_or_else(|| {
+                    VerbsError::Open(format!(
+                        "interface {iface} has no IP address; RoCEv2 needs one for its GID (ip addr add ... dev {iface})"
+                    ))
+                })?);
+                ports.push(port);
+            }
+            if ports.len() == 1 {
+                let port = ports.pop().expect("one port");
+                return device(spec, port, ips[0], seed, pcap, None);
+            }
+            // Several interfaces: one device with a port on each (native failover between
+            // them); a capture records port 1.
+            if pcap.is_some() {
+                return Err(VerbsError::Open(format!(
+                    "{spec}: a capture of a multi-port device is not supported; capture one interface"
+                )));
+            }
+            Ok(Context {
+                dev: Device::multi_port(spec.into(), ports, ips, seed, None),
+            })
         }
         Some(("tap", rest)) if !rest.is_empty() => {
             let (name, ip) = match rest.split_once('@') {
@@ -117,6 +135,10 @@ struct DpdkSpec<'a> {
     eal: &'a str,
     ip: IpAddr,
     port: u16,
+    /// A multi-port device (`@IP1,IP2 port=0,1`): every port and its address, port 1
+    /// first (`ip` and `port` are port 1's). One entry for a one-port device.
+    ips: Vec<IpAddr>,
+    ports: Vec<u16>,
     queues: u16,
     desc: u16,
     zero_copy: bool,
@@ -135,14 +157,22 @@ impl<'a> DpdkSpec<'a> {
             ));
         };
         let mut words = tail.split_whitespace();
-        let ip = words.next().unwrap_or("");
-        let ip = ip
-            .parse::<IpAddr>()
-            .map_err(|_| bad(format!("'{ip}' is not an IP address")))?;
+        let ips = words
+            .next()
+            .unwrap_or("")
+            .split(',')
+            .map(|ip| {
+                ip.parse::<IpAddr>()
+                    .map_err(|_| bad(format!("'{ip}' is not an IP address")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let ip = ips[0];
         let mut d = Self {
             eal,
             ip,
             port: 0,
+            ips,
+            ports: vec![0],
             queues: 1,
             desc: 1024,
             zero_copy: false,
@@ -157,7 +187,10 @@ impl<'a> DpdkSpec<'a> {
                     .map_err(|_| bad(format!("'{w}' needs a number from 0 to 65535")))
             };
             match w.split_once('=') {
-                Some(("port", v)) => d.port = num(v)?,
+                Some(("port", v)) => {
+                    d.ports = v.split(',').map(num).collect::<Result<Vec<_>, _>>()?;
+                    d.port = d.ports[0];
+                }
                 Some(("desc", v)) => d.desc = num(v)?.max(64),
                 Some(("queues", v)) => {
                     d.queues = num(v)?;
@@ -190,6 +223,18 @@ impl<'a> DpdkSpec<'a> {
         if smoltcp_asked && d.kernel_control {
             return Err(bad("control= given twice".into()));
         }
+        if d.ports.len() != d.ips.len() {
+            return Err(bad(format!(
+                "{} ports and {} addresses: give one address per port (@IP1,IP2 port=0,1)",
+                d.ports.len(),
+                d.ips.len()
+            )));
+        }
+        if d.ports.len() > 1 && d.queues > 1 {
+            return Err(bad(
+                "a device with several ports runs one queue on each (queues=1)".into(),
+            ));
+        }
         if !d.cores.is_empty() && d.cores.len() < usize::from(d.queues) {
             return Err(bad(format!(
                 "cores= names {} CPUs for {} queues; name one per queue",
@@ -206,8 +251,18 @@ impl<'a> DpdkSpec<'a> {
         &self,
         zero_copy_min: Option<usize>,
     ) -> Result<Vec<ferroce_drivers::dpdk::DpdkPort>, ferroce_drivers::dpdk::DpdkError> {
+        self.open_port(self.port, zero_copy_min)
+    }
+
+    /// Opens port `port` as the options say: one handle per queue.
+    #[cfg(feature = "dpdk")]
+    fn open_port(
+        &self,
+        port: u16,
+        zero_copy_min: Option<usize>,
+    ) -> Result<Vec<ferroce_drivers::dpdk::DpdkPort>, ferroce_drivers::dpdk::DpdkError> {
         ferroce_drivers::dpdk::DpdkPort::open_config(
-            self.port,
+            port,
             &ferroce_drivers::dpdk::PortConfig {
                 queues: self.queues,
                 rx_desc: self.desc,
@@ -258,6 +313,9 @@ fn dpdk_device(
             None => boxed_engine(port, seed, true),
         })
     }
+    if d.ports.len() > 1 {
+        return dpdk_multi_port(spec, d, zero_copy, capture.as_ref());
+    }
     let ports = d
         .open(zero_copy)
         .map_err(|e| VerbsError::Open(e.to_string()))?;
@@ -291,17 +349,115 @@ fn dpdk_device(
     Ok(Context { dev })
 }
 
+/// A `dpdk:` device with several ports (`@IP1,IP2 port=0,1`): one queue on each, one engine
+/// over all (native failover between them), smoltcp answering on each port for its own
+/// address unless `control=kernel` (the out-of-band TCP goes through port 1).
+#[cfg(feature = "dpdk")]
+fn dpdk_multi_port(
+    spec: &str,
+    d: &DpdkSpec<'_>,
+    zero_copy: Option<usize>,
+    capture: Option<&ferroce_drivers::pcap::SharedCapture>,
+) -> Result<Context, VerbsError> {
+    use ferroce_drivers::pcap::SharedCapture;
+    fn device<P: ferroce_drivers::Port + Send + 'static>(
+        spec: &str,
+        ports: Vec<P>,
+        ips: Vec<IpAddr>,
+        capture: Option<&SharedCapture>,
+    ) -> Result<std::sync::Arc<Device>, VerbsError> {
+        let seed = 0xd9d;
+        Ok(match capture {
+            Some(c) => {
+                let tees = ports
+                    .into_iter()
+                    .map(|p| PcapTee::new(p, c.sink(), Direction::Both))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| VerbsError::Open(format!("cannot write the pcap: {e}")))?;
+                Device::multi_port(spec.into(), tees, ips, seed, None)
+            }
+            None => Device::multi_port(spec.into(), ports, ips, seed, None),
+        })
+    }
+    let mut opened = Vec::new();
+    for &port in &d.ports {
+        let mut queues = d
+            .open_port(port, zero_copy)
+            .map_err(|e| VerbsError::Open(e.to_string()))?;
+        opened.push(
+            queues
+                .pop()
+                .ok_or_else(|| VerbsError::Open(format!("{spec}: port {port} opened no queue")))?,
+        );
+    }
+    let dev = if d.kernel_control {
+        device(spec, opened, d.ips.clone(), capture)?
+    } else {
+        let planes: Vec<_> = opened
+            .into_iter()
+            .zip(&d.ips)
+            .map(|(p, &ip)| ferroce_drivers::control::ControlPlane::new(p, ip))
+            .collect();
+        let control = planes[0].handle();
+        let dev = device(spec, planes, d.ips.clone(), capture)?;
+        let _ = dev.control.set(control);
+        dev
+    };
+    let _ = dev.cores.set(d.cores.clone());
+    Ok(Context { dev })
+}
+
 /// The devices named by `FERROCE_DEVICES` (comma-separated specifications), or `sim`.
 pub fn device_list() -> Vec<String> {
     match std::env::var("FERROCE_DEVICES") {
-        Ok(v) if !v.trim().is_empty() => v.split(',').map(|s| s.trim().to_owned()).collect(),
+        Ok(v) if !v.trim().is_empty() => split_devices(&v),
         _ => vec!["sim".into()],
     }
 }
 
+/// Splits a `FERROCE_DEVICES` value at the commas that start a new device (a driver name
+/// and a colon, or `sim`): a comma inside one device's specification — between the
+/// interfaces of a multi-port `afpacket:veth0,veth1`, in DPDK's EAL arguments — stays.
+fn split_devices(v: &str) -> Vec<String> {
+    let starts = |s: &str| {
+        let s = s.trim_start();
+        ["afpacket:", "tap:", "dpdk:"]
+            .iter()
+            .any(|p| s.starts_with(p))
+            || s == "sim"
+            || s.starts_with("sim:")
+    };
+    let mut out: Vec<String> = Vec::new();
+    for piece in v.split(',') {
+        match out.last_mut() {
+            Some(last) if !starts(piece) => {
+                last.push(',');
+                last.push_str(piece);
+            }
+            _ => out.push(piece.to_owned()),
+        }
+    }
+    out.into_iter().map(|s| s.trim().to_owned()).collect()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::DpdkSpec;
+    use super::{split_devices, DpdkSpec};
+
+    #[test]
+    fn a_device_list_splits_only_where_a_device_starts() {
+        assert_eq!(
+            split_devices("afpacket:veth0,veth1 gso, tap:t0@10.0.0.1,sim"),
+            ["afpacket:veth0,veth1 gso", "tap:t0@10.0.0.1", "sim"]
+        );
+        assert_eq!(
+            split_devices("dpdk:-l 1 --vdev=net_memif0,role=server @10.0.0.1,afpacket:eth0"),
+            [
+                "dpdk:-l 1 --vdev=net_memif0,role=server @10.0.0.1",
+                "afpacket:eth0"
+            ]
+        );
+    }
 
     #[test]
     fn dpdk_specs_parse_address_and_options() {
@@ -320,6 +476,8 @@ mod tests {
             (0, 1, 1024, false, false)
         );
         assert!(!d.isolate);
+        let d = DpdkSpec::parse("x", "-l 0 @10.0.0.1,10.0.1.1 port=0,1").unwrap();
+        assert_eq!((d.ports, d.ips.len(), d.port), (vec![0, 1], 2, 0));
         // Isolation leaves ARP and TCP to the kernel.
         let d = DpdkSpec::parse("x", "-l 0 @10.0.0.1 isolate queues=2").unwrap();
         assert!(d.isolate && d.kernel_control);
@@ -334,6 +492,8 @@ mod tests {
             "-l 0 @10.0.0.1 control=smoltcp control=kernel",
             "-l 0 @10.0.0.1 queues=2 cores=3",
             "-l 0 @10.0.0.1 cores=3-x",
+            "-l 0 @10.0.0.1 port=0,1",
+            "-l 0 @10.0.0.1,10.0.1.1 port=0,1 queues=2",
         ] {
             let e = DpdkSpec::parse("dpdk:", bad).unwrap_err().to_string();
             assert!(e.contains("dpdk:"), "{e}");

@@ -24,6 +24,20 @@ pub(crate) fn export(dev: &Device) -> std::io::Result<std::path::PathBuf> {
             text.push_str(&format!("qp.{qpn:#x}.{k}={v}\n"));
         }
     }
+    // Native failover, for QPs with an alternate path: where each is, how often it moved.
+    for slot in dev.engines.iter() {
+        for (qpn, port, moves, ctl) in slot.lock().core().qp_paths_all() {
+            text.push_str(&format!(
+                "qp.{qpn:#x}.path_active_port={}\nqp.{qpn:#x}.path_migrations={moves}\n\
+                 qp.{qpn:#x}.path_moves_followed={}\nqp.{qpn:#x}.path_control_sent={}\n\
+                 qp.{qpn:#x}.path_control_received={}\n",
+                port + 1,
+                ctl.followed,
+                ctl.sent,
+                ctl.received
+            ));
+        }
+    }
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, &path)?;

@@ -128,15 +128,21 @@ impl Context {
             max_cqe: 1 << 22,
             max_mr_size: 1 << 40,
             max_qp_rd_atom: 16,
-            phys_port_cnt: 1,
+            phys_port_cnt: self.dev.ports.len() as u8,
         }
     }
 
     /// `ibv_query_port` (port 1).
     pub fn query_port(&self) -> PortAttr {
-        let up = self.dev.engine().port().link_state() == LinkState::Up;
+        self.query_port_num(1).expect("every device has port 1")
+    }
+
+    /// `ibv_query_port` for port `port_num` (from 1).
+    pub fn query_port_num(&self, port_num: u8) -> Result<PortAttr, VerbsError> {
+        let i = self.port_index(port_num)?;
+        let up = self.dev.engine().port_at(i).link_state() == LinkState::Up;
         let mtu = Mtu::for_ethernet_mtu(self.dev.eth_mtu);
-        PortAttr {
+        Ok(PortAttr {
             state: if up {
                 PortState::Active
             } else {
@@ -146,15 +152,38 @@ impl Context {
             active_mtu: mtu,
             link_layer_ethernet: true,
             gid_tbl_len: 1,
+        })
+    }
+
+    /// The index (from 0) of port `port_num` (from 1), if the device has it.
+    fn port_index(&self, port_num: u8) -> Result<usize, VerbsError> {
+        let n = self.dev.ports.len();
+        match usize::from(port_num) {
+            p @ 1.. if p <= n => Ok(p - 1),
+            _ => Err(VerbsError::NoSuchPort {
+                port: port_num,
+                ports: n as u8,
+            }),
         }
     }
 
-    /// `ibv_query_gid`: index 0 is the RoCEv2 GID of the port's IP address.
+    /// `ibv_query_gid` on port 1: index 0 is the RoCEv2 GID of the port's IP address.
     pub fn query_gid(&self, index: u32) -> Result<Gid, VerbsError> {
+        self.query_gid_on(1, index)
+    }
+
+    /// `ibv_query_gid` on port `port_num`: index 0 is the RoCEv2 GID of its IP address.
+    pub fn query_gid_on(&self, port_num: u8, index: u32) -> Result<Gid, VerbsError> {
+        let i = self.port_index(port_num)?;
         if index != 0 {
             return Err(VerbsError::GidIndex(index));
         }
-        Ok(Gid::from_ip(self.dev.ip))
+        Ok(Gid::from_ip(self.dev.ports[i].1))
+    }
+
+    /// The MAC address of port `port_num`.
+    pub fn port_mac(&self, port_num: u8) -> Result<MacAddr, VerbsError> {
+        Ok(self.dev.ports[self.port_index(port_num)?].0)
     }
 
     /// The device's clock in nanoseconds (virtual time on a simulated fabric).
@@ -258,6 +287,21 @@ impl Context {
     /// The address vector of a connected QP's path to (`gid`, `dmac`).
     pub fn path_to(&self, gid: Gid, dmac: MacAddr) -> AddressVector {
         self.create_ah(gid, dmac).av
+    }
+
+    /// The address vector of a path from port `port_num` to (`gid`, `dmac`).
+    pub fn path_on(
+        &self,
+        port_num: u8,
+        gid: Gid,
+        dmac: MacAddr,
+    ) -> Result<AddressVector, VerbsError> {
+        let (smac, src) = self.dev.ports[self.port_index(port_num)?];
+        Ok(AddressVector {
+            smac,
+            src,
+            ..self.path_to(gid, dmac)
+        })
     }
 }
 
@@ -653,6 +697,23 @@ impl QueuePair {
 
     /// `ibv_modify_qp`.
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<(), VerbsError> {
+        // On a device with several ports, the path leaves from the QP's port (PORT in the
+        // same call, or port 1): its MAC and address are the source.
+        let mut fixed;
+        let attr = if mask.contains(AttrMask::AV) && self.ctx.dev.ports.len() > 1 {
+            fixed = *attr;
+            let port = if mask.contains(AttrMask::PORT) {
+                attr.port_num
+            } else {
+                self.with_qp(|qp| qp.query().port_num)?
+            };
+            let (smac, src) = self.ctx.dev.ports[self.ctx.port_index(port.max(1))?];
+            fixed.ah_attr.smac = smac;
+            fixed.ah_attr.src = src;
+            &fixed
+        } else {
+            attr
+        };
         let mut result = Ok(());
         let mut state = None;
         let slot = self.ctx.dev.slot(self.shared.qpn);
@@ -724,6 +785,55 @@ impl QueuePair {
     /// engine of another port. Posting, polling and the peer's frames carry on unchanged.
     pub fn move_to_engine(&self, engine: usize) -> Result<(), VerbsError> {
         self.ctx.dev.move_qp(self.shared.qpn, engine)
+    }
+
+    /// Gives this connected QP (RTR or RTS) an alternate path from port `port_num` to the
+    /// peer's (`gid`, `dmac`), where native failover moves it (`IBV_QP_ALT_PATH`);
+    /// `peer_max_dest_rd_atomic` is the peer's replay depth, which must cover this QP's
+    /// `max_rd_atomic` (see [`Qp::set_alternate_path`]).
+    pub fn set_alternate_path(
+        &self,
+        port_num: u8,
+        gid: Gid,
+        dmac: MacAddr,
+        peer_max_dest_rd_atomic: u8,
+    ) -> Result<(), VerbsError> {
+        let mut av = self.ctx.path_on(port_num, gid, dmac)?;
+        Ok(self.with_qp(|qp| {
+            av.udp_src_port = qp.query().ah_attr.udp_src_port;
+            qp.set_alternate_path(av, port_num, peer_max_dest_rd_atomic)
+        })??)
+    }
+
+    /// Offers port `port_num` of this QP's device to a ferroce peer in band: the QP
+    /// announces it when it reaches RTS and takes the peer's other port as its alternate
+    /// path when the peer announces one (see [`Qp::offer_alternate_port`]). What the
+    /// libibverbs drop-in does for programs that set no alternate path, on a device with
+    /// two ports.
+    pub fn offer_alternate_port(&self, port_num: u8) -> Result<(), VerbsError> {
+        let i = self.ctx.port_index(port_num)?;
+        let (mac, ip) = self.ctx.dev.ports[i];
+        let local = ferroce_stack::transport::LocalPort {
+            port: i as u8,
+            mac,
+            ip,
+        };
+        self.with_qp(|qp| qp.offer_alternate_port(local))?;
+        self.ctx.dev.slot(self.shared.qpn).idle.wake();
+        Ok(())
+    }
+
+    /// Where native failover has this QP now: its active port (from 1; `None` without an
+    /// alternate path), and how often it moved.
+    pub fn path_state(&self) -> Result<(Option<u8>, u64), VerbsError> {
+        self.with_qp(|qp| (qp.active_port().map(|p| p + 1), qp.path_migrations()))
+    }
+
+    /// What this QP's in-band path control exchange did (announces, moves followed).
+    pub fn path_control_stats(
+        &self,
+    ) -> Result<ferroce_stack::transport::PathControlStats, VerbsError> {
+        self.with_qp(|qp| qp.path_control_stats())
     }
 
     /// `ibv_query_qp`.

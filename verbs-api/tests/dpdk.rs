@@ -11,7 +11,7 @@ use ferroce_verbs::*;
 #[test]
 fn rc_traffic_through_dpdk_ring_ports_with_and_without_zero_copy() {
     let eal = format!(
-        "-l 0 --no-pci --no-huge -m 512 --file-prefix=ferroce-verbs-{} --log-level=error --vdev=net_ring0 --vdev=net_ring1",
+        "-l 0 --no-pci --no-huge -m 512 --file-prefix=ferroce-verbs-{} --log-level=error --vdev=net_ring0 --vdev=net_ring1 --vdev=net_ring2 --vdev=net_ring3",
         std::process::id()
     );
     let copying = open_device(&format!("dpdk:{eal} @10.9.0.1")).unwrap();
@@ -45,6 +45,15 @@ fn rc_traffic_through_dpdk_ring_ports_with_and_without_zero_copy() {
     assert!(is_external_memory(last));
     drop(small);
     assert!(!is_external_memory(last));
+    // A device with two ports (net_ring2 and net_ring3, each looped back): both ports
+    // report, the QPs get each other's second port as their alternate path, and traffic
+    // runs on port 1.
+    let two = open_device(&format!("dpdk:{eal} @10.9.0.4,10.9.1.4 port=2,3")).unwrap();
+    assert_eq!(two.query_device().phys_port_cnt, 2);
+    assert_eq!(two.query_port_num(2).unwrap().state, PortState::Active);
+    assert_eq!(&two.query_gid_on(2, 0).unwrap().0[12..], &[10, 9, 1, 4]);
+    let t = rc_write_send_read(&two);
+    assert!(t.tx_frames > 200, "{t:?}");
     // A second device on other EAL arguments is refused with a clear error.
     let e = open_device("dpdk:-l 0 --vdev=net_ring2 @10.9.0.3").unwrap_err();
     assert!(e.to_string().contains("EAL already runs"), "{e}");

@@ -385,6 +385,8 @@ fn two_qps_share_one_receive_queue_under_loss() {
             len: 0,
             rkey: 0,
             offers: ferroce_verbs::connect::Capabilities::NONE,
+            alt: None,
+            rd_atomic: 16,
         };
         let eb = Endpoint {
             qpn: qb.qpn().value(),
@@ -395,6 +397,8 @@ fn two_qps_share_one_receive_queue_under_loss() {
             len: 0,
             rkey: 0,
             offers: ferroce_verbs::connect::Capabilities::NONE,
+            alt: None,
+            rd_atomic: 16,
         };
         connect_qp(&ca, &qa, 7, &eb, &o).unwrap();
         connect_qp(&cb, &qb, 9, &ea, &o).unwrap();
@@ -526,4 +530,78 @@ fn a_qp_moved_between_engines_mid_transfer_loses_nothing() {
             engines: 2
         })
     ));
+}
+
+/// A device with two ports (two rails between two simulated hosts): the connection exchange
+/// carries both ports' addresses, each QP gets the peer's second port as its alternate path,
+/// and when rail 1's link fails in the middle of a WRITE stream with FETCH_ADDs among it the
+/// QPs move to port 2 on the link event and every WR completes, once.
+#[test]
+fn a_two_port_device_moves_its_qps_when_a_link_fails() {
+    let (net, links, ca, cb) =
+        SimNet::rails(21, LinkModel::new(25_000_000_000, 2_000), 4096).unwrap();
+    assert_eq!(ca.query_device().phys_port_cnt, 2);
+    assert_eq!(&ca.query_gid_on(2, 0).unwrap().0[12..], &[10, 0, 1, 1]);
+    assert_ne!(ca.port_mac(1).unwrap(), ca.port_mac(2).unwrap());
+    assert!(matches!(
+        ca.query_port_num(3),
+        Err(VerbsError::NoSuchPort { port: 3, ports: 2 })
+    ));
+    let (a, b) = (end(&ca, 4 << 20, QpType::Rc), end(&cb, 4 << 20, QpType::Rc));
+    let (ea, eb) = (endpoint(&a, 0x10), endpoint(&b, 0x20));
+    assert!(ea.alt.is_some() && eb.alt.is_some());
+    let o = ConnectOpts::default();
+    connect_qp(&a.ctx, &a.qp, ea.psn, &eb, &o).unwrap();
+    connect_qp(&b.ctx, &b.qp, eb.psn, &ea, &o).unwrap();
+    assert_eq!(a.qp.path_state().unwrap(), (Some(1), 0));
+    let data: Vec<u8> = (0..65536u32).map(|i| (i * 13 + 5) as u8).collect();
+    assert!(a.mr.write(0, &data));
+    // 48 WRITEs of 64 KiB (about a millisecond at 25 Gbit/s), a FETCH_ADD after every
+    // fourth; rail 1 fails at 300 µs, for good.
+    let s = [a.mr.sge(0, 65536)];
+    let mut wrs = Vec::new();
+    let results: Vec<[Sge; 1]> = (0..12).map(|i| [a.mr.sge(0x30_0000 + 8 * i, 8)]).collect();
+    for i in 0..48u64 {
+        wrs.push(
+            SendWr::new(i, WrOpcode::Write, Payload::Sges(&s))
+                .remote(b.mr.addr() + 0x10000 * (i % 32), b.mr.rkey()),
+        );
+        if i % 4 == 3 {
+            let mut fa = SendWr::new(
+                1000 + i,
+                WrOpcode::FetchAdd,
+                Payload::Sges(&results[i as usize / 4]),
+            )
+            .remote(b.mr.addr() + 0x3f_0000, b.mr.rkey());
+            fa.compare_add = 1;
+            wrs.push(fa);
+        }
+    }
+    let t = net.now();
+    net.fabric().fail_link(links[0], t + 300_000, u64::MAX / 4);
+    a.qp.post_send(&wrs).unwrap();
+    let mut got = Vec::new();
+    assert!(net.run_until(|| {
+        a.cq.poll(&mut got, 64);
+        got.len() == wrs.len()
+    }));
+    assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
+    assert_eq!(a.qp.path_state().unwrap().0, Some(2), "moved to port 2");
+    assert_eq!(b.qp.path_state().unwrap().0, Some(2), "the peer too");
+    // Each FETCH_ADD ran once: the results are 0..12 and the counter is 12.
+    let mut seen: Vec<u64> = (0..12)
+        .map(|i| {
+            let mut v = [0u8; 8];
+            assert!(a.mr.read(0x30_0000 + 8 * i, &mut v));
+            u64::from_le_bytes(v)
+        })
+        .collect();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..12).collect::<Vec<_>>());
+    let mut v = [0u8; 8];
+    assert!(b.mr.read(0x3f_0000, &mut v));
+    assert_eq!(u64::from_le_bytes(v), 12);
+    let mut out = vec![0u8; 65536];
+    assert!(b.mr.read(0x10000 * 31, &mut out));
+    assert_eq!(out, data);
 }

@@ -270,6 +270,8 @@ fn side(ctx: &Context, qps: u32, buf_len: usize, depth: u32) -> Result<Side, Fai
                 len: 0,
                 rkey: 0,
                 offers: Capabilities::NONE,
+                alt: None,
+                rd_atomic: 16,
             },
         });
     }

@@ -306,6 +306,8 @@ pub(super) fn run_net(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
         len: mine.generations.len() as u64,
         rkey: mine.region,
         offers: ferroce_verbs::connect::Capabilities::NONE,
+        alt: None,
+        rd_atomic: 16,
     };
     let (peer0, mut stream) = if a.server {
         let mut listener = OobListener::bind(&ctx, a.port)?;

@@ -108,6 +108,18 @@ impl Template {
         self.udp_src_port
     }
 
+    /// The source MAC and address packets on this path leave from.
+    pub(crate) fn source(&self) -> (MacAddr, IpAddr) {
+        let ip = match self.ip {
+            IpRepr::V4(v4) => IpAddr::V4(v4.src),
+            IpRepr::V6(v6) => match v6.src.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => IpAddr::V6(v6.src),
+            },
+        };
+        (self.eth.src, ip)
+    }
+
     /// The frame headers, no extension header, no payload.
     pub(crate) fn repr(&self) -> RoceRepr {
         RoceRepr {

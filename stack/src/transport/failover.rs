@@ -12,8 +12,61 @@
 //! in the retry budget's error, as without failover), and evidence from the path it just left
 //! is ignored for a damping interval (late packets of the old path do not pull it back).
 
+use core::net::IpAddr;
+
 use super::av::{AddressVector, Template};
-use crate::wire::{MacAddr, Psn};
+use crate::wire::{MacAddr, PathControlKind, Psn};
+
+/// One of a device's other ports, as a QP announces it to a ferroce peer
+/// ([`Qp::offer_alternate_port`](super::Qp::offer_alternate_port)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalPort {
+    /// Its index on the device (from 0; `ibv` port number minus one).
+    pub port: u8,
+    /// Its MAC.
+    pub mac: MacAddr,
+    /// Its address (the RoCEv2 GID).
+    pub ip: IpAddr,
+}
+
+/// How a QP learns its peer's other port in band: it announces its own
+/// (`PATH_CONTROL` announce) when it reaches RTS and every [`ANNOUNCE_INTERVAL_NS`] until it
+/// hears the peer's, for at most [`ANNOUNCE_TRIES`] times; an announce is answered with a
+/// reply, so whichever side reaches RTS last completes the exchange.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Discovery {
+    pub(crate) local: LocalPort,
+    /// The peer's announce (or reply) arrived.
+    pub(crate) heard: bool,
+    /// When to announce again.
+    pub(crate) next_at: Option<u64>,
+    pub(crate) tries: u8,
+}
+
+/// Between announces while the peer's is not heard.
+pub(crate) const ANNOUNCE_INTERVAL_NS: u64 = 1_000_000;
+/// Announces before giving up (the peer is no ferroce QP with another port, or gone).
+pub(crate) const ANNOUNCE_TRIES: u8 = 16;
+
+impl Discovery {
+    pub(crate) fn new(local: LocalPort) -> Self {
+        Self {
+            local,
+            heard: false,
+            next_at: None,
+            tries: 0,
+        }
+    }
+
+    /// The announce went out at `now`: the next one, if still unheard.
+    pub(crate) fn sent(&mut self, now: u64) {
+        self.tries = self.tries.saturating_add(1);
+        self.next_at = (self.tries < ANNOUNCE_TRIES).then_some(now + ANNOUNCE_INTERVAL_NS);
+    }
+}
+
+/// A path control message waiting to leave.
+pub(crate) type PendingControl = Option<PathControlKind>;
 
 /// The two paths of a QP with an alternate, and which one it uses.
 #[derive(Debug)]

@@ -43,12 +43,16 @@ pub mod wr;
 
 pub use congestion::{AckEvent, CongestionControl, FixedRate, Loss, NoControl};
 pub use counters::Counters;
+pub use failover::LocalPort;
 pub use mr::{
     Access, AccessError, MemSpan, MrKeys, MrTable, PdId, RegionShare, RegisterError, SlotTarget,
     Slotted,
 };
 pub use path::{Ecmp, Path, PathSelector};
-pub use qp::{bring_up, AddressVector, Mtu, Policies, Qp, QpAttr, QpCaps, QpConfig, SendRecord};
+pub use qp::{
+    bring_up, AddressVector, Mtu, PathControlStats, Policies, Qp, QpAttr, QpCaps, QpConfig,
+    SendRecord,
+};
 pub use recovery::{
     Arrivals, Delivery, Feedback, GoBackN, LossReport, OutOfOrder, Recovery, Retransmit, SendWindow,
 };

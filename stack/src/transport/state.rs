@@ -204,6 +204,18 @@ pub enum ModifyError {
     /// An alternate path needs a connected QP (RC or UC, RTR to SQD) and a port.
     #[error("a {0:?} QP in {1} cannot take an alternate path")]
     NoAlternatePath(QpType, QpState),
+    /// Native failover resends atomics exactly once only if the peer keeps at least as many
+    /// atomic results for replay as this QP keeps atomics outstanding.
+    #[error(
+        "max_rd_atomic {max_rd_atomic} exceeds the peer's max_dest_rd_atomic \
+         {peer_max_dest_rd_atomic}: a resent atomic could run twice, so no alternate path"
+    )]
+    ReplayTooShallow {
+        /// This QP's outstanding atomics.
+        max_rd_atomic: u8,
+        /// The peer's replay depth.
+        peer_max_dest_rd_atomic: u8,
+    },
 }
 
 /// Required and optional attributes of a legal transition, or `None` when it is illegal.

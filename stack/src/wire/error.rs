@@ -125,6 +125,9 @@ pub enum Error {
         /// Bytes found between the headers and the ICRC.
         len: usize,
     },
+    /// A PATH_CONTROL payload that is short, names an unknown message or sets reserved bits.
+    #[error("path control payload refused ({0} bytes)")]
+    PathControl(usize),
     /// The invariant CRC does not match.
     #[error("ICRC {found:#010x} is wrong (expected {expected:#010x})")]
     Icrc {
@@ -174,6 +177,7 @@ impl Error {
             Self::BufferTooSmall { .. } => "buffer_too_small",
             Self::PayloadTooLong(_) => "payload_too_long",
             Self::MissingHeader(_) => "missing_header",
+            Self::PathControl(_) => "path_control",
         }
     }
 }

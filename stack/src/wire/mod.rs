@@ -19,6 +19,7 @@ pub(crate) mod field;
 pub mod icrc;
 mod ip;
 mod opcode;
+mod pathctl;
 mod roce;
 pub mod sample;
 mod split;
@@ -41,6 +42,7 @@ pub use ip::{
     IP_PROTO_UDP,
 };
 pub use opcode::{Headers, Kind, Opcode, OpcodeInfo, Position, Suffix, Transport};
+pub use pathctl::{PathControl, PathControlKind};
 pub use roce::{pad_for, Checks, ExtHeaders, Malformed, RocePacket, RoceRepr};
 pub use split::{Span, SplitFrame};
 pub use udp::{UdpPacket, UdpRepr, ROCEV2_PORT, UDP_LEN};

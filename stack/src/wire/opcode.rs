@@ -68,6 +68,8 @@ pub enum Kind {
     FetchAdd,
     /// Congestion notification.
     Cnp,
+    /// ferroce's path control message (failover): addresses and moves, outside PSN space.
+    Control,
 }
 
 impl Kind {
@@ -312,6 +314,9 @@ opcodes! {
     /// ferroce selective repeat: cumulative acknowledgement (BTH PSN, AETH) plus the
     /// arrival map and loss report of a SackETH.
     SR_ACKNOWLEDGE = 0xd1, Acknowledge, Only, false, [AETH, SACK_ETH];
+    /// ferroce path control (native failover): a [`PathControl`](super::PathControl) payload
+    /// that announces a QP's other port or says it moved. No PSN, no acknowledgement.
+    PATH_CONTROL = 0xd8, Control, Only, true, [];
 }
 
 const fn transport_of(op: u8) -> Transport {
@@ -361,7 +366,7 @@ static TABLE: [Option<OpcodeInfo>; 256] = {
     t
 };
 
-const KINDS: usize = Kind::Cnp as usize + 1;
+const KINDS: usize = Kind::Control as usize + 1;
 
 /// Where [`COMPOSED`] keeps the opcode of a (transport, kind, position, suffix).
 const fn composed_index(t: Transport, k: Kind, p: Position, s: Suffix) -> usize {
@@ -470,7 +475,10 @@ mod tests {
         );
         assert_eq!(Opcode::CNP.info().unwrap().headers.len(), 16);
         assert!(!Opcode::RC_RDMA_READ_REQUEST.info().unwrap().payload);
-        assert_eq!(Opcode::all().count(), 45);
+        assert_eq!(Opcode::all().count(), 46);
+        let ctl = Opcode::PATH_CONTROL.info().unwrap();
+        assert!(ctl.payload && ctl.headers.is_empty() && ctl.kind == Kind::Control);
+        assert!(!Opcode::PATH_CONTROL.is_selective_repeat());
         assert_eq!(Opcode::SR_ACKNOWLEDGE.info().unwrap().headers.len(), 44);
         assert!(Opcode::SR_RDMA_WRITE_MIDDLE.is_selective_repeat());
         assert!(!Opcode(0xc5).is_selective_repeat());

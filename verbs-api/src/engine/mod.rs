@@ -59,12 +59,21 @@ pub use qps::EngineCore;
 pub(crate) use shared::{state_code, ChannelShared, CqShared, Op, OwnedSend, QpShared};
 pub(crate) use steer::{QpEngines, Steer};
 
-/// The engine of one device over port `P`: the port, and the QPs, memory and timers it
-/// serves ([`EngineCore`], which the engine dereferences to).
+/// The engine of one device over port `P`: the port (or the ports, of a multi-port device:
+/// a QP sends on its active one, and frames are taken from all), and the QPs, memory and
+/// timers it serves ([`EngineCore`], which the engine dereferences to).
 pub struct Engine<P> {
-    port: P,
+    ports: Vec<P>,
     core: EngineCore,
+    /// Multi-port engines: each port's link as last seen, and when it was looked at.
+    links: Vec<bool>,
+    links_seen_at: u64,
 }
+
+/// How often a multi-port engine on the real clock reads its ports' link state (a system
+/// call per port on AF_PACKET, a register read on DPDK): the delay with which a carrier
+/// change reaches the QPs, well inside the 50 µs failover budget's slack for a local fault.
+const LINK_POLL_NS: u64 = 20_000;
 
 impl<P> std::ops::Deref for Engine<P> {
     type Target = EngineCore;
@@ -82,38 +91,96 @@ impl<P> std::ops::DerefMut for Engine<P> {
 impl<P: Port> Engine<P> {
     /// An engine over `port`, with memory keys derived from `key_seed`.
     pub fn new(port: P, key_seed: u64) -> Self {
-        let core = EngineCore::new(
-            port.now_ns(),
-            key_seed,
-            port.capabilities().rx_checks,
-            port.capabilities().tx_split_min.unwrap_or(usize::MAX),
-        );
-        Self { port, core }
+        Self::with_ports(vec![port], key_seed)
     }
 
-    /// The port.
+    /// An engine over several ports of one device (port 1 first): QPs with an alternate
+    /// path send on their active port, and each port's link changes reach every QP
+    /// ([`Qp::on_port_event`](ferroce_stack::transport::Qp::on_port_event)). The first
+    /// port's clock is the engine's; checks and in-place sends are the weakest port's.
+    ///
+    /// # Panics
+    /// With no port.
+    pub fn with_ports(ports: Vec<P>, key_seed: u64) -> Self {
+        assert!(!ports.is_empty(), "an engine needs a port");
+        let mut checks = Checks::NONE;
+        let mut split_min = 0usize;
+        for p in &ports {
+            let c = p.capabilities();
+            checks.icrc |= c.rx_checks.icrc;
+            checks.ipv4_checksum |= c.rx_checks.ipv4_checksum;
+            split_min = split_min.max(c.tx_split_min.unwrap_or(usize::MAX));
+        }
+        let core = EngineCore::new(ports[0].now_ns(), key_seed, checks, split_min);
+        let links = ports
+            .iter()
+            .map(|p| p.link_state() == ferroce_drivers::LinkState::Up)
+            .collect();
+        Self {
+            ports,
+            core,
+            links,
+            links_seen_at: 0,
+        }
+    }
+
+    /// The port (port 1 of a multi-port engine).
     pub fn port(&self) -> &P {
-        &self.port
+        &self.ports[0]
     }
 
     /// The port, mutably (to finish a pcap tee, say).
     pub fn port_mut(&mut self) -> &mut P {
-        &mut self.port
+        &mut self.ports[0]
+    }
+
+    /// Every port, port 1 first.
+    pub fn ports(&self) -> &[P] {
+        &self.ports
+    }
+
+    /// Every port, mutably.
+    pub fn ports_mut(&mut self) -> &mut [P] {
+        &mut self.ports
     }
 
     /// The port's clock.
     pub fn now(&self) -> u64 {
-        self.port.now_ns()
+        self.ports[0].now_ns()
+    }
+
+    /// A multi-port engine looks at its ports' links (on the real clock every
+    /// [`LINK_POLL_NS`], on a simulated one every turn) and tells every QP of a change.
+    fn watch_links(&mut self, now: u64) -> usize {
+        let real = self.core.clock_stride > 1;
+        if real && now.saturating_sub(self.links_seen_at) < LINK_POLL_NS {
+            return 0;
+        }
+        self.links_seen_at = now;
+        let mut work = 0;
+        for (i, port) in self.ports.iter().enumerate() {
+            let up = port.link_state() == ferroce_drivers::LinkState::Up;
+            if up != self.links[i] {
+                self.links[i] = up;
+                tracing::info!(port = i + 1, up, "link change");
+                self.core.port_event(now, i as u8, up);
+                work += 1;
+            }
+        }
+        work
     }
 
     /// One turn of the loop. Returns how many things happened (frames received and sent,
     /// WRs taken, timers run), so a caller can back off when it is zero.
     pub fn poll(&mut self) -> usize {
         if self.core.idle_turns.is_multiple_of(self.core.clock_stride) {
-            self.core.now = self.port.now_ns();
+            self.core.now = self.ports[0].now_ns();
         }
         let now = self.core.now;
         let mut work = 0;
+        if self.ports.len() > 1 {
+            work += self.watch_links(now);
+        }
 
         // 1. Posted work.
         while let Some(qpn) = self.core.doorbells.pop() {
@@ -168,8 +235,7 @@ impl<P: Port> Engine<P> {
             }
         }
 
-        // 2. Receive: frames other engines forwarded, then a burst from the port.
-        let port = &mut self.port;
+        // 2. Receive: frames other engines forwarded, then a burst from each port.
         let EngineCore {
             mem,
             qps,
@@ -210,41 +276,48 @@ impl<P: Port> Engine<P> {
             }
             work += n;
         }
-        work += port.rx_burst(RX_BURST, |frame| {
-            counters.rx_frames += 1;
-            counters.rx_bytes += frame.len() as u64;
-            match RoceRepr::parse(frame, checks) {
-                Ok(pkt) => {
-                    let qpn = pkt.repr.bth.dest_qpn.value();
-                    if deliver(qps, active, qpn, |qp| qp.handle_packet(now, &pkt, mem)) {
-                        return;
-                    }
-                    let forwarded = steer
-                        .as_ref()
-                        .is_some_and(|st| st.forward_to_owner(qpn, frame, counters));
-                    if !forwarded {
-                        counters.rx_unknown_qp += 1;
-                    }
-                }
-                Err(e) => {
-                    counters.rx_malformed += 1;
-                    if matches!(e, ferroce_stack::wire::Error::Icrc { .. }) {
-                        counters.rx_icrc_errors += 1;
-                    }
-                    // Refused after a sound BTH with a good ICRC: the QP it names decides.
-                    let Some(m) = RoceRepr::attribute(frame, checks, e) else {
-                        return;
-                    };
-                    let qpn = m.bth.dest_qpn.value();
-                    if deliver(qps, active, qpn, |qp| qp.handle_malformed(now, &m)) {
-                        return;
-                    }
-                    if let Some(st) = steer.as_ref() {
-                        st.forward_to_owner(qpn, frame, counters);
-                    }
-                }
+        let multi = self.ports.len() > 1;
+        for (i, port) in self.ports.iter_mut().enumerate() {
+            // A port whose link is down delivers nothing: not asked (a system call saved).
+            if multi && !self.links[i] {
+                continue;
             }
-        });
+            work += port.rx_burst(RX_BURST, |frame| {
+                counters.rx_frames += 1;
+                counters.rx_bytes += frame.len() as u64;
+                match RoceRepr::parse(frame, checks) {
+                    Ok(pkt) => {
+                        let qpn = pkt.repr.bth.dest_qpn.value();
+                        if deliver(qps, active, qpn, |qp| qp.handle_packet(now, &pkt, mem)) {
+                            return;
+                        }
+                        let forwarded = steer
+                            .as_ref()
+                            .is_some_and(|st| st.forward_to_owner(qpn, frame, counters));
+                        if !forwarded {
+                            counters.rx_unknown_qp += 1;
+                        }
+                    }
+                    Err(e) => {
+                        counters.rx_malformed += 1;
+                        if matches!(e, ferroce_stack::wire::Error::Icrc { .. }) {
+                            counters.rx_icrc_errors += 1;
+                        }
+                        // Refused after a sound BTH with a good ICRC: the QP it names decides.
+                        let Some(m) = RoceRepr::attribute(frame, checks, e) else {
+                            return;
+                        };
+                        let qpn = m.bth.dest_qpn.value();
+                        if deliver(qps, active, qpn, |qp| qp.handle_malformed(now, &m)) {
+                            return;
+                        }
+                        if let Some(st) = steer.as_ref() {
+                            st.forward_to_owner(qpn, frame, counters);
+                        }
+                    }
+                }
+            });
+        }
 
         // 3. Timers.
         let wheel = &mut self.core.wheel;
@@ -271,6 +344,12 @@ impl<P: Port> Engine<P> {
                 continue;
             };
             slot.active = false;
+            // A QP with an alternate path sends on its active port; others on port 1.
+            let pi = slot.qp.active_port().map_or(0, usize::from);
+            let port = match self.ports.len() {
+                1 => &mut self.ports[0],
+                n => &mut self.ports[if pi < n { pi } else { 0 }],
+            };
             while let Some(out) = slot.qp.poll_transmit_split(
                 now,
                 &mut self.core.frame,
@@ -281,10 +360,10 @@ impl<P: Port> Engine<P> {
                 let sent = match &out {
                     TxOut::Whole(n) => {
                         let frame = &self.core.frame[..*n];
-                        self.port.tx(*n, |b| b.copy_from_slice(frame))
+                        port.tx(*n, |b| b.copy_from_slice(frame))
                     }
                     TxOut::Split(s) => {
-                        let r = self.port.tx_split(&self.core.frame, s);
+                        let r = port.tx_split(&self.core.frame, s);
                         self.core.counters.tx_zero_copy += u64::from(r.is_ok());
                         r
                     }
@@ -302,7 +381,9 @@ impl<P: Port> Engine<P> {
         }
         self.core.active = active;
         self.core.active.clear();
-        self.port.flush();
+        for port in self.ports.iter_mut() {
+            port.flush();
+        }
         self.core.idle_turns = if work == 0 {
             self.core.idle_turns.wrapping_add(1)
         } else {

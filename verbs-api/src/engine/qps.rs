@@ -104,6 +104,18 @@ impl EngineCore {
         self.idle_turns = 0;
     }
 
+    /// A link change on port `port` (index from 0): every QP hears of it (those with an
+    /// alternate path act) and gets a turn to send.
+    pub(super) fn port_event(&mut self, now: u64, port: u8, up: bool) {
+        for (&qpn, slot) in self.qps.iter_mut() {
+            slot.qp.on_port_event(now, port, up);
+            if !slot.active {
+                slot.active = true;
+                self.active.push(qpn);
+            }
+        }
+    }
+
     /// Port counters.
     pub fn counters(&self) -> PortCounters {
         self.counters
@@ -122,6 +134,21 @@ impl EngineCore {
             .map(|(&n, s)| (n, *s.qp.counters()))
             .collect();
         v.sort_by_key(|&(n, _)| n);
+        v
+    }
+
+    /// Each QP with an alternate path: its number, active port (from 0), moves so far and
+    /// in-band path control exchange.
+    pub fn qp_paths_all(&self) -> Vec<(u32, u8, u64, ferroce_stack::transport::PathControlStats)> {
+        let mut v: Vec<_> = self
+            .qps
+            .iter()
+            .filter_map(|(&n, s)| {
+                let port = s.qp.active_port()?;
+                Some((n, port, s.qp.path_migrations(), s.qp.path_control_stats()))
+            })
+            .collect();
+        v.sort_by_key(|x| x.0);
         v
     }
 

@@ -28,7 +28,7 @@ use std::collections::VecDeque;
 use smallvec::SmallVec;
 
 use super::counters::Counters;
-use super::failover::Paths;
+use super::failover::{Discovery, LocalPort, Paths, PendingControl};
 use super::mr::{Access, MrTable, PdId};
 use super::path::Path;
 use super::recovery::{Delivery, Recovery};
@@ -40,7 +40,9 @@ use super::wr::{
     Payload, PostError, RecvWr, SendFlags, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
     WrOpcode,
 };
-use crate::wire::{Checks, Malformed, Opcode, Psn, Qpn, RocePacket, RoceRepr};
+use crate::wire::{
+    Checks, Malformed, Opcode, PathControl, PathControlKind, Psn, Qpn, RocePacket, RoceRepr,
+};
 
 pub use super::av::AddressVector;
 use super::av::Template;
@@ -325,6 +327,28 @@ pub(crate) struct Extensions {
     pub(crate) paths: Option<Paths>,
     /// UC only: takes WRITE_ONLY_WITH_IMMEDIATEs in place of the receive queue.
     pub(crate) sink: Option<Box<dyn WriteImmSink>>,
+    /// The device's other port this QP announces to a ferroce peer, and what it heard.
+    pub(crate) discovery: Option<Discovery>,
+    /// A path control message to send.
+    pub(crate) control_out: PendingControl,
+    /// Path control messages sent and received, and depths lowered (the peer's replay
+    /// cache too small for this QP's atomics).
+    pub(crate) control: PathControlStats,
+}
+
+/// What a QP's path control exchange did (see [`Qp::path_control_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathControlStats {
+    /// Messages sent (announces, replies, moves).
+    pub sent: u64,
+    /// Messages received.
+    pub received: u64,
+    /// Announces after which this QP's `max_rd_atomic` was lowered to the peer's
+    /// `max_dest_rd_atomic`: the peer keeps fewer atomic results for replay than this QP
+    /// would keep atomics outstanding, and a resend after a move could run one twice.
+    pub clamped: u64,
+    /// Moves the peer announced that this QP followed.
+    pub followed: u64,
 }
 
 /// What the QP still flushes after a half failed it. A failure the requester raises flushes
@@ -541,6 +565,11 @@ impl Qp {
                 }
                 self.req.retries_left = self.cx.attr.retry_cnt;
                 self.req.rnr_retries_left = self.cx.attr.rnr_retry;
+                if let Some(e) = self.cx.ext.as_mut() {
+                    if e.discovery.is_some_and(|d| !d.heard) {
+                        e.control_out = Some(PathControlKind::Announce);
+                    }
+                }
             }
             _ => {}
         }
@@ -615,16 +644,32 @@ impl Qp {
     /// `port_num` (from 1, as `ibv_qp_attr.alt_port_num`) — where native failover moves it;
     /// the QP stays on its primary path until then. (IBTA's `ALT_PATH` attributes: kept out
     /// of [`QpAttr`] and boxed, so a QP without one pays a pointer.)
+    ///
+    /// `peer_max_dest_rd_atomic` is the peer's replay depth: its responder keeps that many
+    /// atomic results to answer a resent atomic without running it again. A QP that keeps
+    /// more atomics outstanding (`max_rd_atomic`) could, after a move, resend one whose
+    /// result the peer no longer holds and have it run twice, so such a QP is refused
+    /// ([`ModifyError::ReplayTooShallow`]): native failover is exactly-once or not offered.
     pub fn set_alternate_path(
         &mut self,
         av: AddressVector,
         port_num: u8,
+        peer_max_dest_rd_atomic: u8,
     ) -> Result<(), ModifyError> {
         if self.cx.qp_type == QpType::Ud
             || !matches!(self.cx.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
             || port_num == 0
         {
             return Err(ModifyError::NoAlternatePath(self.cx.qp_type, self.cx.state));
+        }
+        // Both ends treat a depth of 0 as 1 (one READ or atomic at a time).
+        if self.cx.qp_type == QpType::Rc
+            && self.cx.attr.max_rd_atomic.max(1) > peer_max_dest_rd_atomic.max(1)
+        {
+            return Err(ModifyError::ReplayTooShallow {
+                max_rd_atomic: self.cx.attr.max_rd_atomic,
+                peer_max_dest_rd_atomic,
+            });
         }
         let a = &self.cx.attr;
         let udp = av.udp_src_port.unwrap_or(self.cx.template.udp_src_port());
@@ -638,6 +683,32 @@ impl Qp {
         );
         self.cx.ext.get_or_insert_with(Box::default).paths = Some(paths);
         Ok(())
+    }
+
+    /// Announces `local`, another port of this QP's device, to the peer in band (a
+    /// `PATH_CONTROL` message when the QP reaches RTS, or now if it is there) and takes the
+    /// peer's other port as the alternate path when the peer announces one. For QPs whose
+    /// application set no alternate path (perftest through the libibverbs drop-in); only a
+    /// ferroce peer understands the message — a hardware RNIC would refuse the opcode, so
+    /// offer it only to ferroce peers.
+    pub fn offer_alternate_port(&mut self, local: LocalPort) {
+        if self.cx.qp_type == QpType::Ud {
+            return;
+        }
+        let rts = self.cx.state == QpState::Rts;
+        let e = self.cx.ext.get_or_insert_with(Box::default);
+        e.discovery = Some(Discovery::new(local));
+        if rts {
+            e.control_out = Some(PathControlKind::Announce);
+        }
+    }
+
+    /// What the QP's path control exchange did so far.
+    pub fn path_control_stats(&self) -> PathControlStats {
+        self.cx
+            .ext
+            .as_ref()
+            .map_or_else(Default::default, |e| e.control)
     }
 
     /// The port (index from 0) the QP sends on now, when it has an alternate path; `None`
@@ -690,8 +761,118 @@ impl Qp {
             return;
         };
         if p.peer_moved(pkt.repr.eth.src, now, damping / 8) && live && !p.damped(now, damping) {
-            self.migrate(now, true);
+            self.migrate_telling(now, true, false);
         }
+    }
+
+    /// A `PATH_CONTROL` message from the peer: an announce of its other port (taken as the
+    /// alternate path when this QP offered one of its own and the atomic depths allow
+    /// exactly-once resends), or news that it moved (followed at once, if it moved onto
+    /// this QP's standby path).
+    #[cold]
+    fn on_path_control(&mut self, now: u64, pkt: &RocePacket<'_>) {
+        let state = self.cx.state;
+        let Ok(msg) = PathControl::parse(pkt.payload) else {
+            self.cx.counters.rx_dropped += 1;
+            return;
+        };
+        if self.cx.qp_type == QpType::Ud
+            || !matches!(state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+        {
+            self.cx.counters.rx_dropped += 1;
+            return;
+        }
+        let Some(e) = self.cx.ext.as_mut() else {
+            self.cx.counters.rx_dropped += 1;
+            return;
+        };
+        e.control.received += 1;
+        match msg.kind {
+            PathControlKind::Announce | PathControlKind::AnnounceReply => {
+                let Some(d) = e.discovery.as_mut() else {
+                    return;
+                };
+                let first = !d.heard;
+                d.heard = true;
+                d.next_at = None;
+                let local = d.local;
+                if msg.kind == PathControlKind::Announce {
+                    e.control_out = Some(PathControlKind::AnnounceReply);
+                }
+                if !first || e.paths.is_some() {
+                    return;
+                }
+                let mut av = self.cx.attr.ah_attr;
+                av.smac = local.mac;
+                av.src = local.ip;
+                av.dmac = msg.mac;
+                av.dst = msg.ip;
+                av.udp_src_port = Some(self.cx.template.udp_src_port());
+                // A QP that would keep more atomics outstanding than the peer replays is
+                // held to the peer's depth instead of going without failover: a program
+                // that sets the depths apart but posts no atomic (perftest's WRITE server)
+                // loses nothing, and one that does post them stays exactly-once.
+                let depth = msg.max_dest_rd_atomic.max(1);
+                if self.cx.qp_type == QpType::Rc && self.cx.attr.max_rd_atomic.max(1) > depth {
+                    self.cx.attr.max_rd_atomic = depth;
+                    if let Some(e) = self.cx.ext.as_mut() {
+                        e.control.clamped += 1;
+                    }
+                }
+                let r = self.set_alternate_path(av, local.port + 1, depth);
+                if let Err(err) = r {
+                    self.cx.span().in_scope(
+                        || tracing::warn!(%err, "the peer's alternate port is not taken"),
+                    );
+                }
+            }
+            PathControlKind::Moved => {
+                let Some(p) = e.paths.as_ref() else {
+                    return;
+                };
+                if msg.mac == p.standby_peer && p.standby_usable() {
+                    e.control.followed += 1;
+                    self.migrate_telling(now, true, false);
+                }
+            }
+        }
+    }
+
+    /// The path control message waiting to leave, if any, into `buf`.
+    #[cold]
+    fn transmit_control(&mut self, now: u64, buf: &mut [u8]) -> Option<usize> {
+        if !matches!(self.cx.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            return None;
+        }
+        let e = self.cx.ext.as_mut()?;
+        let kind = e.control_out.take()?;
+        let (port, mac, ip) = match kind {
+            PathControlKind::Announce | PathControlKind::AnnounceReply => {
+                let d = e.discovery.as_mut()?;
+                if kind == PathControlKind::Announce {
+                    d.sent(now);
+                }
+                (d.local.port, d.local.mac, d.local.ip)
+            }
+            PathControlKind::Moved => {
+                let p = e.paths.as_ref()?;
+                let (mac, ip) = self.cx.template.source();
+                (p.active_port, mac, ip)
+            }
+        };
+        e.control.sent += 1;
+        let msg = PathControl {
+            kind,
+            port,
+            max_rd_atomic: self.cx.attr.max_rd_atomic,
+            max_dest_rd_atomic: self.cx.attr.max_dest_rd_atomic,
+            ip,
+            mac,
+        };
+        let repr = self
+            .cx
+            .repr(Opcode::PATH_CONTROL, Psn::new(0), PathControl::LEN);
+        repr.emit(buf, |p| msg.emit(p)).ok()
     }
 
     fn damping_ns(&self) -> u64 {
@@ -699,14 +880,26 @@ impl Qp {
     }
 
     /// Moves to the standby path; with `restart`, everything outstanding goes again from the
-    /// oldest unacknowledged PSN on it, with a fresh retry budget.
+    /// oldest unacknowledged PSN on it, with a fresh retry budget. A move on the QP's own
+    /// evidence tells the peer (`PATH_CONTROL` moved, on the new path), so its replies
+    /// follow at once instead of after its own timeout; following the peer does not.
     fn migrate(&mut self, now: u64, restart: bool) {
+        self.migrate_telling(now, restart, true);
+    }
+
+    fn migrate_telling(&mut self, now: u64, restart: bool, tell: bool) {
         let una = self.req.una;
-        let Some(p) = self.cx.ext.as_mut().and_then(|e| e.paths.as_mut()) else {
+        let Some(e) = self.cx.ext.as_mut() else {
+            return;
+        };
+        let Some(p) = e.paths.as_mut() else {
             return;
         };
         core::mem::swap(&mut p.standby, &mut self.cx.template);
         p.swap_ends(now, una);
+        if tell {
+            e.control_out = Some(PathControlKind::Moved);
+        }
         let (port, alt) = (p.active_port, p.on_alternate);
         self.cx
             .span()
@@ -750,6 +943,10 @@ impl Qp {
         // The sink stays (the owner set it); the alternate path goes, as every path does.
         if let Some(e) = self.cx.ext.as_mut() {
             e.paths = None;
+            e.control_out = None;
+            if let Some(d) = e.discovery.as_mut() {
+                *d = Discovery::new(d.local);
+            }
         }
         self.cx.completions.clear();
     }
@@ -910,6 +1107,10 @@ impl Qp {
             self.follow_peer(now, pkt);
         }
         let op = pkt.repr.bth.opcode;
+        if op == Opcode::PATH_CONTROL {
+            self.on_path_control(now, pkt);
+            return;
+        }
         if op == Opcode::CNP
             && self.cx.qp_type != QpType::Ud
             && matches!(self.cx.state, QpState::Rts | QpState::Sqd)
@@ -1007,6 +1208,13 @@ impl Qp {
         mem: &'m MrTable,
         split_min: usize,
     ) -> Option<TxOut<'m>> {
+        if self.cx.ext.is_some() {
+            if let Some(n) = self.transmit_control(now, buf) {
+                self.cx.counters.tx_packets += 1;
+                self.cx.counters.tx_bytes += n as u64;
+                return Some(TxOut::Whole(n));
+            }
+        }
         // A half that fails the QP sends nothing in that call, so the failure is looked for
         // only when a half had nothing to send; a responder's (a READ whose region went away)
         // flushes the send queue before the requester is asked.
@@ -1036,12 +1244,29 @@ impl Qp {
         if !matches!(self.cx.state, QpState::Rts | QpState::Sqd) {
             return None;
         }
-        self.req.timers.next()
+        let t = self.req.timers.next();
+        match self.announce_at() {
+            Some(a) => Some(t.map_or(a, |t| t.min(a))),
+            None => t,
+        }
+    }
+
+    /// When the next announce of this QP's other port is due (its peer's unheard).
+    fn announce_at(&self) -> Option<u64> {
+        self.cx.ext.as_ref()?.discovery?.next_at
     }
 
     /// Runs the timers due at `now`.
     pub fn handle_timeout(&mut self, now: u64) {
         if matches!(self.cx.state, QpState::Rts | QpState::Sqd) {
+            if self.announce_at().is_some_and(|t| t <= now) {
+                if let Some(e) = self.cx.ext.as_mut() {
+                    if let Some(d) = e.discovery.as_mut() {
+                        d.next_at = None;
+                    }
+                    e.control_out = Some(PathControlKind::Announce);
+                }
+            }
             if self.migrates_on_timeout(now) {
                 self.cx.counters.local_ack_timeout_err += 1;
                 self.migrate(now, true);
