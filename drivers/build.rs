@@ -43,6 +43,8 @@ mod dpdk {
             .allowlist_function("rte_eth_dev_count_avail")
             .allowlist_function("rte_eth_macaddr_get")
             .allowlist_function("rte_eth_link_get_nowait")
+            .allowlist_function("rte_eth_dev_set_link_up")
+            .allowlist_function("rte_eth_dev_set_link_down")
             .allowlist_function("rte_eth_dev_get_mtu")
             .allowlist_function("rte_pktmbuf_pool_create")
             .allowlist_function("rte_socket_id")

@@ -54,6 +54,7 @@ fn rc_traffic_through_dpdk_ring_ports_with_and_without_zero_copy() {
     assert_eq!(&two.query_gid_on(2, 0).unwrap().0[12..], &[10, 9, 1, 4]);
     let t = rc_write_send_read(&two);
     assert!(t.tx_frames > 200, "{t:?}");
+    moves_when_port_1_goes_down(&two, 2);
     // A second device on other EAL arguments is refused with a clear error.
     let e = open_device("dpdk:-l 0 --vdev=net_ring2 @10.9.0.3").unwrap_err();
     assert!(e.to_string().contains("EAL already runs"), "{e}");
@@ -115,4 +116,66 @@ fn rc_write_send_read(ctx: &Context) -> PortCounters {
     let c = ctx.port_counters();
     assert!(c.rx_frames > 200);
     c
+}
+
+/// On a two-port device whose port 1 is DPDK port `dpdk_port`: a pair of QPs on it (each
+/// the other's peer, port 2 the alternate), a WRITE stream, and port 1's link set down
+/// administratively in the middle (`rte_eth_dev_set_link_down`): the engine reads the link
+/// status, both QPs move to port 2, and every WRITE completes. Port 1 comes back up after.
+fn moves_when_port_1_goes_down(ctx: &Context, dpdk_port: u16) {
+    let pd = ctx.alloc_pd();
+    let all = Access::LOCAL_WRITE.with(Access::REMOTE_WRITE);
+    let (ma, mb) = (
+        pd.alloc_mr(1 << 20, all).unwrap(),
+        pd.alloc_mr(1 << 20, all).unwrap(),
+    );
+    let cq = ctx.create_cq(4096, None);
+    let qa = pd
+        .create_qp(QpType::Rc, QpCaps::default(), &cq, &cq)
+        .unwrap();
+    let qb = pd
+        .create_qp(QpType::Rc, QpCaps::default(), &cq, &cq)
+        .unwrap();
+    let ep = |qp: &QueuePair, mr: &MemoryRegion, psn| Endpoint::of(ctx, qp, mr, psn);
+    let (ea, eb) = (ep(&qa, &ma, 5), ep(&qb, &mb, 6));
+    let o = ConnectOpts {
+        mtu: Mtu::Mtu1024,
+        ..ConnectOpts::default()
+    };
+    connect_qp(ctx, &qa, 5, &eb, &o).unwrap();
+    connect_qp(ctx, &qb, 6, &ea, &o).unwrap();
+    assert_eq!(qa.path_state().unwrap(), (Some(1), 0));
+    let data: Vec<u8> = (0..65536u32).map(|i| (i * 3 + 1) as u8).collect();
+    assert!(ma.write(0, &data));
+    let s = [ma.sge(0, 65536)];
+    let post = |from: u64| {
+        let wrs: Vec<_> = (from..from + 8)
+            .map(|i| {
+                SendWr::new(i, WrOpcode::Write, Payload::Sges(&s))
+                    .remote(mb.addr() + 65536 * (i % 16), mb.rkey())
+            })
+            .collect();
+        qa.post_send(&wrs).unwrap();
+    };
+    let mut got = Vec::new();
+    let wait = |got: &mut Vec<WorkCompletion>, n: usize| {
+        let start = std::time::Instant::now();
+        while got.len() < n && start.elapsed().as_secs() < 20 {
+            ctx.progress();
+            cq.poll(got, 16);
+        }
+    };
+    post(0);
+    ferroce_drivers::dpdk::set_link(dpdk_port, false).expect("net_ring sets its link down");
+    post(8);
+    wait(&mut got, 16);
+    assert_eq!(got.len(), 16, "{got:?}");
+    assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
+    assert_eq!(ctx.query_port_num(1).unwrap().state, PortState::Down);
+    assert_eq!(qa.path_state().unwrap().0, Some(2), "moved to port 2");
+    assert_eq!(qb.path_state().unwrap().0, Some(2), "the peer too");
+    let mut out = vec![0u8; 65536];
+    assert!(mb.read(65536 * 15, &mut out));
+    assert_eq!(out, data);
+    ferroce_drivers::dpdk::set_link(dpdk_port, true).unwrap();
 }

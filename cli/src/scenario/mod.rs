@@ -6,6 +6,7 @@ mod heatmap;
 mod plot;
 mod sdr;
 mod spray;
+mod timeline;
 
 use std::process::ExitCode;
 
@@ -60,6 +61,10 @@ struct FailoverArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
+    /// Write throughput over time (100 µs bins, a panel per fault, a line per scheme) to
+    /// this SVG file: SHIFT's Figure 7 in virtual time.
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -754,6 +759,34 @@ fn run_failover(a: &FailoverArgs) -> Result<ExitCode, Failure> {
             }));
         }
     }
+    if let Some(path) = &a.plot {
+        let panels: Vec<timeline::Panel<'_>> = faults
+            .iter()
+            .map(|f| {
+                let lines = runs
+                    .iter()
+                    .filter(|r| r["fault"] == f.name())
+                    .map(|r| {
+                        let bins = r["gbps_bins"]
+                            .as_array()
+                            .map(|b| b.iter().filter_map(Value::as_f64).collect())
+                            .unwrap_or_default();
+                        (r["scheme"].as_str().unwrap_or(""), bins)
+                    })
+                    .collect();
+                (f.name(), lines)
+            })
+            .collect();
+        let title = format!(
+            "WRITE stream over rail 0, fault at 5 ms, repaired at 10 ms ({} Gbit/s NICs)",
+            a.gbps
+        );
+        std::fs::write(
+            path,
+            timeline::svg(&title, &panels, 0.1, &[5.0, 10.0], a.gbps),
+        )
+        .map_err(|e| Failure(format!("cannot write the plot to {}: {e}", path.display())))?;
+    }
     if a.json {
         println!(
             "{}",
@@ -782,11 +815,11 @@ fn run_failover(a: &FailoverArgs) -> Result<ExitCode, Failure> {
                 us(&r["detect_us"]),
                 us(&r["failover_us"]),
                 r["dip"].as_f64().unwrap_or(0.0),
-                r["resent_bytes"],
-                r["duplicates_executed"],
-                r["atomics_ok"],
-                r["errors"],
-                r["verified"],
+                r["resent_bytes"].as_u64().unwrap_or(0),
+                r["duplicates_executed"].as_u64().unwrap_or(0),
+                r["atomics_ok"].as_bool().unwrap_or(false),
+                r["errors"].as_u64().unwrap_or(0),
+                r["verified"].as_bool().unwrap_or(false),
             );
         }
     }

@@ -168,6 +168,26 @@ pub fn eal_init(args: &str) -> Result<(), DpdkError> {
     }
 }
 
+/// Sets probed port `port`'s link up or down administratively (`rte_eth_dev_set_link_up` /
+/// `_down`): what `ip link set ... up/down` is to a kernel interface, for fault injection in
+/// tests and experiments. Err holds DPDK's return code (a PMD without the operation says
+/// `-ENOTSUP`).
+pub fn set_link(port: u16, up: bool) -> Result<(), i32> {
+    // SAFETY: plain control calls on a port id; DPDK checks the id itself.
+    let rc = unsafe {
+        if up {
+            sys::rte_eth_dev_set_link_up(port)
+        } else {
+            sys::rte_eth_dev_set_link_down(port)
+        }
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(rc)
+    }
+}
+
 /// Ports DPDK probed.
 pub fn port_count() -> u16 {
     // SAFETY: plain query; EAL must be up, which every caller path ensures first.
