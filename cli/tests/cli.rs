@@ -371,8 +371,9 @@ fn scenario_sdr_reports_every_scheme_beside_the_model() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
-/// `scenario failover` on one fault: native failover moves the stream to the other rail and
-/// loses nothing (every WR completed, atomics once each); without failover the QP dies.
+/// `scenario failover` on two faults: native failover moves the stream to the other rail and
+/// loses nothing (every WR completed, atomics once each); SHIFT mode refuses to resubmit
+/// with an atomic outstanding and fails like the RNIC; without failover the QP dies.
 #[test]
 fn scenario_failover_native_survives_where_none_dies() {
     let out = ferroce(&["scenario", "failover", "--fault", "tor,blackhole", "--json"]);
@@ -383,7 +384,7 @@ fn scenario_failover_native_survives_where_none_dies() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let runs = v["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 4);
+    assert_eq!(runs.len(), 6);
     for r in runs {
         for key in [
             "scheme",
@@ -405,6 +406,10 @@ fn scenario_failover_native_survives_where_none_dies() {
                 assert_eq!(r["verified"], true, "{r}");
                 assert!(r["failover_us"].as_f64().is_some(), "{r}");
             }
+            "shift" => {
+                assert!(r["refused"].as_u64().unwrap() > 0, "{r}");
+                assert!(r["errors"].as_u64().unwrap() > 0, "{r}");
+            }
             _ => {
                 assert!(r["errors"].as_u64().unwrap() > 0, "{r}");
                 assert!(r["failover_us"].is_null(), "{r}");
@@ -414,4 +419,40 @@ fn scenario_failover_native_survives_where_none_dies() {
     let tor = &runs[0];
     // A ToR failure is a link event at both ends: the move is immediate.
     assert!(tor["failover_us"].as_f64().unwrap() < 50.0, "{tor}");
+}
+
+/// SHIFT mode on a WRITE-only stream: the default QP's retries run out (the RNIC's error
+/// is SHIFT's detection), the WRs go again on the backup QP after the handshake, nothing is
+/// lost, and after the repair the traffic goes home (a fallback and a switch-back).
+#[test]
+fn scenario_failover_shift_resubmits_a_write_stream() {
+    let out = ferroce(&[
+        "scenario",
+        "failover",
+        "--fault",
+        "remote-nic",
+        "--scheme",
+        "shift,native",
+        "--atomic-every",
+        "0",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    let (shift, native) = (&runs[0], &runs[1]);
+    assert_eq!(shift["scheme"], "shift");
+    assert_eq!(shift["errors"], 0, "{shift}");
+    assert_eq!(shift["verified"], true, "{shift}");
+    assert_eq!(shift["migrations"], 2, "{shift}");
+    // SHIFT waits for the retry budget (8 ACK timeouts of 131 µs); native is told at once.
+    let (s, n) = (
+        shift["failover_us"].as_f64().unwrap(),
+        native["failover_us"].as_f64().unwrap(),
+    );
+    assert!(s > 1000.0 && n < 50.0, "shift {s} µs, native {n} µs");
 }

@@ -22,11 +22,15 @@
 //!   immediate, the completion-time model, the receive table and the send packetizer, all
 //!   sans-IO; not yet wired to the engine. SDR is a layer above UC QPs, not a `Recovery`.
 //!
-//! Multi-port failover (native, SHIFT, Varuna, R2CCL) and congestion control (DCQCN) arrive
-//! with later issues as more implementations of the same traits.
+//! - [`shift`]: SHIFT mode, failover at work requests over a default and a backup QP for
+//!   peers whose transport is in hardware (native failover lives in the transport:
+//!   `ferroce_stack::transport::failover`).
+//!
+//! Varuna and R2CCL's failover and congestion control (DCQCN) arrive with later issues.
 
 pub mod baselines;
 pub mod sdr;
+pub mod shift;
 pub mod spray;
 pub mod sr;
 pub mod themis;

@@ -48,14 +48,27 @@ impl<P: Port> Testbed<P> {
     /// Every host takes one turn; if none sent a frame, time moves to the next arrival or
     /// timer, unless that is past `until`.
     pub fn step(&mut self, until: u64) -> Step {
+        if self.turn() > 0 {
+            return Step::Worked;
+        }
+        self.advance(until)
+    }
+
+    /// Every host takes one turn (receives, timers, sends, completions); returns the frames
+    /// sent. With [`advance`](Self::advance), [`step`](Self::step) in two halves, for a
+    /// driver that acts on the turn's completions before time moves (a layer above the
+    /// transport, such as SHIFT mode, posting on them).
+    pub fn turn(&mut self) -> usize {
         let now = self.fabric.now();
         let mut sent = 0;
         for h in &mut self.hosts {
             sent += h.turn(now, &mut self.scratch);
         }
-        if sent > 0 {
-            return Step::Worked;
-        }
+        sent
+    }
+
+    /// Time moves to the next arrival or timer, unless that is past `until`.
+    pub fn advance(&mut self, until: u64) -> Step {
         let timer = self.hosts.iter().filter_map(Host::next_timeout).min();
         match self.fabric.advance_idle(timer, until) {
             Idle::Advanced => Step::Advanced,

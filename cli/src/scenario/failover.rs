@@ -3,13 +3,17 @@
 //! perftest-like WRITE stream (64 KiB messages, 32 outstanding, every 16th WR a FETCH_ADD on
 //! a counter) on rail 0; a fault at 5 ms — a NIC on either side, a host link, the rail's
 //! ToR, or a black hole that no link event announces — healed at 10 ms; the run ends at
-//! 15 ms. Schemes: `native` (the QP moves to rail 1 with its transport state and comes back)
-//! and `none` (an RNIC without failover: the QP exhausts its retries and dies). SHIFT mode
-//! is still to come (issue 22).
+//! 15 ms. Schemes: `native` (the QP moves to rail 1 with its transport state and comes back),
+//! `shift` (SHIFT mode, `ferroce_reliability::shift`: a default QP on rail 0, a backup and a
+//! control QP on rail 1, WR-level resubmission after the default QP's retries run out; the
+//! transport's own failover off) and `none` (an RNIC without failover: the QP exhausts its
+//! retries and dies).
 
 use ferroce_drivers::sim::LinkModel;
+use ferroce_reliability::shift::{Rail, ShiftConfig, ShiftIo, ShiftSide};
 use ferroce_stack::transport::{
-    Payload, Qp, QpConfig, QpType, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode,
+    AttrMask, Payload, PostError, Qp, QpAttr, QpConfig, QpState, QpType, RecvWr, SendFlags, SendWr,
+    Sge, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 use ferroce_stack::wire::Qpn;
 use ferroce_testbed::{rails, ConnOpts, Testbed, PD};
@@ -62,6 +66,8 @@ impl Fault {
 pub(crate) enum Scheme {
     /// ferroce's native failover.
     Native,
+    /// SHIFT mode (seed 000): WR-level resubmission on a backup QP.
+    Shift,
     /// No failover (an RNIC's RC QP).
     None,
 }
@@ -70,8 +76,59 @@ impl Scheme {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Native => "native",
+            Self::Shift => "shift",
             Self::None => "none",
         }
+    }
+}
+
+/// SHIFT's extra QPs: the backup and the control QP of each host, both on rail 1.
+const BACKUP: [u32; 2] = [0x11, 0x21];
+const CONTROL: [u32; 2] = [0x12, 0x22];
+/// Their first PSNs (each host's send side first).
+const PSNS: [[u32; 2]; 3] = [[1, 2], [11, 12], [21, 22]];
+
+/// SHIFT mode's view of host `h`'s three QPs on the testbed.
+struct ShiftBed<'a> {
+    w: &'a mut Testbed,
+    h: usize,
+    o: &'a ConnOpts,
+}
+
+impl ShiftBed<'_> {
+    fn qpns(rail: Rail) -> [u32; 2] {
+        match rail {
+            Rail::Default => QPN,
+            Rail::Backup => BACKUP,
+            Rail::Control => CONTROL,
+        }
+    }
+}
+
+impl ShiftIo for ShiftBed<'_> {
+    fn post_send(&mut self, rail: Rail, wr: &SendWr<'_>) -> Result<(), PostError> {
+        self.w.hosts[self.h]
+            .qp(Self::qpns(rail)[self.h])
+            .post_send(wr)
+    }
+    fn post_recv(&mut self, rail: Rail, wr: &RecvWr<'_>) -> Result<(), PostError> {
+        self.w.hosts[self.h]
+            .qp(Self::qpns(rail)[self.h])
+            .post_recv(wr)
+    }
+    fn reconnect(&mut self, rail: Rail) {
+        let (h, q) = (self.h, Self::qpns(rail));
+        let reset = QpAttr {
+            qp_state: QpState::Reset,
+            ..QpAttr::default()
+        };
+        let _ = self.w.hosts[h].qp(q[h]).modify(&reset, AttrMask::STATE);
+        let p = PSNS[rail as usize];
+        self.w
+            .bring_up((h, q[h]), (1 - h, q[1 - h]), (p[h], p[1 - h]), self.o);
+    }
+    fn now(&self) -> u64 {
+        self.w.now()
     }
 }
 
@@ -91,6 +148,8 @@ pub(crate) struct Setup {
     pub(crate) end: u64,
     pub(crate) bin_ns: u64,
     pub(crate) seed: u64,
+    /// Every n-th WR a FETCH_ADD (0: none).
+    pub(crate) atomic_every: u64,
 }
 
 /// What one run measured.
@@ -109,13 +168,21 @@ pub(crate) struct Outcome {
     pub(crate) completed: u64,
     pub(crate) errors: u64,
     pub(crate) migrations: u64,
+    /// SHIFT: failures the retransmission-safety rule turned into errors (an atomic was
+    /// outstanding).
+    pub(crate) refused: u64,
 }
 
-fn post(w: &mut Testbed, s: &Setup, n: u64) {
+fn is_atomic(s: &Setup, n: u64) -> bool {
+    s.atomic_every > 0 && n % s.atomic_every == s.atomic_every - 1
+}
+
+/// WR `n` of the stream, handed to `post`.
+fn post(w: &mut Testbed, s: &Setup, n: u64, post: impl FnOnce(&mut Testbed, &SendWr<'_>)) {
     let (lkey, rkey) = (w.hosts[0].keys.lkey, w.hosts[1].keys.rkey);
-    if n % 16 == 15 {
+    if is_atomic(s, n) {
         let sge = [Sge {
-            addr: (RESULTS + 8 * (n / 16) as usize) as u64,
+            addr: (RESULTS + 8 * (n / s.atomic_every) as usize) as u64,
             length: 8,
             lkey,
         }];
@@ -123,7 +190,7 @@ fn post(w: &mut Testbed, s: &Setup, n: u64) {
             .remote(COUNTER as u64, rkey)
             .flags(SendFlags::SIGNALED);
         wr.compare_add = 1;
-        let _ = w.hosts[0].qp(QPN[0]).post_send(&wr);
+        post(w, &wr);
     } else {
         let sge = [Sge {
             addr: SRC as u64,
@@ -134,7 +201,7 @@ fn post(w: &mut Testbed, s: &Setup, n: u64) {
         let wr = SendWr::new(n, WrOpcode::Write, Payload::Sges(&sge))
             .remote(at as u64, rkey)
             .flags(SendFlags::SIGNALED);
-        let _ = w.hosts[0].qp(QPN[0]).post_send(&wr);
+        post(w, &wr);
     }
 }
 
@@ -150,15 +217,44 @@ pub(crate) fn run(s: &Setup) -> Outcome {
         timeout: s.timeout,
         ..ConnOpts::default()
     };
-    for (h, &qpn) in QPN.iter().enumerate() {
-        w.hosts[h].insert_qp(Qp::new(QpConfig::new(Qpn::new(qpn), QpType::Rc, PD)), 0);
+    let rails: &[(Rail, [u32; 2], usize)] = if s.scheme == Scheme::Shift {
+        &[
+            (Rail::Default, QPN, 0),
+            (Rail::Backup, BACKUP, 1),
+            (Rail::Control, CONTROL, 1),
+        ]
+    } else {
+        &[(Rail::Default, QPN, 0)]
+    };
+    for &(rail, qpns, port) in rails {
+        for (h, &qpn) in qpns.iter().enumerate() {
+            w.hosts[h].insert_qp(Qp::new(QpConfig::new(Qpn::new(qpn), QpType::Rc, PD)), port);
+        }
+        let p = PSNS[rail as usize];
+        w.bring_up((0, qpns[0]), (1, qpns[1]), (p[0], p[1]), &o);
+        w.bring_up((1, qpns[1]), (0, qpns[0]), (p[1], p[0]), &o);
     }
-    w.bring_up((0, QPN[0]), (1, QPN[1]), (1, 2), &o);
-    w.bring_up((1, QPN[1]), (0, QPN[0]), (2, 1), &o);
     if s.scheme == Scheme::Native {
         w.set_alternate((0, QPN[0]), 1, (1, 1));
         w.set_alternate((1, QPN[1]), 0, (1, 1));
     }
+    // SHIFT: host 0 leads (probes, starts the switch-back); a probe every 500 µs.
+    let mut sides: Vec<ShiftSide> = Vec::new();
+    if s.scheme == Scheme::Shift {
+        for h in 0..2 {
+            let config = ShiftConfig {
+                probe_interval_ns: 500_000,
+                leader: h == 0,
+            };
+            let mut io = ShiftBed {
+                w: &mut w,
+                h,
+                o: &o,
+            };
+            sides.push(ShiftSide::new(config, &mut io));
+        }
+    }
+    let mut seen_h = [0usize; 2];
     let pattern: Vec<u8> = (0..s.size).map(|i| (i * 13 + 7) as u8).collect();
     w.hosts[0].write(SRC, &pattern);
     let (from, until) = (s.fault_at, s.heal_at);
@@ -176,33 +272,101 @@ pub(crate) fn run(s: &Setup) -> Outcome {
     let (mut posted, mut done_n, mut fetch_adds) = (0u64, 0u64, 0u64);
     let mut moved_at: Option<u64> = None;
     let mut seen = 0usize;
+    let shift = s.scheme == Scheme::Shift;
+    // What the application on host 0 sees: the QP's completions, or SHIFT's.
+    let mut app: Vec<(WorkCompletion, u64)> = Vec::new();
     loop {
         let now = w.now();
         if now >= s.end {
             break;
         }
-        let dead = w.hosts[0].qp(QPN[0]).state() == ferroce_stack::transport::QpState::Err;
+        let dead = if shift {
+            sides[0].failed()
+        } else {
+            w.hosts[0].qp(QPN[0]).state() == QpState::Err
+        };
         while !dead && posted - done_n < s.depth as u64 {
-            post(&mut w, s, posted);
+            if shift {
+                let side = &mut sides[0];
+                post(&mut w, s, posted, |w, wr| {
+                    let _ = side.post_send(&mut ShiftBed { w, h: 0, o: &o }, wr);
+                });
+            } else {
+                post(&mut w, s, posted, |w, wr| {
+                    let _ = w.hosts[0].qp(QPN[0]).post_send(wr);
+                });
+            }
             posted += 1;
         }
-        match w.step(s.end) {
+        // SHIFT's probe timer is an event too.
+        let horizon = sides
+            .iter()
+            .filter_map(ShiftSide::next_timeout)
+            .min()
+            .map_or(s.end, |t| t.clamp(now + 1, s.end));
+        // A turn, then (SHIFT) its completions, which may post, before time moves.
+        let sent = w.turn();
+        let mut acted = false;
+        if shift {
+            for (h, side) in sides.iter_mut().enumerate() {
+                let fresh: Vec<(WorkCompletion, u64)> = w.hosts[h].completions[seen_h[h]..]
+                    .iter()
+                    .copied()
+                    .zip(w.hosts[h].completed_at[seen_h[h]..].iter().copied())
+                    .collect();
+                seen_h[h] += fresh.len();
+                acted |= !fresh.is_empty();
+                let mut io = ShiftBed {
+                    w: &mut w,
+                    h,
+                    o: &o,
+                };
+                for (wc, at) in fresh {
+                    let rail = match wc.qp_num.value() {
+                        q if q == QPN[h] => Rail::Default,
+                        q if q == BACKUP[h] => Rail::Backup,
+                        _ => Rail::Control,
+                    };
+                    let before = side.stats().fallbacks;
+                    let shown = side.on_completion(&mut io, rail, &wc);
+                    if h == 0 {
+                        if moved_at.is_none() && side.stats().fallbacks > before {
+                            moved_at = Some(at);
+                        }
+                        app.extend(shown.into_iter().map(|c| (c, at)));
+                    }
+                }
+                side.poll(&mut io);
+            }
+        }
+        let step = if sent > 0 || acted {
+            ferroce_testbed::Step::Worked
+        } else {
+            w.advance(horizon)
+        };
+        match step {
             ferroce_testbed::Step::Worked | ferroce_testbed::Step::Advanced => {}
             // Nothing in flight and no timer: time still passes (a link may come back).
             ferroce_testbed::Step::Idle | ferroce_testbed::Step::Beyond => {
-                let next = w.fabric.next_link_change().filter(|&c| c < s.end);
-                w.fabric.advance_to(next.unwrap_or(s.end).max(now + 1));
+                let next = w.fabric.next_link_change().filter(|&c| c < horizon);
+                w.fabric.advance_to(next.unwrap_or(horizon).max(now + 1));
             }
         }
         let t = w.now();
-        if moved_at.is_none() && w.hosts[0].qp(QPN[0]).path_migrations() > 0 {
-            moved_at = Some(t);
+        if !shift {
+            if moved_at.is_none() && w.hosts[0].qp(QPN[0]).path_migrations() > 0 {
+                moved_at = Some(t);
+            }
+            let host = &w.hosts[0];
+            app.extend(
+                host.completions[seen..]
+                    .iter()
+                    .copied()
+                    .zip(host.completed_at[seen..].iter().copied()),
+            );
+            seen = host.completions.len();
         }
-        let host = &w.hosts[0];
-        for (wc, &at) in host.completions[seen..]
-            .iter()
-            .zip(&host.completed_at[seen..])
-        {
+        for (wc, at) in app.drain(..) {
             done_n += 1;
             if wc.status != WcStatus::Success {
                 out.errors += 1;
@@ -218,7 +382,6 @@ pub(crate) fn run(s: &Setup) -> Outcome {
                 out.failover_ns = Some(at - from);
             }
         }
-        seen = host.completions.len();
         if dead && posted == done_n {
             // The QP is gone; nothing more will happen on it.
             break;
@@ -228,15 +391,24 @@ pub(crate) fn run(s: &Setup) -> Outcome {
     let qp = w.hosts[0].qp(QPN[0]);
     out.migrations = qp.path_migrations();
     out.resent_bytes = qp.counters().retransmitted_packets * 4096;
+    if let Some(side) = sides.first() {
+        let st = side.stats();
+        out.migrations = st.fallbacks + st.switchbacks;
+        out.refused = st.refused;
+        // WRs resubmitted, and what the backup QP's transport resent on its own.
+        out.resent_bytes +=
+            st.resent_bytes + w.hosts[0].qp(BACKUP[0]).counters().retransmitted_packets * 4096;
+    }
     // Every FETCH_ADD that completed added 1 once: results 0..n, the counter at n (FETCH_ADDs
     // still in flight at the end may have executed too: the counter may be ahead by those).
-    let mut results: Vec<u64> = (0..posted / 16)
+    let atomics = posted.checked_div(s.atomic_every).unwrap_or(0);
+    let mut results: Vec<u64> = (0..atomics)
         .map(|i| w.hosts[0].word(RESULTS + 8 * i as usize))
         .take(fetch_adds as usize)
         .collect();
     results.sort_unstable();
     let counter = w.hosts[1].word(COUNTER);
-    let in_flight = posted / 16 - fetch_adds;
+    let in_flight = atomics - fetch_adds;
     out.atomics_ok = results.windows(2).all(|p| p[0] != p[1])
         && results.iter().all(|&r| r < counter)
         && counter <= fetch_adds + in_flight;
@@ -244,9 +416,9 @@ pub(crate) fn run(s: &Setup) -> Outcome {
         + results.windows(2).filter(|p| p[0] == p[1]).count() as u64;
     // The WRITE ring holds the pattern wherever a WRITE completed.
     let slots = (posted.min(s.depth as u64)) as usize;
-    out.verified = (0..slots)
-        .filter(|i| i % 16 != 15)
-        .all(|i| w.hosts[1].read(DST + i * s.size, s.size) == pattern)
-        && (s.scheme == Scheme::None || out.errors == 0);
+    out.verified = (0..slots as u64)
+        .filter(|&i| !is_atomic(s, i))
+        .all(|i| w.hosts[1].read(DST + i as usize * s.size, s.size) == pattern)
+        && (s.scheme == Scheme::None || out.errors == 0 || out.refused > 0);
     out
 }

@@ -40,9 +40,14 @@ struct FailoverArgs {
     /// Faults, comma-separated (default: all five).
     #[arg(long, value_delimiter = ',', value_enum)]
     fault: Vec<failover::Fault>,
-    /// Schemes, comma-separated (default: native, none).
+    /// Schemes, comma-separated (default: native, shift, none).
     #[arg(long, value_delimiter = ',', value_enum)]
     scheme: Vec<failover::Scheme>,
+    /// Every n-th WR of the stream is a FETCH_ADD (0: WRITEs only). SHIFT refuses to
+    /// resubmit while an atomic is outstanding, so with atomics it fails where native
+    /// failover carries on.
+    #[arg(long, default_value_t = 16)]
+    atomic_every: u64,
     /// NIC rate, Gbit/s.
     #[arg(long, default_value_t = 100.0)]
     gbps: f64,
@@ -714,7 +719,11 @@ fn run_failover(a: &FailoverArgs) -> Result<ExitCode, Failure> {
         a.fault.clone()
     };
     let schemes = if a.scheme.is_empty() {
-        vec![failover::Scheme::Native, failover::Scheme::None]
+        vec![
+            failover::Scheme::Native,
+            failover::Scheme::Shift,
+            failover::Scheme::None,
+        ]
     } else {
         a.scheme.clone()
     };
@@ -735,12 +744,20 @@ fn run_failover(a: &FailoverArgs) -> Result<ExitCode, Failure> {
                 end: 15_000_000,
                 bin_ns: 100_000,
                 seed: a.seed,
+                atomic_every: a.atomic_every,
             };
             let o = failover::run(&s);
             let before = o.bins[..50].iter().sum::<u64>() as f64 / 50.0;
             let dip = o.bins[50..100].iter().copied().min().unwrap_or(0) as f64 / before.max(1.0);
-            if scheme == failover::Scheme::Native {
-                ok &= o.verified && o.atomics_ok && o.duplicates_executed == 0 && o.errors == 0;
+            match scheme {
+                failover::Scheme::Native => {
+                    ok &= o.verified && o.atomics_ok && o.duplicates_executed == 0 && o.errors == 0;
+                }
+                // SHIFT may refuse (an atomic outstanding) but never runs one twice.
+                failover::Scheme::Shift => {
+                    ok &= o.verified && o.atomics_ok && o.duplicates_executed == 0;
+                }
+                failover::Scheme::None => {}
             }
             runs.push(json!({
                 "scheme": scheme.name(),
@@ -754,6 +771,7 @@ fn run_failover(a: &FailoverArgs) -> Result<ExitCode, Failure> {
                 "completed": o.completed,
                 "errors": o.errors,
                 "migrations": o.migrations,
+                "refused": o.refused,
                 "dip": dip,
                 "gbps_bins": o.bins.iter().map(|&b| b as f64 * 8.0 / 100_000.0).collect::<Vec<_>>(),
             }));
