@@ -265,9 +265,14 @@ impl ShiftSide {
     /// receive the backup QP keeps at the head of its receive queue for the handshake (the
     /// default QP gets one each time it is reset, when no application receive is on it).
     pub fn new(config: ShiftConfig, io: &mut impl ShiftIo) -> Self {
-        for _ in 0..CONTROL_RECVS {
-            let _ = io.post_recv(Rail::Control, &control_recv());
-        }
+        let mut side = Self::new_unposted(config);
+        side.arm(io);
+        side
+    }
+
+    /// A side that has not posted its control receives yet: for QPs that are connected
+    /// later. Call [`arm`](Self::arm) once they are.
+    pub fn new_unposted(config: ShiftConfig) -> Self {
         Self {
             config,
             send_state: SendState::Default,
@@ -283,6 +288,13 @@ impl ShiftSide {
             probe_at: 0,
             failed: false,
             stats: ShiftStats::default(),
+        }
+    }
+
+    /// Posts the control QP's receives (the QPs are connected now).
+    pub fn arm(&mut self, io: &mut impl ShiftIo) {
+        for _ in 0..CONTROL_RECVS {
+            let _ = io.post_recv(Rail::Control, &control_recv());
         }
     }
 

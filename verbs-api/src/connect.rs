@@ -539,10 +539,24 @@ pub fn connect_qp(
     peer: &Endpoint,
     o: &ConnectOpts,
 ) -> Result<(), VerbsError> {
+    connect_qp_on(ctx, qp, 1, my_psn, peer, o)
+}
+
+/// [`connect_qp`] from port `port_num` of the device (the peer's `gid` and `mac` are its
+/// address on the matching port).
+pub fn connect_qp_on(
+    ctx: &Context,
+    qp: &QueuePair,
+    port_num: u8,
+    my_psn: u32,
+    peer: &Endpoint,
+    o: &ConnectOpts,
+) -> Result<(), VerbsError> {
     let attr = QpAttr {
         qp_access_flags: o.access,
         qkey: o.qkey,
-        ah_attr: ctx.path_to(peer.gid, peer.mac),
+        port_num,
+        ah_attr: ctx.path_on(port_num, peer.gid, peer.mac)?,
         path_mtu: o.mtu,
         dest_qp_num: Qpn::new(peer.qpn),
         rq_psn: Psn::new(peer.psn),

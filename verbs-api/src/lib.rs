@@ -11,6 +11,7 @@
 pub mod connect;
 pub mod engine;
 pub mod sdr;
+pub mod shift;
 pub mod sim;
 pub mod spec;
 pub mod timer;

@@ -318,6 +318,11 @@ impl ProtectionDomain {
         self.id
     }
 
+    /// The context it belongs to.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
     /// `ibv_reg_mr` over caller memory: `len` bytes at `addr`, which peers address as
     /// `addr` (the iova is the virtual address, as libibverbs' `ibv_reg_mr` does).
     ///

@@ -114,6 +114,11 @@ pub(crate) struct Args {
     /// Sim: link flaps, up ON ms then down OFF ms, repeating.
     #[arg(long, value_name = "ON,OFF", value_parser = parse_pair)]
     flap_ms: Option<(f64, f64)>,
+    /// Sim: two ports per host on two links, each QP with the other as its alternate path
+    /// (native failover ready, nothing failing): what being ready costs, against a run
+    /// without.
+    #[arg(long)]
+    backup: bool,
     /// Recovery scheme to offer; the connection runs selective repeat only when both ends
     /// offer it, Go-Back-N otherwise.
     #[arg(long, value_enum, default_value = "gbn")]
@@ -377,7 +382,17 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
         }
         None => None,
     };
-    let (net, ca, cb) = SimNet::pair(a.seed, model, eth_mtu.max(1500), pcap)?;
+    let (net, ca, cb) = if a.backup {
+        if pcap.is_some() {
+            return Err(Failure(
+                "--backup with --pcap: capture a one-port run instead".into(),
+            ));
+        }
+        let (net, _links, ca, cb) = SimNet::rails(a.seed, model, eth_mtu.max(1500))?;
+        (net, ca, cb)
+    } else {
+        SimNet::pair(a.seed, model, eth_mtu.max(1500), pcap)?
+    };
     let buf_len = a.size * SLOTS;
     let depth = if a.kind == Kind::Lat { 2 } else { a.tx_depth };
     let mut client = side(&ca, a.qps, buf_len, depth)?;
@@ -842,6 +857,7 @@ fn report(
         let mut obj = json!({
             "test": name,
             "device": a.device,
+            "backup": a.backup,
             "verified": o.verified,
             "bytes": o.bytes,
             "iterations": o.iterations,

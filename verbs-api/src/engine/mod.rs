@@ -344,11 +344,13 @@ impl<P: Port> Engine<P> {
                 continue;
             };
             slot.active = false;
-            // A QP with an alternate path sends on its active port; others on port 1.
-            let pi = slot.qp.active_port().map_or(0, usize::from);
+            // A QP with an alternate path sends on its active port; others on their own.
             let port = match self.ports.len() {
                 1 => &mut self.ports[0],
-                n => &mut self.ports[if pi < n { pi } else { 0 }],
+                n => {
+                    let pi = usize::from(slot.qp.send_port());
+                    &mut self.ports[if pi < n { pi } else { 0 }]
+                }
             };
             while let Some(out) = slot.qp.poll_transmit_split(
                 now,

@@ -717,6 +717,16 @@ impl Qp {
         self.cx.paths().map(|p| p.active_port)
     }
 
+    /// The port (index from 0) the QP's frames leave from: its active path's with an
+    /// alternate path, else the port it was set up on (`port_num`, from 1).
+    #[inline]
+    pub fn send_port(&self) -> u8 {
+        match self.cx.paths() {
+            Some(p) => p.active_port,
+            None => self.cx.attr.port_num.saturating_sub(1),
+        }
+    }
+
     /// Moves between the primary and the alternate path so far (native failover).
     pub fn path_migrations(&self) -> u64 {
         self.cx.paths().map_or(0, |p| p.migrations)
