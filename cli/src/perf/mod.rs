@@ -114,9 +114,12 @@ pub(crate) struct Args {
     /// Sim: link flaps, up ON ms then down OFF ms, repeating.
     #[arg(long, value_name = "ON,OFF", value_parser = parse_pair)]
     flap_ms: Option<(f64, f64)>,
-    /// Sim: two ports per host on two links, each QP with the other as its alternate path
-    /// (native failover ready, nothing failing): what being ready costs, against a run
-    /// without.
+    /// Sim: ports per host (1 or 2), each on a link of its own to the other host.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    ports: u8,
+    /// Sim: each QP gets the other port as its alternate path (native failover ready,
+    /// nothing failing; implies --ports 2): what being ready costs, against `--ports 2`
+    /// without it.
     #[arg(long)]
     backup: bool,
     /// Recovery scheme to offer; the connection runs selective repeat only when both ends
@@ -382,10 +385,10 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
         }
         None => None,
     };
-    let (net, ca, cb) = if a.backup {
+    let (net, ca, cb) = if a.backup || a.ports == 2 {
         if pcap.is_some() {
             return Err(Failure(
-                "--backup with --pcap: capture a one-port run instead".into(),
+                "--ports 2 / --backup with --pcap: capture a one-port run instead".into(),
             ));
         }
         let (net, _links, ca, cb) = SimNet::rails(a.seed, model, eth_mtu.max(1500))?;
@@ -406,6 +409,11 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
             endpoint(&client, i, 0x10 + i as u32, a)?,
             endpoint(&server, i, 0x80 + i as u32, a)?,
         );
+        let (mut ec, mut es) = (ec, es);
+        if !a.backup {
+            // A second port, but no alternate path on it.
+            (ec.alt, es.alt) = (None, None);
+        }
         let agreed = negotiate(&ec, &es).recovery;
         use_scheme(&client.conns[i].qp, agreed, a)?;
         use_scheme(&server.conns[i].qp, agreed, a)?;
@@ -857,6 +865,7 @@ fn report(
         let mut obj = json!({
             "test": name,
             "device": a.device,
+            "ports": if a.backup { 2 } else { a.ports },
             "backup": a.backup,
             "verified": o.verified,
             "bytes": o.bytes,

@@ -1218,7 +1218,12 @@ impl Qp {
         mem: &'m MrTable,
         split_min: usize,
     ) -> Option<TxOut<'m>> {
-        if self.cx.ext.is_some() {
+        if self
+            .cx
+            .ext
+            .as_ref()
+            .is_some_and(|e| e.control_out.is_some())
+        {
             if let Some(n) = self.transmit_control(now, buf) {
                 self.cx.counters.tx_packets += 1;
                 self.cx.counters.tx_bytes += n as u64;
