@@ -34,6 +34,7 @@ pub mod shift;
 pub mod spray;
 pub mod sr;
 pub mod themis;
+pub mod varuna;
 
 pub use ferroce_stack::transport::congestion::{AckEvent, CongestionControl, Loss, NoControl};
 pub use ferroce_stack::transport::path::{Ecmp, Path, PathSelector};
