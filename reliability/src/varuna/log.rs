@@ -52,7 +52,7 @@ impl LogEntry {
 
     /// Reads a word; `None` for an empty slot (all zero: nothing was ever logged there).
     pub fn from_word(w: u64) -> Option<Self> {
-        (w != 0).then(|| Self {
+        (w != 0).then_some(Self {
             timestamp: (w >> 49) as u16 & TIMESTAMP_MASK,
             id: (w >> 1) & ID_MASK,
             finished: w & 1 == 1,

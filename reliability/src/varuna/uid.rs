@@ -82,7 +82,7 @@ impl CasBuffer {
         }
         let off = u.slot_addr - self.base;
         (off % SLOT_BYTES == 0 && off / SLOT_BYTES < u64::from(self.slots))
-            .then(|| ((off / SLOT_BYTES) as u32, u.use_count))
+            .then_some(((off / SLOT_BYTES) as u32, u.use_count))
     }
 }
 
