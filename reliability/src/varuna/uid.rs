@@ -81,7 +81,7 @@ impl CasBuffer {
             return None;
         }
         let off = u.slot_addr - self.base;
-        (off % SLOT_BYTES == 0 && off / SLOT_BYTES < u64::from(self.slots))
+        (off.is_multiple_of(SLOT_BYTES) && off / SLOT_BYTES < u64::from(self.slots))
             .then_some(((off / SLOT_BYTES) as u32, u.use_count))
     }
 }
