@@ -7,8 +7,10 @@
 //! - [`uid`]: the extended-status CAS — UIDs, the per-vQP CAS buffer, and the outcome of a
 //!   CAS in flight at a failure (won, lost, not executed), forged and stale UIDs included.
 //!
-//! The vQP that posts through them (log writes sharing the request's doorbell, the shared
-//! backup QP pool, FAA as READ + CAS, the recovery pass) comes next.
+//! - [`vqp`]: a vQP over a default and a backup QP that logs its WRITEs, and after a failure
+//!   READs the peer's completion log through the backup and resends only the pre-failure
+//!   ones. CAS with extended status, FAA as READ + CAS and the shared backup pool come next.
 
 pub mod log;
 pub mod uid;
+pub mod vqp;
