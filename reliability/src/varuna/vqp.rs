@@ -1,5 +1,5 @@
-//! A Varuna vQP (seed 001 §3.2, §3.4), first form: one-sided WRITEs and READs over a default
-//! QP, with a backup QP on the other port to fail over to.
+//! A Varuna vQP (seed 001 §3.2–3.4), first form: one-sided WRITEs, READs and compare-and-swaps
+//! over a default QP, with a backup QP on the other port to fail over to.
 //!
 //! Every WRITE is logged: it goes out unsignaled, followed on the same QP by an inline
 //! 8-byte WRITE of its [`LogEntry`] into its slot of the peer's completion log, which carries
@@ -9,8 +9,17 @@
 //! shows never ran (pre-failure); those it shows ran (post-failure) complete without a
 //! resend; READs go again. Later WRs go on the backup.
 //!
-//! Still to come (issue 23): CAS with extended status and FAA as READ + CAS on this path,
-//! the shared pool of backup QPs and the lazy rebuild of a dedicated one.
+//! A CAS runs with extended status ([`super::uid`]) when the vQP has a CAS buffer at the
+//! peer: the real swap value and the log entry are written into the request's buffer slot,
+//! the CAS swaps in the slot's UID, and the log write follows; when the CAS is seen to have
+//! won (its result equals `compare`), a second CAS *confirms* it (UID → value) before any
+//! later request. After a failure, every CAS recovery cannot settle from the log alone is
+//! settled by READing its target: the UID there means it won (the application's result is
+//! `compare`; the confirm goes out), logged without it means it lost (the result is the value
+//! read), neither means it never ran (resent).
+//!
+//! Still to come (issue 23): FAA as READ + CAS, the shared pool of backup QPs and the lazy
+//! rebuild of a dedicated one.
 
 use std::collections::VecDeque;
 
@@ -19,6 +28,7 @@ use ferroce_stack::transport::{
 };
 
 use super::log::{Class, RequestLog};
+use super::uid::{cas_outcome, CasBuffer, CasOutcome, Uid};
 use crate::shift::Rail;
 
 /// What the vQP needs from whoever owns its QPs.
@@ -26,8 +36,10 @@ pub trait VarunaIo {
     /// Posts a send WR on `rail`'s QP ([`Rail::Default`] or [`Rail::Backup`]).
     fn post_send(&mut self, rail: Rail, wr: &SendWr<'_>) -> Result<(), PostError>;
     /// Reads the requester's own registered memory at `addr` (the staging buffer the
-    /// completion log was READ into).
+    /// completion log was READ into, a CAS's result).
     fn read_local(&self, addr: u64, out: &mut [u8]);
+    /// Writes the requester's own registered memory (a recovered CAS's result).
+    fn write_local(&mut self, addr: u64, data: &[u8]);
 }
 
 /// Where the logs live.
@@ -39,10 +51,13 @@ pub struct VarunaConfig {
     pub log_addr: u64,
     /// Its rkey.
     pub log_rkey: u32,
-    /// A local buffer of `slots` × 8 bytes the recovery READs the log into, and its lkey.
+    /// A local buffer of `2 × slots + 1` 8-byte words the recovery READs the log and CAS
+    /// targets into (and confirms return into), and its lkey.
     pub staging_addr: u64,
     /// Its lkey.
     pub staging_lkey: u32,
+    /// The requester's CAS buffer at the peer and its rkey (CAS needs one).
+    pub cas: Option<(CasBuffer, u32)>,
 }
 
 /// What the vQP did.
@@ -56,8 +71,14 @@ pub struct VarunaStats {
     pub recovered_post_failure: u64,
     /// READs issued again.
     pub reads_reissued: u64,
-    /// Completion-log bytes written per logged request (the paper's overhead: 8).
+    /// Completion-log bytes written (8 per logged request; 16 more per CAS into its buffer).
     pub log_bytes: u64,
+    /// CASes recovery found had won (confirmed, result `compare`), lost, or never run.
+    pub cas_won: u64,
+    /// Lost.
+    pub cas_lost: u64,
+    /// Never ran (resent).
+    pub cas_resent: u64,
 }
 
 /// Work request ids the vQP keeps for itself.
@@ -65,6 +86,19 @@ pub const VARUNA_WR_IDS: u64 = 0xffff_ffff_ffff_fe00;
 const RECOVER_READ: u64 = VARUNA_WR_IDS;
 /// The unsignaled request itself, before its log write: its id marks it as the vQP's.
 const REQUEST: u64 = VARUNA_WR_IDS + 1;
+const CONFIRM: u64 = VARUNA_WR_IDS + 2;
+/// READs of CAS targets during recovery: this plus the request's index.
+const TARGET_READ: u64 = VARUNA_WR_IDS + 0x80;
+
+/// A CAS's extended status.
+#[derive(Clone, Copy, Debug)]
+struct Cas {
+    compare: u64,
+    swap: u64,
+    uid: Uid,
+    /// Its slot in the CAS buffer.
+    slot: u32,
+}
 
 #[derive(Clone, Debug)]
 struct Req {
@@ -78,11 +112,19 @@ struct Req {
     log: Option<(u64, usize, u64)>,
     /// Posted (false: held while recovering).
     posted: bool,
+    /// Ever handed to a QP (a request held from the start never reached the peer).
+    sent: bool,
     /// Recovery found it executed: it completes, in its turn, without a resend.
     done: bool,
+    /// A CAS with extended status.
+    cas: Option<Cas>,
 }
 
 impl Req {
+    fn posted_once(&self) -> bool {
+        self.sent
+    }
+
     fn success(&self) -> WorkCompletion {
         WorkCompletion {
             wr_id: self.wr_id,
@@ -105,6 +147,12 @@ pub struct VarunaQp {
     recovering: bool,
     failed: bool,
     stats: VarunaStats,
+    /// CAS-buffer slots: the next to use, and each one's use count.
+    cas_next: u32,
+    cas_uses: Vec<u8>,
+    /// Recovery, second stage: the log's verdicts and the CAS target READs still out.
+    verdicts: Option<Vec<(u64, Class)>>,
+    targets_out: usize,
 }
 
 impl VarunaQp {
@@ -119,6 +167,10 @@ impl VarunaQp {
             recovering: false,
             failed: false,
             stats: VarunaStats::default(),
+            cas_next: 0,
+            cas_uses: vec![0; config.cas.map_or(0, |(b, _)| b.slots as usize)],
+            verdicts: None,
+            targets_out: 0,
         }
     }
 
@@ -137,10 +189,12 @@ impl VarunaQp {
         self.reqs.len()
     }
 
-    /// Posts a WRITE or READ (other opcodes: not yet). A WRITE needs a free log slot:
-    /// `QueueFull` when every slot holds an unfinished request.
+    /// Posts a WRITE, READ or CAS (a CAS needs the vQP's CAS buffer; other opcodes: not
+    /// yet). A WRITE or CAS needs a free log slot: `QueueFull` when every slot holds an
+    /// unfinished request.
     pub fn post_send(&mut self, io: &mut impl VarunaIo, wr: &SendWr<'_>) -> Result<(), PostError> {
-        if !matches!(wr.opcode, WrOpcode::Write | WrOpcode::Read) {
+        let cas_ok = wr.opcode == WrOpcode::CmpSwp && self.config.cas.is_some();
+        if !matches!(wr.opcode, WrOpcode::Write | WrOpcode::Read) && !cas_ok {
             return Err(PostError::UnsupportedOpcode {
                 opcode: wr.opcode,
                 qp_type: QpType::Rc,
@@ -155,7 +209,7 @@ impl VarunaQp {
                 qp_type: QpType::Rc,
             });
         };
-        let log = if wr.opcode == WrOpcode::Write {
+        let log = if wr.opcode != WrOpcode::Read {
             let id = self.next_id;
             let (slot, entry) = self
                 .log
@@ -175,8 +229,23 @@ impl VarunaQp {
             rkey: wr.rkey,
             log,
             posted: false,
+            sent: false,
             done: false,
+            cas: None,
         };
+        if cas_ok {
+            let (buffer, _) = self.config.cas.expect("checked");
+            let slot = self.cas_next;
+            self.cas_next = (slot + 1) % buffer.slots;
+            let uses = &mut self.cas_uses[slot as usize];
+            *uses = uses.wrapping_add(1) & 7;
+            r.cas = Some(Cas {
+                compare: wr.compare_add,
+                swap: wr.swap,
+                uid: buffer.uid(slot, *uses),
+                slot,
+            });
+        }
         if !self.recovering && !self.failed {
             self.send(io, &mut r)?;
         }
@@ -193,11 +262,27 @@ impl VarunaQp {
         match r.log {
             None => io.post_send(self.rail, &op)?,
             Some((_, slot, word)) => {
-                let op = SendWr {
+                if let (Some(c), Some((buffer, rkey))) = (r.cas, self.config.cas) {
+                    // Occupy: the real value and the entry into the slot, then the UID in.
+                    let mut b = [0u8; 16];
+                    b[..8].copy_from_slice(&c.swap.to_le_bytes());
+                    b[8..].copy_from_slice(&word.to_le_bytes());
+                    let at = buffer.base + u64::from(c.slot) * super::uid::SLOT_BYTES;
+                    let status = SendWr::new(REQUEST, WrOpcode::Write, Payload::Inline(&b))
+                        .remote(at, rkey)
+                        .flags(SendFlags::INLINE);
+                    io.post_send(self.rail, &status)?;
+                    self.stats.log_bytes += 16;
+                }
+                let mut op = SendWr {
                     wr_id: REQUEST,
                     ..op
                 }
                 .flags(SendFlags(0));
+                if let Some(c) = r.cas {
+                    op.compare_add = c.compare;
+                    op.swap = c.uid.to_word();
+                }
                 io.post_send(self.rail, &op)?;
                 let bytes = word.to_le_bytes();
                 let log = SendWr::new(r.wr_id, WrOpcode::Write, Payload::Inline(&bytes))
@@ -208,6 +293,7 @@ impl VarunaQp {
             }
         }
         r.posted = true;
+        r.sent = true;
         Ok(())
     }
 
@@ -227,6 +313,13 @@ impl VarunaQp {
             self.recover(io, &mut out);
             return out;
         }
+        if (TARGET_READ..TARGET_READ + 0x80).contains(&wc.wr_id) {
+            self.targets_out = self.targets_out.saturating_sub(1);
+            if self.targets_out == 0 {
+                self.settle(io, &mut out);
+            }
+            return out;
+        }
         if rail != self.rail {
             return out;
         }
@@ -238,9 +331,21 @@ impl VarunaQp {
         else {
             return out;
         };
-        for r in self.reqs.drain(..=i) {
+        let drained: Vec<Req> = self.reqs.drain(..=i).collect();
+        for r in drained {
             if let Some((id, _, _)) = r.log {
                 self.log.finish(id);
+            }
+            if let (Some(c), false) = (r.cas, r.done) {
+                // The CAS returned the target's old value into its result: `compare` means
+                // it won and the UID sits there now: confirm before anything later.
+                let mut v = [0u8; 8];
+                if let Some(s) = r.sges.first() {
+                    io.read_local(s.addr, &mut v);
+                }
+                if u64::from_le_bytes(v) == c.compare {
+                    self.confirm(io, &r, c);
+                }
             }
             if r.done && r.flags.contains(SendFlags::SIGNALED) {
                 out.push(r.success());
@@ -250,6 +355,21 @@ impl VarunaQp {
         }
         self.complete_done_head(&mut out);
         out
+    }
+
+    /// Confirm: the UID in `r`'s target becomes the real value.
+    fn confirm(&mut self, io: &mut impl VarunaIo, r: &Req, c: Cas) {
+        let sge = [Sge {
+            addr: self.config.staging_addr + 16 * self.config.slots as u64,
+            length: 8,
+            lkey: self.config.staging_lkey,
+        }];
+        let mut wr = SendWr::new(CONFIRM, WrOpcode::CmpSwp, Payload::Sges(&sge))
+            .remote(r.remote_addr, r.rkey)
+            .flags(SendFlags(0));
+        wr.compare_add = c.uid.to_word();
+        wr.swap = c.swap;
+        let _ = io.post_send(self.rail, &wr);
     }
 
     /// Requests recovery found executed complete once everything before them has, so the
@@ -319,15 +439,99 @@ impl VarunaQp {
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
             .collect();
-        let classes = self.log.classify(&remote);
+        let verdicts: Vec<(u64, Class)> = self
+            .log
+            .classify(&remote)
+            .into_iter()
+            .map(|(_, e, c)| (e.id, c))
+            .collect();
+        self.verdicts = Some(verdicts);
+        // Every CAS still in flight: its target, READ into the staging words after the log's.
+        self.targets_out = 0;
+        let cases: Vec<(usize, u64, u32)> = self
+            .reqs
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.cas.is_some() && r.posted_once())
+            .map(|(i, r)| (i, r.remote_addr, r.rkey))
+            .collect();
+        for (i, addr, rkey) in cases {
+            if i >= 0x80 || i >= self.config.slots {
+                continue;
+            }
+            let sge = [Sge {
+                addr: self.config.staging_addr + 8 * (self.config.slots + i) as u64,
+                length: 8,
+                lkey: self.config.staging_lkey,
+            }];
+            let read = SendWr::new(TARGET_READ + i as u64, WrOpcode::Read, Payload::Sges(&sge))
+                .remote(addr, rkey)
+                .flags(SendFlags::SIGNALED);
+            if io.post_send(Rail::Backup, &read).is_ok() {
+                self.targets_out += 1;
+            }
+        }
+        if self.targets_out == 0 {
+            self.settle(io, out);
+        }
+    }
+
+    /// Recovery's last stage: every request settled from the log's verdict and, for a CAS,
+    /// its target; then resends, confirms and completions in posting order.
+    fn settle(&mut self, io: &mut impl VarunaIo, out: &mut Vec<WorkCompletion>) {
+        let verdicts = self.verdicts.take().unwrap_or_default();
         let ran = |id: u64| {
-            classes
+            verdicts
                 .iter()
-                .any(|&(_, e, c)| e.id == id && c == Class::PostFailure)
+                .any(|&(v, c)| v == id && c == Class::PostFailure)
         };
         self.recovering = false;
         let reqs = std::mem::take(&mut self.reqs);
-        for mut r in reqs {
+        for (i, mut r) in reqs.into_iter().enumerate() {
+            if let (Some(c), Some((buffer, _)), Some((id, _, _))) = (r.cas, self.config.cas, r.log)
+            {
+                let mut w = [0u8; 8];
+                let read = i < 0x80 && i < self.config.slots && r.posted_once();
+                if read {
+                    io.read_local(
+                        self.config.staging_addr + 8 * (self.config.slots + i) as u64,
+                        &mut w,
+                    );
+                }
+                let target = u64::from_le_bytes(w);
+                let outcome = if read {
+                    cas_outcome(&buffer, target, c.uid, ran(id))
+                } else {
+                    CasOutcome::NotExecuted
+                };
+                let result = r.sges.first().map(|s| s.addr);
+                match outcome {
+                    CasOutcome::Won => {
+                        self.stats.cas_won += 1;
+                        if let Some(a) = result {
+                            io.write_local(a, &c.compare.to_le_bytes());
+                        }
+                        self.confirm(io, &r, c);
+                    }
+                    CasOutcome::Lost => {
+                        self.stats.cas_lost += 1;
+                        if let Some(a) = result {
+                            io.write_local(a, &target.to_le_bytes());
+                        }
+                    }
+                    CasOutcome::NotExecuted => {
+                        self.stats.cas_resent += 1;
+                        let _ = self.send(io, &mut r);
+                        self.reqs.push_back(r);
+                        continue;
+                    }
+                }
+                self.log.finish(id);
+                r.done = true;
+                r.posted = true;
+                self.reqs.push_back(r);
+                continue;
+            }
             match r.log {
                 Some((id, _, _)) if ran(id) => {
                     self.log.finish(id);

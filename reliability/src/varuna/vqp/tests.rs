@@ -11,6 +11,11 @@ const PD: PdId = PdId(1);
 const LEN: usize = 1 << 20;
 const LOG: u64 = 0xf_0000;
 const SLOTS: usize = 64;
+/// At the responder: the CAS buffer and the CAS target.
+const CAS_BUF: u64 = 0xd_0000;
+const TARGET: u64 = 0xc_0000;
+/// At the requester: CAS results.
+const RESULTS: u64 = 0x9_0000;
 
 struct Io<'a> {
     qps: &'a mut [Qp; 2],
@@ -24,6 +29,11 @@ impl VarunaIo for Io<'_> {
     }
     fn read_local(&self, addr: u64, out: &mut [u8]) {
         self.mem.read(self.lkey, PD, addr, out, Access(0)).unwrap();
+    }
+    fn write_local(&mut self, addr: u64, data: &[u8]) {
+        self.mem
+            .write(self.lkey, PD, addr, data, Access(0))
+            .unwrap();
     }
 }
 
@@ -44,7 +54,9 @@ impl Rig {
         let attr = QpAttr {
             timeout: 1,
             retry_cnt: 2,
-            qp_access_flags: Access::REMOTE_WRITE.with(Access::REMOTE_READ),
+            qp_access_flags: Access::REMOTE_WRITE
+                .with(Access::REMOTE_READ)
+                .with(Access::REMOTE_ATOMIC),
             ..QpAttr::default()
         };
         let mk = |n: u32| Qp::new(QpConfig::new(Qpn::new(n), QpType::Rc, PD));
@@ -54,7 +66,8 @@ impl Rig {
         let mut mem = [MrTable::new(1), MrTable::new(2)];
         let all = Access::LOCAL_WRITE
             .with(Access::REMOTE_WRITE)
-            .with(Access::REMOTE_READ);
+            .with(Access::REMOTE_READ)
+            .with(Access::REMOTE_ATOMIC);
         let keys = [
             mem[0].register_owned_at(PD, LEN, 0, all).unwrap(),
             mem[1].register_owned_at(PD, LEN, 0, all).unwrap(),
@@ -65,6 +78,14 @@ impl Rig {
             log_rkey: keys[1].rkey,
             staging_addr: LOG,
             staging_lkey: keys[0].lkey,
+            cas: Some((
+                CasBuffer {
+                    base: CAS_BUF,
+                    slots: 16,
+                    qp: 0x10,
+                },
+                keys[1].rkey,
+            )),
         });
         Self {
             qps: [[a0, a1], [b0, b1]],
@@ -159,6 +180,25 @@ impl Rig {
             .flags(SendFlags::SIGNALED);
         let (v, mut io) = self.io();
         v.post_send(&mut io, &wr)
+    }
+
+    fn cas(&mut self, id: u64, result: u64, compare: u64, swap: u64) -> Result<(), PostError> {
+        let sge = [Sge {
+            addr: result,
+            length: 8,
+            lkey: self.keys[0].lkey,
+        }];
+        let mut wr = SendWr::new(id, WrOpcode::CmpSwp, Payload::Sges(&sge))
+            .remote(TARGET, self.keys[1].rkey)
+            .flags(SendFlags::SIGNALED);
+        wr.compare_add = compare;
+        wr.swap = swap;
+        let (v, mut io) = self.io();
+        v.post_send(&mut io, &wr)
+    }
+
+    fn word(&self, side: usize, at: u64) -> u64 {
+        u64::from_le_bytes(self.read_mem(side, at, 8).try_into().unwrap())
     }
 
     fn read_mem(&self, side: usize, at: u64, len: usize) -> Vec<u8> {
@@ -323,4 +363,79 @@ fn both_wires_dead_end_in_errors() {
         wr_id: 0,
         sg_list: &[],
     };
+}
+
+/// A compare-and-swap chain — CAS(target, i, i + 1), each posted once the one before
+/// completed, WRITEs streaming beside it — with the default wire cut at a random moment
+/// (responses first). Every CAS reports success with the old value i, however the cut fell:
+/// before it ran, after it ran and before its completion, between its occupy and its
+/// confirm; and the target ends at the chain's length (each CAS ran once and was confirmed:
+/// no UID left behind). A resend-only scheme would report a post-failure CAS as failed, or
+/// run it twice.
+#[test]
+fn a_cas_chain_survives_a_cut_exactly_once() {
+    let seeds: Vec<u64> = match std::env::var("FERROCE_SEED") {
+        Ok(s) => vec![s.parse().expect("FERROCE_SEED is a number")],
+        Err(_) => {
+            (0..std::env::var("FERROCE_SEEDS").map_or(64, |n| n.parse().unwrap_or(64))).collect()
+        }
+    };
+    let (mut won, mut lost, mut resent) = (0, 0, 0);
+    for seed in seeds {
+        let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut r = Rig::new();
+        let k = 12u64;
+        let cut = 5 + next() % 80;
+        let (mut cas_posted, mut writes_posted) = (0u64, 0u64);
+        let mut step = 0u64;
+        let done = |r: &Rig| r.app.iter().filter(|c| c.wr_id >= 1000).count() as u64;
+        while done(&r) < k && step < 50_000 {
+            if step == cut {
+                r.acks_lost = true;
+            }
+            if step == cut + 3 {
+                r.up[0] = false;
+            }
+            // The chain: the next CAS once the last one completed.
+            if cas_posted < k && done(&r) == cas_posted && next() % 2 == 0 {
+                let i = cas_posted;
+                r.cas(1000 + i, RESULTS + 8 * i, i, i + 1).unwrap();
+                cas_posted += 1;
+            }
+            if writes_posted < 20 && r.vqp.outstanding() < 4 && next() % 3 == 0 {
+                let i = writes_posted;
+                r.write(i, 0, 0x1_0000 + 4096 * i, 4096).unwrap();
+                writes_posted += 1;
+            }
+            r.step();
+            step += 1;
+        }
+        for _ in 0..2_000 {
+            r.step();
+        }
+        let st = r.vqp.stats();
+        let ctx = format!("seed {seed} (replay: FERROCE_SEED={seed}), cut at {cut}: {st:?}");
+        assert_eq!(done(&r), k, "{ctx}");
+        assert!(
+            r.app.iter().all(|c| c.status == WcStatus::Success),
+            "{ctx}: {:?}",
+            r.app
+        );
+        for i in 0..k {
+            assert_eq!(r.word(0, RESULTS + 8 * i), i, "{ctx}: CAS {i}'s old value");
+        }
+        assert_eq!(r.word(1, TARGET), k, "{ctx}: the target after the chain");
+        won += st.cas_won;
+        lost += st.cas_lost;
+        resent += st.cas_resent;
+    }
+    eprintln!("recovered CASes: {won} won, {lost} lost, {resent} resent");
+    assert!(won > 0 && resent > 0, "won {won}, resent {resent}");
+    assert_eq!(lost, 0, "a chain's CAS never loses");
 }
