@@ -38,8 +38,8 @@
 use std::collections::VecDeque;
 
 use ferroce_stack::transport::{
-    Payload, PostError, RecvWr, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
-    WrOpcode,
+    OwnedSendWr, Payload, PostError, RecvWr, SendFlags, SendWr, Sge, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
 };
 
 /// The application's hint (SHIFT §3.1): a WR with this flag must not be resent after a
@@ -161,68 +161,55 @@ const IMM_ACK: u32 = 2 << 30;
 const IMM_SWITCH: u32 = 3 << 30;
 const COUNTER_MASK: u32 = (1 << 30) - 1;
 
-/// A send WR as the mode keeps it.
+/// A send WR as the mode keeps it: the WR, and the QP it was handed to (`None`: held back).
 #[derive(Clone, Debug)]
 struct OwnedSend {
-    wr_id: u64,
-    opcode: WrOpcode,
-    flags: SendFlags,
-    sges: Vec<Sge>,
-    inline: Vec<u8>,
-    imm_data: u32,
-    remote_addr: u64,
-    rkey: u32,
-    compare_add: u64,
-    swap: u64,
-    /// The QP it was handed to (`None`: held back).
+    wr: OwnedSendWr,
     on: Option<Rail>,
 }
 
 impl OwnedSend {
     fn of(wr: &SendWr<'_>) -> Self {
-        let (sges, inline) = match wr.payload {
-            Payload::Sges(s) => (s.to_vec(), Vec::new()),
-            Payload::Inline(b) => (Vec::new(), b.to_vec()),
-        };
         Self {
-            wr_id: wr.wr_id,
-            opcode: wr.opcode,
-            flags: wr.flags,
-            sges,
-            inline,
-            imm_data: wr.imm_data,
-            remote_addr: wr.remote_addr,
-            rkey: wr.rkey,
-            compare_add: wr.compare_add,
-            swap: wr.swap,
+            wr: OwnedSendWr::from_wr(wr),
             on: None,
         }
     }
 
-    fn wr(&self) -> SendWr<'_> {
-        let payload = if self.flags.contains(SendFlags::INLINE) {
-            Payload::Inline(&self.inline)
-        } else {
-            Payload::Sges(&self.sges)
-        };
-        let mut wr = SendWr::new(self.wr_id, self.opcode, payload)
-            .remote(self.remote_addr, self.rkey)
-            .imm(self.imm_data)
-            .flags(SendFlags(self.flags.0 & !NO_RESEND.0));
-        wr.compare_add = self.compare_add;
-        wr.swap = self.swap;
-        wr
+    fn wr_id(&self) -> u64 {
+        self.wr.wr_id()
     }
 
-    fn bytes(&self) -> u64 {
-        self.sges.iter().map(|s| u64::from(s.length)).sum::<u64>() + self.inline.len() as u64
+    fn opcode(&self) -> WrOpcode {
+        self.wr.opcode()
+    }
+
+    fn flags(&self) -> SendFlags {
+        self.wr.flags()
+    }
+
+    /// The WR to post, without the mode's own hint bit.
+    fn wr(&self) -> SendWr<'_> {
+        let wr = self.wr.as_wr();
+        let flags = SendFlags(wr.flags.0 & !NO_RESEND.0);
+        wr.flags(flags)
     }
 
     /// Consumes a receive at the peer.
     fn two_sided(&self) -> bool {
         matches!(
-            self.opcode,
+            self.opcode(),
             WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv | WrOpcode::WriteWithImm
+        )
+    }
+
+    /// The application's completion of it, successful.
+    fn success(&self) -> WorkCompletion {
+        WorkCompletion::of_request(
+            self.wr_id(),
+            WcStatus::Success,
+            self.opcode().wc_opcode(),
+            self.wr.byte_len() as u32,
         )
     }
 }
@@ -334,8 +321,8 @@ impl ShiftSide {
             SendState::Default => Some(Rail::Default),
             SendState::Fallback => Some(Rail::Backup),
             SendState::WaitSignaled => {
-                if s.flags.contains(SendFlags::SIGNALED) {
-                    self.fence = Some(s.wr_id);
+                if s.flags().contains(SendFlags::SIGNALED) {
+                    self.fence = Some(s.wr_id());
                     self.send_state = SendState::WaitDrained;
                 }
                 Some(Rail::Backup)
@@ -440,7 +427,7 @@ impl ShiftSide {
         let Some(i) = self
             .sends
             .iter()
-            .position(|s| s.wr_id == wc.wr_id && s.on == Some(rail))
+            .position(|s| s.wr_id() == wc.wr_id && s.on == Some(rail))
         else {
             return out;
         };
@@ -498,8 +485,8 @@ impl ShiftSide {
     ) {
         let unsafe_wr = self.sends.iter().any(|s| {
             s.on.is_some()
-                && (s.opcode.is_read_or_atomic() && s.opcode != WrOpcode::Read
-                    || s.flags.contains(NO_RESEND))
+                && (s.opcode().is_read_or_atomic() && s.opcode() != WrOpcode::Read
+                    || s.flags().contains(NO_RESEND))
         });
         if unsafe_wr {
             self.stats.refused += 1;
@@ -557,14 +544,14 @@ impl ShiftSide {
             if s.two_sided() {
                 self.sends_done = self.sends_done.wrapping_add(1);
             }
-            if s.flags.contains(SendFlags::SIGNALED) {
-                out.push(success_wc(&s));
+            if s.flags().contains(SendFlags::SIGNALED) {
+                out.push(s.success());
             }
         }
         for s in &mut self.sends {
             if io.post_send(Rail::Backup, &s.wr()).is_ok() {
                 self.stats.resent_wrs += 1;
-                self.stats.resent_bytes += s.bytes();
+                self.stats.resent_bytes += s.wr.byte_len();
                 s.on = Some(Rail::Backup);
             }
         }
@@ -682,7 +669,7 @@ impl ShiftSide {
             wc.status
         };
         for s in self.sends.drain(..) {
-            let mut c = success_wc(&s);
+            let mut c = s.success();
             c.qp_num = wc.qp_num;
             c.status = status;
             status = WcStatus::WrFlushErr;
@@ -718,21 +705,6 @@ fn control_write(id: u64, imm: u32) -> SendWr<'static> {
     SendWr::new(id, WrOpcode::WriteWithImm, Payload::Sges(&[]))
         .imm(imm)
         .flags(SendFlags::SIGNALED)
-}
-
-fn success_wc(s: &OwnedSend) -> WorkCompletion {
-    WorkCompletion {
-        wr_id: s.wr_id,
-        status: WcStatus::Success,
-        opcode: s.opcode.wc_opcode(),
-        qp_num: ferroce_stack::wire::Qpn::new(0),
-        byte_len: s.bytes() as u32,
-        imm_data: 0,
-        wc_flags: Default::default(),
-        src_qp: ferroce_stack::wire::Qpn::new(0),
-        smac: ferroce_stack::wire::MacAddr([0; 6]),
-        solicited: false,
-    }
 }
 
 #[cfg(test)]

@@ -155,12 +155,6 @@ impl Rig {
             }
             for rail in [Rail::Default, Rail::Backup, Rail::Control] {
                 while let Some(wc) = self.qps[s][rail as usize].poll_completion() {
-                    if std::env::var("SHIFT_TRACE").is_ok() {
-                        eprintln!(
-                            "t={} side {s} {rail:?} wc {} {:?} {:?} imm {:#x}",
-                            self.now, wc.wr_id, wc.status, wc.opcode, wc.imm_data
-                        );
-                    }
                     let out = self.with_io(s, |side, io| side.on_completion(io, rail, &wc));
                     self.app[s].extend(out);
                 }

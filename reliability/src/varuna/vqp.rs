@@ -121,18 +121,13 @@ struct Req {
 }
 
 impl Req {
-    fn posted_once(&self) -> bool {
-        self.sent
-    }
-
     fn success(&self) -> WorkCompletion {
-        WorkCompletion {
-            wr_id: self.wr_id,
-            status: WcStatus::Success,
-            opcode: self.opcode.wc_opcode(),
-            byte_len: self.sges.iter().map(|s| s.length).sum(),
-            ..empty_wc()
-        }
+        WorkCompletion::of_request(
+            self.wr_id,
+            WcStatus::Success,
+            self.opcode.wc_opcode(),
+            self.sges.iter().map(|s| s.length).sum(),
+        )
     }
 }
 
@@ -452,7 +447,7 @@ impl VarunaQp {
             .reqs
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.cas.is_some() && r.posted_once())
+            .filter(|(_, r)| r.cas.is_some() && r.sent)
             .map(|(i, r)| (i, r.remote_addr, r.rkey))
             .collect();
         for (i, addr, rkey) in cases {
@@ -491,7 +486,7 @@ impl VarunaQp {
             if let (Some(c), Some((buffer, _)), Some((id, _, _))) = (r.cas, self.config.cas, r.log)
             {
                 let mut w = [0u8; 8];
-                let read = i < 0x80 && i < self.config.slots && r.posted_once();
+                let read = i < 0x80 && i < self.config.slots && r.sent;
                 if read {
                     io.read_local(
                         self.config.staging_addr + 8 * (self.config.slots + i) as u64,
@@ -548,21 +543,6 @@ impl VarunaQp {
             self.reqs.push_back(r);
         }
         self.complete_done_head(out);
-    }
-}
-
-fn empty_wc() -> WorkCompletion {
-    WorkCompletion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: ferroce_stack::transport::WcOpcode::RdmaWrite,
-        qp_num: ferroce_stack::wire::Qpn::new(0),
-        byte_len: 0,
-        imm_data: 0,
-        wc_flags: Default::default(),
-        src_qp: ferroce_stack::wire::Qpn::new(0),
-        smac: ferroce_stack::wire::MacAddr([0; 6]),
-        solicited: false,
     }
 }
 

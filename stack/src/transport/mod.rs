@@ -61,6 +61,6 @@ pub use srq::Srq;
 pub use state::{check_modify, required_mask, AttrMask, ModifyError, QpState, QpType};
 pub use tx::TxOut;
 pub use wr::{
-    Payload, PostError, RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
-    WorkCompletion, WrOpcode,
+    OwnedSendWr, Payload, PostError, RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode,
+    WcStatus, WorkCompletion, WrOpcode,
 };

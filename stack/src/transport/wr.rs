@@ -102,6 +102,92 @@ pub struct UdDest {
     pub remote_qkey: u32,
 }
 
+/// A send WR copied out of the caller's structures, as a NIC reads a WQE at post time: for
+/// whoever keeps a WR beyond the call that posts it (the verbs engine's inboxes, a failover
+/// mode that may resubmit it).
+#[derive(Clone, Debug)]
+pub struct OwnedSendWr {
+    wr_id: u64,
+    opcode: WrOpcode,
+    flags: SendFlags,
+    sges: smallvec::SmallVec<[Sge; 2]>,
+    inline: Option<smallvec::SmallVec<[u8; 64]>>,
+    imm_data: u32,
+    remote_addr: u64,
+    rkey: u32,
+    compare_add: u64,
+    swap: u64,
+    ud: Option<UdDest>,
+}
+
+impl OwnedSendWr {
+    /// A copy of `wr`, gather list or inline bytes included.
+    pub fn from_wr(wr: &SendWr<'_>) -> Self {
+        let (sges, inline) = match wr.payload {
+            Payload::Sges(s) => (smallvec::SmallVec::from_slice(s), None),
+            Payload::Inline(b) => (
+                smallvec::SmallVec::new(),
+                Some(smallvec::SmallVec::from_slice(b)),
+            ),
+        };
+        Self {
+            wr_id: wr.wr_id,
+            opcode: wr.opcode,
+            flags: wr.flags,
+            sges,
+            inline,
+            imm_data: wr.imm_data,
+            remote_addr: wr.remote_addr,
+            rkey: wr.rkey,
+            compare_add: wr.compare_add,
+            swap: wr.swap,
+            ud: wr.ud,
+        }
+    }
+
+    /// The WR again, borrowing this copy.
+    pub fn as_wr(&self) -> SendWr<'_> {
+        SendWr {
+            wr_id: self.wr_id,
+            opcode: self.opcode,
+            flags: self.flags,
+            payload: match &self.inline {
+                Some(b) => Payload::Inline(b),
+                None => Payload::Sges(&self.sges),
+            },
+            imm_data: self.imm_data,
+            remote_addr: self.remote_addr,
+            rkey: self.rkey,
+            compare_add: self.compare_add,
+            swap: self.swap,
+            ud: self.ud,
+        }
+    }
+
+    /// The caller's id.
+    pub fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+
+    /// The operation.
+    pub fn opcode(&self) -> WrOpcode {
+        self.opcode
+    }
+
+    /// The flags.
+    pub fn flags(&self) -> SendFlags {
+        self.flags
+    }
+
+    /// Bytes the WR carries (gather list or inline).
+    pub fn byte_len(&self) -> u64 {
+        match &self.inline {
+            Some(b) => b.len() as u64,
+            None => self.sges.iter().map(|s| u64::from(s.length)).sum(),
+        }
+    }
+}
+
 /// The payload of a send: a gather list in registered memory, or inline bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Payload<'a> {
@@ -304,6 +390,15 @@ pub struct WorkCompletion {
 }
 
 impl WorkCompletion {
+    /// A completion of request `wr_id` with nothing but the request's facts set: for a layer
+    /// above the QP that completes requests itself (a failover mode completing a request it
+    /// knows ran, or failing one it will not resend).
+    pub const fn of_request(wr_id: u64, status: WcStatus, opcode: WcOpcode, byte_len: u32) -> Self {
+        let mut c = Self::new(wr_id, status, opcode, Qpn::new(0));
+        c.byte_len = byte_len;
+        c
+    }
+
     pub(crate) const fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: Qpn) -> Self {
         Self {
             wr_id,

@@ -225,7 +225,7 @@ impl<P: Port> Engine<P> {
                     // Checked at post time; only a race with a state change gets here.
                     tracing::debug!(qpn, %e, "engine refused a posted WR");
                     let wr_id = match op {
-                        Op::Send(s) => s.wr_id,
+                        Op::Send(s) => s.wr_id(),
                         Op::Recv(id, _) => id,
                     };
                     let mut wc = WorkCompletion {

@@ -6,9 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crossbeam::queue::SegQueue;
-use ferroce_stack::transport::{
-    Payload, QpCaps, QpState, QpType, SendFlags, SendWr, Sge, UdDest, WorkCompletion, WrOpcode,
-};
+use ferroce_stack::transport::{QpCaps, QpState, QpType, Sge, WorkCompletion};
 use smallvec::SmallVec;
 
 /// A completion queue's shared half: the engine pushes, any thread pops, without a lock.
@@ -97,60 +95,7 @@ impl ChannelShared {
 }
 
 /// A send WR copied out of the caller's structures, as a NIC reads a WQE at post time.
-#[derive(Clone, Debug)]
-pub(crate) struct OwnedSend {
-    pub(crate) wr_id: u64,
-    pub(crate) opcode: WrOpcode,
-    pub(crate) flags: SendFlags,
-    pub(crate) sges: SmallVec<[Sge; 2]>,
-    pub(crate) inline: Option<SmallVec<[u8; 64]>>,
-    pub(crate) imm_data: u32,
-    pub(crate) remote_addr: u64,
-    pub(crate) rkey: u32,
-    pub(crate) compare_add: u64,
-    pub(crate) swap: u64,
-    pub(crate) ud: Option<UdDest>,
-}
-
-impl OwnedSend {
-    pub(crate) fn from_wr(wr: &SendWr<'_>) -> Self {
-        let (sges, inline) = match wr.payload {
-            Payload::Sges(s) => (SmallVec::from_slice(s), None),
-            Payload::Inline(b) => (SmallVec::new(), Some(SmallVec::from_slice(b))),
-        };
-        Self {
-            wr_id: wr.wr_id,
-            opcode: wr.opcode,
-            flags: wr.flags,
-            sges,
-            inline,
-            imm_data: wr.imm_data,
-            remote_addr: wr.remote_addr,
-            rkey: wr.rkey,
-            compare_add: wr.compare_add,
-            swap: wr.swap,
-            ud: wr.ud,
-        }
-    }
-
-    pub(super) fn as_wr(&self) -> SendWr<'_> {
-        SendWr {
-            wr_id: self.wr_id,
-            opcode: self.opcode,
-            flags: self.flags,
-            payload: match &self.inline {
-                Some(b) => Payload::Inline(b),
-                None => Payload::Sges(&self.sges),
-            },
-            imm_data: self.imm_data,
-            remote_addr: self.remote_addr,
-            rkey: self.rkey,
-            compare_add: self.compare_add,
-            swap: self.swap,
-            ud: self.ud,
-        }
-    }
-}
+pub(crate) type OwnedSend = ferroce_stack::transport::OwnedSendWr;
 
 /// Work posted by an application thread, waiting for the engine.
 #[derive(Debug)]

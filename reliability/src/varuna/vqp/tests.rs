@@ -2,9 +2,7 @@
 
 use super::*;
 use ferroce_stack::transport::loopback::connect;
-use ferroce_stack::transport::{
-    Access, MrKeys, MrTable, PdId, Qp, QpAttr, QpConfig, QpType, RecvWr,
-};
+use ferroce_stack::transport::{Access, MrKeys, MrTable, PdId, Qp, QpAttr, QpConfig, QpType};
 use ferroce_stack::wire::{Checks, Qpn, RoceRepr};
 
 const PD: PdId = PdId(1);
@@ -359,10 +357,6 @@ fn both_wires_dead_end_in_errors() {
     }
     assert_eq!(r.app.len(), 4);
     assert!(r.app.iter().all(|c| c.status != WcStatus::Success));
-    let _ = RecvWr {
-        wr_id: 0,
-        sg_list: &[],
-    };
 }
 
 /// A compare-and-swap chain — CAS(target, i, i + 1), each posted once the one before
