@@ -18,7 +18,7 @@ use ferroce::stack::transport::{
     Payload, Qp, QpConfig, QpType, RecvWr, SendFlags, SendWr, Sge, WcStatus, WrOpcode,
 };
 use ferroce::stack::wire::Qpn;
-use ferroce::testbed::{rails, ConnOpts, Testbed, PD};
+use ferroce::testbed::{rails, ConnOpts, Step, Testbed, PD};
 use support::*;
 
 const MEM: usize = 8 << 20;
@@ -386,15 +386,28 @@ fn a_link_event_moves_the_qp_and_the_peer_follows() {
         .all(|c| c.status == WcStatus::Success));
     assert_eq!(w.hosts[0].completions.len(), 2);
     assert!(w.drive());
-    // Idle; the port comes back at 500 µs and the next turn hears of it.
+    // Idle; the port comes back at 500 µs and the next turn hears of it: the QP probes the
+    // primary, and goes home on the peer's answer; the peer follows.
     w.fabric.advance_to(500_001);
     w.step(u64::MAX);
+    assert_eq!(
+        w.hosts[0].qp(QPN[0]).active_port(),
+        Some(1),
+        "not before the answer"
+    );
+    assert!(w.drive());
     assert_eq!(
         w.hosts[0].qp(QPN[0]).active_port(),
         Some(0),
         "home after the link came back"
     );
-    assert!(w.hosts[0].qp(QPN[0]).path_migrations() >= 2);
+    assert_eq!(w.hosts[1].qp(QPN[1]).active_port(), Some(0), "the peer too");
+    assert_eq!(w.hosts[0].qp(QPN[0]).path_control_stats().probes, 1);
+    assert_eq!(
+        w.hosts[1].qp(QPN[1]).path_control_stats().probes_answered,
+        1
+    );
+    assert_eq!(w.hosts[0].qp(QPN[0]).path_migrations(), 2);
 }
 
 /// Both rails down for good: the QP moves once, hears nothing on the other path either, and
@@ -479,6 +492,154 @@ fn late_frames_of_the_old_path_are_duplicates_not_repeats() {
         b.active_port(),
         Some(1),
         "and did not pull b back to the dead rail"
+    );
+}
+
+/// Posts a 16 KiB WRITE from host 0 every 20 µs until `end` (virtual), each to its own
+/// place; returns how many.
+fn stream_writes(w: &mut Testbed, end: u64) -> u64 {
+    let mut id = 0u64;
+    while w.now() < end {
+        let dst = WRITES + 16384 * (id as usize % 64);
+        let src = 1024 * (id as usize % 32);
+        post(
+            w,
+            0,
+            id,
+            &Op::Write {
+                src,
+                dst,
+                len: 16384,
+            },
+        );
+        id += 1;
+        let t = w.now() + 20_000;
+        w.drive_until(t);
+        if w.now() < t {
+            w.fabric.advance_to(t);
+        }
+    }
+    assert!(w.drive_until(w.now() + 100_000_000), "bounded");
+    id
+}
+
+/// A fault beyond the port — a black hole on the host link, carrier up, so no link event
+/// ever says the primary is back — under a steady WRITE stream: the QP moves on its timeout
+/// and probes the primary while it is dead (unanswered, each probe waits twice as long as the
+/// one before; the data stays on the alternate), and once the hole heals the next probe is
+/// answered and the QP goes home, the peer following: both ends finish on the primary, every
+/// WRITE done once, two moves in all.
+#[test]
+fn the_primary_is_tried_again_and_taken_back_once_it_carries() {
+    let (mut w, r) = setup(23);
+    // 131 µs ACK timeout = the damping interval; the hole lasts about 23 of them.
+    w.fabric.blackhole_link(r.links[0][0], 50_000, 3_050_000);
+    let n = stream_writes(&mut w, 5_000_000);
+    let c = &w.hosts[0].completions;
+    assert_eq!(c.len() as u64, n);
+    assert!(c.iter().all(|c| c.status == WcStatus::Success), "{c:?}");
+    let q = w.hosts[0].qp(QPN[0]);
+    let probes = q.path_control_stats().probes;
+    // Waits of 1, 1, 2, 4, 8 intervals after the move fill the hole: five unanswered
+    // probes, then (16 intervals on) the one answered.
+    assert_eq!(probes, 6, "probes");
+    assert_eq!(q.path_migrations(), 2, "away once, home once");
+    assert_eq!(q.active_port(), Some(0), "home again");
+    assert_eq!(w.hosts[1].qp(QPN[1]).active_port(), Some(0), "the peer too");
+    for id in (n - 64)..n {
+        let dst = WRITES + 16384 * (id as usize % 64);
+        let src = 1024 * (id as usize % 32);
+        assert_eq!(
+            w.hosts[1].read(dst, 16384),
+            w.hosts[0].read(SRC + src, 16384),
+            "write {id}"
+        );
+    }
+}
+
+/// The same hole, for good: probes go unanswered, further and further apart (64 intervals at
+/// most), and the QP never leaves the alternate for the dead primary.
+#[test]
+fn a_primary_dead_beyond_the_port_is_tried_less_and_less_often() {
+    let (mut w, r) = setup(29);
+    w.fabric.blackhole_link(r.links[0][0], 50_000, u64::MAX / 4);
+    let n = stream_writes(&mut w, 20_000_000);
+    let c = &w.hosts[0].completions;
+    assert_eq!(c.len() as u64, n);
+    assert!(c.iter().all(|c| c.status == WcStatus::Success), "{c:?}");
+    let q = w.hosts[0].qp(QPN[0]);
+    let probes = q.path_control_stats().probes;
+    // 20 ms is about 150 intervals: waits of 1, 1, 2, .., 64 intervals take 128.
+    assert_eq!(probes, 8, "probes");
+    assert_eq!(q.path_migrations(), 1);
+    assert_eq!(q.active_port(), Some(1));
+    assert_eq!(w.hosts[1].qp(QPN[1]).active_port(), Some(1));
+}
+
+/// A port that flaps faster than the damping interval (down for 10 µs every 100 µs, for 2 ms)
+/// under a WRITE stream: the QP leaves at each down event it sees, but goes home only on a
+/// probe's answer, and a probe waits a damping interval (one ACK timeout, 131 µs) after the
+/// last move — so it never moves home sooner than that after moving away (here it sits out
+/// every other flap: a round trip every 200 µs, not every 100). Every WRITE completes.
+#[test]
+fn a_flapping_port_moves_the_qp_home_no_faster_than_the_damping_interval() {
+    let (mut w, r) = setup(31);
+    let damping = 4096 << 5; // ConnOpts::timeout 5, in ns
+    for k in 0..20 {
+        let t = 100_000 + 100_000 * k;
+        w.fabric.fail_port(r.hosts[0], 0, t, t + 10_000);
+    }
+    let mut id = 0u64;
+    let mut moves: Vec<(u64, Option<u8>)> = Vec::new();
+    let mut port = w.hosts[0].qp(QPN[0]).active_port();
+    while w.now() < 3_000_000 {
+        if w.now() >= 20_000 * id {
+            let dst = WRITES + 16384 * (id as usize % 64);
+            post(
+                &mut w,
+                0,
+                id,
+                &Op::Write {
+                    src: 0,
+                    dst,
+                    len: 16384,
+                },
+            );
+            id += 1;
+        }
+        let next = 20_000 * id;
+        if matches!(w.step(next), Step::Idle | Step::Beyond) && w.now() < next {
+            // Nothing before the next post: go there.
+            w.fabric.advance_to(next);
+        }
+        let now_port = w.hosts[0].qp(QPN[0]).active_port();
+        if now_port != port {
+            moves.push((w.now(), now_port));
+            port = now_port;
+        }
+    }
+    assert!(w.drive_until(w.now() + 100_000_000));
+    let c = &w.hosts[0].completions;
+    assert_eq!(c.len() as u64, id);
+    assert!(c.iter().all(|c| c.status == WcStatus::Success), "{c:?}");
+    assert!(
+        moves.len() >= 4,
+        "it moved away and back, more than once: {moves:?}"
+    );
+    for pair in moves.windows(2) {
+        let ((t_away, _), (t_home, to)) = (pair[0], pair[1]);
+        if to == Some(0) {
+            assert!(
+                t_home - t_away >= damping,
+                "home {} ns after leaving: {moves:?}",
+                t_home - t_away
+            );
+        }
+    }
+    assert_eq!(
+        w.hosts[0].qp(QPN[0]).active_port(),
+        Some(0),
+        "home at the end"
     );
 }
 

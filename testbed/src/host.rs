@@ -251,6 +251,14 @@ impl<P: Port> Host<P> {
             if qp.poll_timeout().is_some_and(|t| t <= now) {
                 qp.handle_timeout(now);
             }
+            // A probe (or its answer) leaves from its own path's port.
+            if let Some((p, n)) = qp.poll_transmit_side(scratch) {
+                if let Some(port) = ports.get_mut(usize::from(p)) {
+                    let frame = &scratch[..n];
+                    let _ = port.tx(n, |b| b.copy_from_slice(frame));
+                    sent += 1;
+                }
+            }
             // A QP with an alternate path says which port it sends on now.
             let p = qp
                 .active_port()

@@ -30,11 +30,12 @@ pub(crate) fn export(dev: &Device) -> std::io::Result<std::path::PathBuf> {
             text.push_str(&format!(
                 "qp.{qpn:#x}.path_active_port={}\nqp.{qpn:#x}.path_migrations={moves}\n\
                  qp.{qpn:#x}.path_moves_followed={}\nqp.{qpn:#x}.path_control_sent={}\n\
-                 qp.{qpn:#x}.path_control_received={}\n",
+                 qp.{qpn:#x}.path_control_received={}\nqp.{qpn:#x}.path_probes={}\n",
                 port + 1,
                 ctl.followed,
                 ctl.sent,
-                ctl.received
+                ctl.received,
+                ctl.probes
             ));
         }
     }

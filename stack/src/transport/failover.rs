@@ -11,6 +11,17 @@
 //! and made no progress since does not move again on its own evidence (both paths dead ends
 //! in the retry budget's error, as without failover), and evidence from the path it just left
 //! is ignored for a damping interval (late packets of the old path do not pull it back).
+//!
+//! Going home is checked first. A QP on its alternate path probes its primary — a
+//! `PATH_CONTROL` probe from its primary address to the peer's, which the peer answers on the
+//! same path — and moves home when the answer comes: the path carries both ways and the peer
+//! is there, so no data waits on a path that may still be dead. It probes after a link-up
+//! event of the primary's port (once), and while it has work outstanding and made progress on
+//! the alternate (the primary may have failed beyond the port — a switch, the peer's NIC, a
+//! black hole — where no link event says it is back); the first probe waits a damping
+//! interval after the last move, and each unanswered one doubles the wait before the next, up
+//! to [`HOME_BACKOFF_MAX`] doublings. A move home may fall back once without progress (a
+//! fault can return under it).
 
 use core::net::IpAddr;
 
@@ -65,6 +76,9 @@ impl Discovery {
     }
 }
 
+/// Doublings of the wait between unanswered probes (64 damping intervals at most).
+pub(crate) const HOME_BACKOFF_MAX: u8 = 6;
+
 /// A path control message waiting to leave.
 pub(crate) type PendingControl = Option<PathControlKind>;
 
@@ -90,6 +104,19 @@ pub(crate) struct Paths {
     pub(crate) ports_down: u64,
     /// When a packet last came from the peer's active address.
     pub(crate) heard_active: u64,
+    /// The QP moved home and has not left since: it may fall back once without progress.
+    pub(crate) trial: bool,
+    /// Unanswered probes and failed moves home in a row (the wait before the next probe is
+    /// doubled this many times).
+    pub(crate) home_backoff: u8,
+    /// When the last probe since the last move went out (unanswered: an answer moves the QP).
+    pub(crate) probe_sent_at: Option<u64>,
+    /// A link-up event of the standby path's port asks for a probe.
+    pub(crate) probe_wanted: bool,
+    /// A probe to send on the standby path.
+    pub(crate) probe_out: bool,
+    /// A probe to answer: the peer address it came from (names the path to answer on).
+    pub(crate) reply_out: Option<MacAddr>,
 }
 
 impl Paths {
@@ -114,6 +141,12 @@ impl Paths {
             migrations: 0,
             ports_down: 0,
             heard_active: 0,
+            trial: false,
+            home_backoff: 0,
+            probe_sent_at: None,
+            probe_wanted: false,
+            probe_out: false,
+            reply_out: None,
         }
     }
 
@@ -152,9 +185,62 @@ impl Paths {
             .is_some_and(|t| now < t.saturating_add(damping_ns))
     }
 
+    /// When a QP on its alternate path probes its primary next, if it does: the primary's
+    /// port is not known down, and a link-up event asked for a probe or work is outstanding
+    /// and the alternate carried some since the move (a QP that hears nothing on either path
+    /// is left to its retry budget; an idle one does not probe forever).
+    pub(crate) fn probe_at(&self, damping_ns: u64, una: Psn, nxt: Psn) -> Option<u64> {
+        if !self.on_alternate || !self.standby_usable() {
+            return None;
+        }
+        let busy = una != nxt && self.una_at_move != Some(una);
+        if !busy && !self.probe_wanted {
+            return None;
+        }
+        let first = self.moved_at?.saturating_add(damping_ns);
+        Some(match self.probe_sent_at {
+            None => first,
+            Some(t) => first.max(t.saturating_add(damping_ns << self.home_backoff)),
+        })
+    }
+
+    /// A probe goes out at `now`; the one before it went unanswered, if there was one.
+    pub(crate) fn send_probe(&mut self, now: u64) {
+        if self.probe_sent_at.is_some() {
+            self.home_backoff = (self.home_backoff + 1).min(HOME_BACKOFF_MAX);
+        }
+        self.probe_sent_at = Some(now);
+        self.probe_wanted = false;
+        self.probe_out = true;
+    }
+
+    /// Whether a timeout at oldest unacknowledged PSN `una` may move the QP: it made
+    /// progress since its last move, or that move took it home.
+    pub(crate) fn may_leave(&self, una: Psn) -> bool {
+        self.una_at_move != Some(una) || self.trial
+    }
+
+    /// Whether a packet came from the peer's active address since the last move.
+    pub(crate) fn heard_since_move(&self) -> bool {
+        self.moved_at.is_some_and(|t| self.heard_active >= t)
+    }
+
     /// Swaps the active and standby paths (the caller swaps the templates with
-    /// [`core::mem::swap`] on `standby`).
+    /// [`core::mem::swap`] on `standby`). Leaving home before the alternate's next move
+    /// counts as a failed return unless the peer was heard on the primary meanwhile.
     pub(crate) fn swap_ends(&mut self, now: u64, una: Psn) {
+        self.probe_sent_at = None;
+        self.probe_wanted = false;
+        self.probe_out = false;
+        if self.on_alternate {
+            self.trial = true;
+        } else if core::mem::take(&mut self.trial) {
+            self.home_backoff = if self.heard_since_move() {
+                0
+            } else {
+                (self.home_backoff + 1).min(HOME_BACKOFF_MAX)
+            };
+        }
         core::mem::swap(&mut self.active_port, &mut self.standby_port);
         core::mem::swap(&mut self.active_peer, &mut self.standby_peer);
         self.on_alternate = !self.on_alternate;

@@ -1,6 +1,7 @@
 //! The payload of ferroce's `PATH_CONTROL` packet (opcode 0xd8, manufacturer-specific, so
 //! standard RoCEv2 never carries it): how two ferroce QPs with several ports tell each other
-//! where they can be reached, and that one of them moved.
+//! where they can be reached, that one of them moved, and whether a path carries both ways
+//! (a probe on the path, answered on the same path).
 //!
 //! ```text
 //!  0       1       2              3               4 .. 20   20 .. 26  26 .. 28
@@ -24,6 +25,11 @@ pub enum PathControlKind {
     AnnounceReply,
     /// "I send from this address now: reply to it" (sent on the new path after a move).
     Moved,
+    /// "Do you hear me here?": sent on a path the QP does not use now (its primary, while it
+    /// runs on the alternate), from that path's address to the peer's on it.
+    Probe,
+    /// The answer to a probe, sent on the path the probe came on.
+    ProbeReply,
 }
 
 impl PathControlKind {
@@ -32,6 +38,8 @@ impl PathControlKind {
             Self::Announce => 1,
             Self::AnnounceReply => 2,
             Self::Moved => 3,
+            Self::Probe => 4,
+            Self::ProbeReply => 5,
         }
     }
 
@@ -40,6 +48,8 @@ impl PathControlKind {
             1 => Some(Self::Announce),
             2 => Some(Self::AnnounceReply),
             3 => Some(Self::Moved),
+            4 => Some(Self::Probe),
+            5 => Some(Self::ProbeReply),
             _ => None,
         }
     }
@@ -138,6 +148,22 @@ mod tests {
         bad = b;
         bad[27] = 1;
         assert!(PathControl::parse(&bad).is_err());
+        for (byte, kind) in [
+            (1, PathControlKind::Announce),
+            (2, PathControlKind::AnnounceReply),
+            (3, PathControlKind::Moved),
+            (4, PathControlKind::Probe),
+            (5, PathControlKind::ProbeReply),
+        ] {
+            let mut k = b;
+            k[0] = byte;
+            assert_eq!(PathControl::parse(&k).map(|m| m.kind), Ok(kind));
+        }
+        for byte in [0, 6, 0xff] {
+            let mut k = b;
+            k[0] = byte;
+            assert!(PathControl::parse(&k).is_err());
+        }
         assert!(PathControl::parse(&b[..27]).is_err());
     }
 

@@ -351,6 +351,21 @@ impl<P: Port> Engine<P> {
                 continue;
             };
             slot.active = false;
+            // A probe of a path the QP does not use (or the answer to one) leaves from that
+            // path's port.
+            if let Some((pi, n)) = slot.qp.poll_transmit_side(&mut self.core.frame) {
+                let pi = usize::from(pi);
+                let pi = if pi < self.ports.len() { pi } else { 0 };
+                let frame = &self.core.frame[..n];
+                match self.ports[pi].tx(n, |b| b.copy_from_slice(frame)) {
+                    Ok(()) => {
+                        self.core.counters.tx_frames += 1;
+                        self.core.counters.tx_bytes += n as u64;
+                    }
+                    Err(_) => self.core.counters.tx_errors += 1,
+                }
+                work += 1;
+            }
             // A QP with an alternate path sends on its active port; others on their own.
             let port = match self.ports.len() {
                 1 => &mut self.ports[0],

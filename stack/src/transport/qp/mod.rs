@@ -349,6 +349,11 @@ pub struct PathControlStats {
     pub clamped: u64,
     /// Moves the peer announced that this QP followed.
     pub followed: u64,
+    /// Probes of the primary path sent while on the alternate (each answered one moves the
+    /// QP home).
+    pub probes: u64,
+    /// Probes of the peer's answered.
+    pub probes_answered: u64,
 }
 
 /// What the QP still flushes after a half failed it. A failure the requester raises flushes
@@ -739,9 +744,9 @@ impl Qp {
 
     /// A link event on port `port` (index from 0): the active path's port going down moves
     /// the QP to the other path at once (if that is on another port); the primary's port
-    /// coming back moves it home once the damping interval since the last move is over.
+    /// coming back has it probe the primary (once the damping interval since the last move
+    /// is over) and go home on the answer.
     pub fn on_port_event(&mut self, now: u64, port: u8, up: bool) {
-        let damping = self.damping_ns();
         let live = matches!(self.cx.state, QpState::Rts | QpState::Sqd);
         let Some(p) = self.cx.ext.as_mut().and_then(|e| e.paths.as_mut()) else {
             return;
@@ -752,12 +757,10 @@ impl Qp {
         }
         if !up && p.active_port == port && p.standby_port != port && p.standby_usable() {
             self.migrate(now, true);
-        } else if up && p.on_alternate && p.standby_port == port && !p.damped(now, damping) {
-            // Home again, resending what is outstanding on the primary: its copies arrive in
-            // order ahead of the alternate's still queued ones, which the responder then
-            // takes as duplicates (without the resend they would interleave, and every gap
-            // costs a NAK and a rewind).
-            self.migrate(now, true);
+        } else if up && p.on_alternate && p.standby_port == port {
+            // The port is back; whether the path is (the peer's port, the switches, the
+            // peer's receive queue) the probe's answer says.
+            p.probe_wanted = true;
         }
     }
 
@@ -845,6 +848,30 @@ impl Qp {
                     self.migrate_telling(now, true, false);
                 }
             }
+            PathControlKind::Probe => {
+                // Answered on the path it came on, whichever of the two that is.
+                let src = pkt.repr.eth.src;
+                if let Some(p) = e.paths.as_mut() {
+                    if src == p.active_peer || src == p.standby_peer {
+                        p.reply_out = Some(src);
+                        e.control.probes_answered += 1;
+                    }
+                }
+            }
+            PathControlKind::ProbeReply => {
+                // The primary carries both ways and the peer is there: home, resending what
+                // is outstanding on it (its copies arrive in order ahead of the alternate's
+                // still queued ones, which the responder then takes as duplicates; without
+                // the resend they would interleave, and every gap costs a NAK and a
+                // rewind). The peer follows on the moved message.
+                let Some(p) = e.paths.as_mut() else {
+                    return;
+                };
+                if p.on_alternate && pkt.repr.eth.src == p.standby_peer && p.standby_usable() {
+                    p.home_backoff = 0;
+                    self.migrate(now, true);
+                }
+            }
         }
     }
 
@@ -869,6 +896,8 @@ impl Qp {
                 let (mac, ip) = self.cx.template.source();
                 (p.active_port, mac, ip)
             }
+            // Sent on a path of their own (`poll_transmit_side`).
+            PathControlKind::Probe | PathControlKind::ProbeReply => return None,
         };
         e.control.sent += 1;
         let msg = PathControl {
@@ -883,6 +912,56 @@ impl Qp {
             .cx
             .repr(Opcode::PATH_CONTROL, Psn::new(0), PathControl::LEN);
         repr.emit(buf, |p| msg.emit(p)).ok()
+    }
+
+    /// A probe or a probe's answer to send on a path the QP may not be using, and that
+    /// path's port (index from 0): engines call it before [`poll_transmit`](Self::poll_transmit),
+    /// whose frames all leave from [`send_port`](Self::send_port).
+    #[cold]
+    pub fn poll_transmit_side(&mut self, buf: &mut [u8]) -> Option<(u8, usize)> {
+        if !matches!(self.cx.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+            return None;
+        }
+        let p = self.cx.ext.as_mut()?.paths.as_mut()?;
+        let (kind, on_standby) = if core::mem::take(&mut p.probe_out) {
+            (PathControlKind::Probe, true)
+        } else {
+            let to = p.reply_out.take()?;
+            (PathControlKind::ProbeReply, to == p.standby_peer)
+        };
+        let port = if on_standby {
+            p.standby_port
+        } else {
+            p.active_port
+        };
+        // The frame is built from the standby path's template: swapped in for the call.
+        if on_standby {
+            core::mem::swap(&mut p.standby, &mut self.cx.template);
+        }
+        let (mac, ip) = self.cx.template.source();
+        let msg = PathControl {
+            kind,
+            port,
+            max_rd_atomic: self.cx.attr.max_rd_atomic,
+            max_dest_rd_atomic: self.cx.attr.max_dest_rd_atomic,
+            ip,
+            mac,
+        };
+        let repr = self
+            .cx
+            .repr(Opcode::PATH_CONTROL, Psn::new(0), PathControl::LEN);
+        let n = repr.emit(buf, |b| msg.emit(b)).ok();
+        let e = self.cx.ext.as_mut()?;
+        if on_standby {
+            if let Some(p) = e.paths.as_mut() {
+                core::mem::swap(&mut p.standby, &mut self.cx.template);
+            }
+        }
+        let n = n?;
+        e.control.sent += 1;
+        self.cx.counters.tx_packets += 1;
+        self.cx.counters.tx_bytes += n as u64;
+        Some((port, n))
     }
 
     fn damping_ns(&self) -> u64 {
@@ -928,8 +1007,14 @@ impl Qp {
         };
         self.req.timers_retry_expired(now)
             && self.req.una != self.req.nxt
-            && p.una_at_move != Some(self.req.una)
+            && p.may_leave(self.req.una)
             && p.standby_usable()
+    }
+
+    /// When this QP probes its primary path next (see `Paths::probe_at`).
+    fn probe_at(&self) -> Option<u64> {
+        let p = self.cx.paths()?;
+        p.probe_at(self.damping_ns(), self.req.una, self.req.nxt)
     }
 
     /// Rebuilds the header template from the address vector and destination QPN.
@@ -1113,7 +1198,7 @@ impl Qp {
     pub fn handle_packet(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &mut MrTable) {
         self.cx.counters.rx_packets += 1;
         self.cx.counters.rx_bytes += pkt.frame_len() as u64;
-        if self.cx.paths().is_some() {
+        if self.cx.paths().is_some() && !is_probe(pkt) {
             self.follow_peer(now, pkt);
         }
         let op = pkt.repr.bth.opcode;
@@ -1259,11 +1344,10 @@ impl Qp {
         if !matches!(self.cx.state, QpState::Rts | QpState::Sqd) {
             return None;
         }
-        let t = self.req.timers.next();
-        match self.announce_at() {
-            Some(a) => Some(t.map_or(a, |t| t.min(a))),
-            None => t,
-        }
+        [self.req.timers.next(), self.announce_at(), self.probe_at()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// When the next announce of this QP's other port is due (its peer's unheard).
@@ -1286,6 +1370,14 @@ impl Qp {
                 self.cx.counters.local_ack_timeout_err += 1;
                 self.migrate(now, true);
                 return;
+            }
+            if self.probe_at().is_some_and(|t| t <= now) {
+                if let Some(e) = self.cx.ext.as_mut() {
+                    if let Some(p) = e.paths.as_mut() {
+                        p.send_probe(now);
+                        e.control.probes += 1;
+                    }
+                }
             }
             self.req.on_timeout(&mut self.cx, now);
             self.apply_failure();
@@ -1440,6 +1532,16 @@ const CREDITS: [u32; 31] = [
     0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
     2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768,
 ];
+
+/// Whether `pkt` is a path probe or a probe's answer: evidence of a path the QP may not be
+/// using, not of where the peer sends from.
+fn is_probe(pkt: &RocePacket<'_>) -> bool {
+    pkt.repr.bth.opcode == Opcode::PATH_CONTROL
+        && matches!(
+            PathControl::parse(pkt.payload).map(|m| m.kind),
+            Ok(PathControlKind::Probe | PathControlKind::ProbeReply)
+        )
+}
 
 #[cfg(test)]
 mod tests {
