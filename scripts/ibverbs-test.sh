@@ -120,8 +120,8 @@ for p in d:
     for q in qps:
         assert q["path_migrations"] >= 2, (name, q)
         assert q["req_cqe_error"] == 0 and q["resp_cqe_error"] == 0, (name, q)
-# Both ends home on port 1 after the repair: at the link-up event, or by a trial home if
-# that one fell back (the first frames after the link comes back can be lost).
+# Both ends home on port 1 after the repair: a QP probes its primary after the link-up
+# event (and again, further apart, while unanswered) and goes home on the answer.
 away = [(q["path_active_port"], q["path_migrations"], q["path_probes"]) for p in d for q in p["qps"].values() if "path_migrations" in q and q["path_active_port"] != 1]
 assert not away, (name, "QPs left on port 2 after the repair (port, moves, probes)", away)
 probes = sum(q.get("path_probes", 0) for p in d for q in p["qps"].values())
