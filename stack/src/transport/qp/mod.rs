@@ -917,8 +917,17 @@ impl Qp {
     /// A probe or a probe's answer to send on a path the QP may not be using, and that
     /// path's port (index from 0): engines call it before [`poll_transmit`](Self::poll_transmit),
     /// whose frames all leave from [`send_port`](Self::send_port).
-    #[cold]
+    #[inline]
     pub fn poll_transmit_side(&mut self, buf: &mut [u8]) -> Option<(u8, usize)> {
+        // Called for every QP every turn; only one with an alternate path has anything.
+        if self.cx.ext.is_none() {
+            return None;
+        }
+        self.transmit_side(buf)
+    }
+
+    #[cold]
+    fn transmit_side(&mut self, buf: &mut [u8]) -> Option<(u8, usize)> {
         if !matches!(self.cx.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
             return None;
         }
