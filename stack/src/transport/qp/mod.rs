@@ -920,9 +920,7 @@ impl Qp {
     #[inline]
     pub fn poll_transmit_side(&mut self, buf: &mut [u8]) -> Option<(u8, usize)> {
         // Called for every QP every turn; only one with an alternate path has anything.
-        if self.cx.ext.is_none() {
-            return None;
-        }
+        self.cx.ext.as_ref()?;
         self.transmit_side(buf)
     }
 
