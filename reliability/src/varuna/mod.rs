@@ -7,9 +7,10 @@
 //! - [`uid`]: the extended-status CAS — UIDs, the per-vQP CAS buffer, and the outcome of a
 //!   CAS in flight at a failure (won, lost, not executed), forged and stale UIDs included.
 //!
-//! - [`vqp`]: a vQP over a default and a backup QP that logs its WRITEs, and after a failure
-//!   READs the peer's completion log through the backup and resends only the pre-failure
-//!   ones. CAS with extended status, FAA as READ + CAS and the shared backup pool come next.
+//! - [`vqp`]: a vQP over a default and a backup QP that logs its WRITEs, runs CAS with
+//!   extended status and FETCH_ADD as READ + CAS, and after a failure READs the peer's
+//!   completion log (and every in-flight CAS's target) through the backup, resending only
+//!   what never ran. The shared backup pool comes next.
 
 pub mod log;
 pub mod uid;

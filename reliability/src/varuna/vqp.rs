@@ -18,8 +18,18 @@
 //! `compare`; the confirm goes out), logged without it means it lost (the result is the value
 //! read), neither means it never ran (resent).
 //!
-//! Still to come (issue 23): FAA as READ + CAS, the shared pool of backup QPs and the lazy
-//! rebuild of a dedicated one.
+//! A FETCH_ADD runs as the paper does it, READ + CAS: a READ of the target gives `v`, then
+//! an extended-status CAS(`v` → `v + add`) — retried with the value a lost CAS returns — and
+//! the application's result is the `v` of the CAS that won. Later requests are held while an
+//! FAA is in progress (they would otherwise overtake it). Only the CAS is logged, so recovery
+//! treats an FAA in its READ stage as a READ (issued again) and one in its CAS stage as a CAS
+//! (won: done, result `v`; lost: the next attempt from the value READ; not executed: sent
+//! again). The values READ are taken as plain numbers: an FAA on a word other requesters
+//! swap UIDs into (extended-status CASes of theirs) would need to resolve a foreign UID
+//! first, which this vQP does not do.
+//!
+//! Still to come (issue 23): the shared pool of backup QPs and the lazy rebuild of a
+//! dedicated one.
 
 use std::collections::VecDeque;
 
@@ -116,8 +126,10 @@ struct Req {
     sent: bool,
     /// Recovery found it executed: it completes, in its turn, without a resend.
     done: bool,
-    /// A CAS with extended status.
+    /// A CAS with extended status (an FAA's current attempt).
     cas: Option<Cas>,
+    /// A FETCH_ADD, run as READ + CAS: what it adds.
+    faa: Option<u64>,
 }
 
 impl Req {
@@ -148,6 +160,11 @@ pub struct VarunaQp {
     /// Recovery, second stage: the log's verdicts and the CAS target READs still out.
     verdicts: Option<Vec<(u64, Class)>>,
     targets_out: usize,
+    /// Confirms posted and not yet completed: the target, its rkey, the CAS. A failure can
+    /// take one with it after its CAS completed — the UID would stay in the target for good
+    /// — so recovery posts them again (a confirm is idempotent: once it ran, the UID it
+    /// compares against is gone from the target).
+    confirms: VecDeque<(u64, u32, Cas)>,
 }
 
 impl VarunaQp {
@@ -166,6 +183,7 @@ impl VarunaQp {
             cas_uses: vec![0; config.cas.map_or(0, |(b, _)| b.slots as usize)],
             verdicts: None,
             targets_out: 0,
+            confirms: VecDeque::new(),
         }
     }
 
@@ -184,11 +202,12 @@ impl VarunaQp {
         self.reqs.len()
     }
 
-    /// Posts a WRITE, READ or CAS (a CAS needs the vQP's CAS buffer; other opcodes: not
-    /// yet). A WRITE or CAS needs a free log slot: `QueueFull` when every slot holds an
-    /// unfinished request.
+    /// Posts a WRITE, READ, CAS or FETCH_ADD (the atomics need the vQP's CAS buffer; other
+    /// opcodes: not yet). A WRITE or atomic needs a free log slot: `QueueFull` when every slot
+    /// holds an unfinished request.
     pub fn post_send(&mut self, io: &mut impl VarunaIo, wr: &SendWr<'_>) -> Result<(), PostError> {
-        let cas_ok = wr.opcode == WrOpcode::CmpSwp && self.config.cas.is_some();
+        let cas_ok =
+            matches!(wr.opcode, WrOpcode::CmpSwp | WrOpcode::FetchAdd) && self.config.cas.is_some();
         if !matches!(wr.opcode, WrOpcode::Write | WrOpcode::Read) && !cas_ok {
             return Err(PostError::UnsupportedOpcode {
                 opcode: wr.opcode,
@@ -227,8 +246,9 @@ impl VarunaQp {
             sent: false,
             done: false,
             cas: None,
+            faa: (wr.opcode == WrOpcode::FetchAdd).then_some(wr.compare_add),
         };
-        if cas_ok {
+        if cas_ok && wr.opcode == WrOpcode::CmpSwp {
             let (buffer, _) = self.config.cas.expect("checked");
             let slot = self.cas_next;
             self.cas_next = (slot + 1) % buffer.slots;
@@ -241,20 +261,108 @@ impl VarunaQp {
                 slot,
             });
         }
-        if !self.recovering && !self.failed {
+        if !self.recovering && !self.failed && !self.holding() {
             self.send(io, &mut r)?;
         }
         self.reqs.push_back(r);
         Ok(())
     }
 
+    /// Whether an FAA in progress holds what comes after it.
+    fn holding(&self) -> bool {
+        self.reqs.iter().any(|r| r.faa.is_some() && !r.done)
+    }
+
+    /// A new CAS attempt for FAA `r` from the target value `v`: its own log entry and
+    /// CAS-buffer slot use (a stale UID of an earlier attempt never reads as this one's).
+    fn faa_attempt(&mut self, r: &mut Req, v: u64) {
+        let (Some(add), Some((buffer, _))) = (r.faa, self.config.cas) else {
+            return;
+        };
+        if let Some((id, _, _)) = r.log.take() {
+            self.log.finish(id);
+        }
+        let id = self.next_id;
+        // The entry just finished frees a slot, so this finds one.
+        if let Some((slot, entry)) = self.log.append(id) {
+            self.next_id += 1;
+            r.log = Some((id, slot, entry.to_word()));
+        }
+        let slot = self.cas_next;
+        self.cas_next = (slot + 1) % buffer.slots;
+        let uses = &mut self.cas_uses[slot as usize];
+        *uses = uses.wrapping_add(1) & 7;
+        r.cas = Some(Cas {
+            compare: v,
+            swap: v.wrapping_add(add),
+            uid: buffer.uid(slot, *uses),
+            slot,
+        });
+    }
+
+    /// An FAA at the head of the queue finished a stage: its READ (the CAS goes next), or a
+    /// CAS attempt (won: done, and what it held goes; lost: again from the value returned).
+    fn faa_step(&mut self, io: &mut impl VarunaIo, out: &mut Vec<WorkCompletion>) {
+        let Some(mut r) = self.reqs.pop_front() else {
+            return;
+        };
+        let mut v = [0u8; 8];
+        if let Some(s) = r.sges.first() {
+            io.read_local(s.addr, &mut v);
+        }
+        let x = u64::from_le_bytes(v);
+        match r.cas {
+            Some(c) if c.compare == x => {
+                self.confirm(io, &r, c);
+                if let Some((id, _, _)) = r.log {
+                    self.log.finish(id);
+                }
+                r.done = true;
+                self.reqs.push_front(r);
+                self.complete_done_head(out);
+                self.release(io);
+            }
+            _ => {
+                self.faa_attempt(&mut r, x);
+                let _ = self.send(io, &mut r);
+                self.reqs.push_front(r);
+            }
+        }
+    }
+
+    /// Sends what an FAA held, in order, up to and including the next FAA.
+    fn release(&mut self, io: &mut impl VarunaIo) {
+        if self.recovering || self.failed {
+            return;
+        }
+        let mut reqs = std::mem::take(&mut self.reqs);
+        for r in reqs.iter_mut().filter(|r| !r.posted && !r.done) {
+            let _ = self.send(io, r);
+            if r.faa.is_some() {
+                break;
+            }
+        }
+        self.reqs = reqs;
+    }
+
     /// Hands `r` to the current QP: a READ as it is (signaled), a WRITE unsignaled and then
     /// its log write with the application's id, signaled.
     fn send(&mut self, io: &mut impl VarunaIo, r: &mut Req) -> Result<(), PostError> {
-        let op = SendWr::new(r.wr_id, r.opcode, Payload::Sges(&r.sges))
+        // An FAA goes as its READ, then as its CAS attempts.
+        let opcode = match (r.faa, r.cas) {
+            (None, _) => r.opcode,
+            (Some(_), None) => WrOpcode::Read,
+            (Some(_), Some(_)) => WrOpcode::CmpSwp,
+        };
+        let op = SendWr::new(r.wr_id, opcode, Payload::Sges(&r.sges))
             .remote(r.remote_addr, r.rkey)
             .flags(SendFlags::SIGNALED);
-        match r.log {
+        let log = if opcode == WrOpcode::Read {
+            None
+        } else {
+            r.log
+        };
+        match log {
             None => io.post_send(self.rail, &op)?,
             Some((_, slot, word)) => {
                 if let (Some(c), Some((buffer, rkey))) = (r.cas, self.config.cas) {
@@ -318,6 +426,11 @@ impl VarunaQp {
         if rail != self.rail {
             return out;
         }
+        if wc.wr_id == CONFIRM {
+            // Confirms on one QP complete in the order they went.
+            self.confirms.pop_front();
+            return out;
+        }
         // RC completes in order: this request and every one before it are done.
         let Some(i) = self
             .reqs
@@ -326,7 +439,9 @@ impl VarunaQp {
         else {
             return out;
         };
-        let drained: Vec<Req> = self.reqs.drain(..=i).collect();
+        // An FAA's stage: what is before it is done; it goes on.
+        let faa = self.reqs[i].faa.is_some() && !self.reqs[i].done;
+        let drained: Vec<Req> = self.reqs.drain(..if faa { i } else { i + 1 }).collect();
         for r in drained {
             if let Some((id, _, _)) = r.log {
                 self.log.finish(id);
@@ -348,20 +463,29 @@ impl VarunaQp {
                 out.push(*wc);
             }
         }
+        if faa {
+            self.faa_step(io, &mut out);
+            return out;
+        }
         self.complete_done_head(&mut out);
         out
     }
 
     /// Confirm: the UID in `r`'s target becomes the real value.
     fn confirm(&mut self, io: &mut impl VarunaIo, r: &Req, c: Cas) {
+        self.confirms.push_back((r.remote_addr, r.rkey, c));
+        self.post_confirm(io, r.remote_addr, r.rkey, c);
+    }
+
+    fn post_confirm(&mut self, io: &mut impl VarunaIo, addr: u64, rkey: u32, c: Cas) {
         let sge = [Sge {
             addr: self.config.staging_addr + 16 * self.config.slots as u64,
             length: 8,
             lkey: self.config.staging_lkey,
         }];
         let mut wr = SendWr::new(CONFIRM, WrOpcode::CmpSwp, Payload::Sges(&sge))
-            .remote(r.remote_addr, r.rkey)
-            .flags(SendFlags(0));
+            .remote(addr, rkey)
+            .flags(SendFlags::SIGNALED);
         wr.compare_add = c.uid.to_word();
         wr.swap = c.swap;
         let _ = io.post_send(self.rail, &wr);
@@ -481,8 +605,21 @@ impl VarunaQp {
                 .any(|&(v, c)| v == id && c == Class::PostFailure)
         };
         self.recovering = false;
+        // Confirms the failure may have taken go again first, ahead of anything that could
+        // read their targets.
+        let pending: Vec<(u64, u32, Cas)> = self.confirms.iter().copied().collect();
+        for (addr, rkey, c) in pending {
+            self.post_confirm(io, addr, rkey, c);
+        }
+        // Once an FAA goes again unfinished, what follows it waits for it.
+        let mut hold = false;
         let reqs = std::mem::take(&mut self.reqs);
         for (i, mut r) in reqs.into_iter().enumerate() {
+            if hold {
+                r.posted = false;
+                self.reqs.push_back(r);
+                continue;
+            }
             if let (Some(c), Some((buffer, _)), Some((id, _, _))) = (r.cas, self.config.cas, r.log)
             {
                 let mut w = [0u8; 8];
@@ -508,6 +645,15 @@ impl VarunaQp {
                         }
                         self.confirm(io, &r, c);
                     }
+                    CasOutcome::Lost if r.faa.is_some() => {
+                        // An FAA's attempt lost: the next one, from the value there now.
+                        self.stats.cas_lost += 1;
+                        self.faa_attempt(&mut r, target);
+                        let _ = self.send(io, &mut r);
+                        hold = true;
+                        self.reqs.push_back(r);
+                        continue;
+                    }
                     CasOutcome::Lost => {
                         self.stats.cas_lost += 1;
                         if let Some(a) = result {
@@ -517,6 +663,7 @@ impl VarunaQp {
                     CasOutcome::NotExecuted => {
                         self.stats.cas_resent += 1;
                         let _ = self.send(io, &mut r);
+                        hold = r.faa.is_some();
                         self.reqs.push_back(r);
                         continue;
                     }
@@ -524,6 +671,14 @@ impl VarunaQp {
                 self.log.finish(id);
                 r.done = true;
                 r.posted = true;
+                self.reqs.push_back(r);
+                continue;
+            }
+            if r.faa.is_some() && r.cas.is_none() {
+                // An FAA still in its READ stage (or never sent): from the READ.
+                self.stats.reads_reissued += u64::from(r.sent);
+                let _ = self.send(io, &mut r);
+                hold = true;
                 self.reqs.push_back(r);
                 continue;
             }
