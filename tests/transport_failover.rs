@@ -15,7 +15,7 @@ mod support;
 
 use ferroce::drivers::sim::LinkModel;
 use ferroce::stack::transport::{
-    Payload, Qp, QpConfig, QpType, RecvWr, SendFlags, SendWr, Sge, WcStatus, WrOpcode,
+    Payload, Qp, QpConfig, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, WcStatus, WrOpcode,
 };
 use ferroce::stack::wire::Qpn;
 use ferroce::testbed::{rails, ConnOpts, Step, Testbed, PD};
@@ -643,6 +643,58 @@ fn a_flapping_port_moves_the_qp_home_no_faster_than_the_damping_interval() {
     );
 }
 
+/// A QP that only answers and stays in RTR (perftest's SEND server leaves its QP there)
+/// takes part like one in RTS: its own port going down moves it (and its peer follows), and
+/// when the port comes back it probes the primary and goes home on the answer — it does not
+/// depend on its peer's *moved* message, which a receive ring under load can drop.
+#[test]
+fn a_responder_left_in_rtr_fails_over_and_probes_its_way_home() {
+    let (mut w, r) = rails(37, LinkModel::new(100_000_000_000, 2_000), MEM);
+    let o = ConnOpts {
+        timeout: 5,
+        ..ConnOpts::default()
+    };
+    for (h, &qpn) in QPN.iter().enumerate() {
+        w.hosts[h].insert_qp(Qp::new(QpConfig::new(Qpn::new(qpn), QpType::Rc, PD)), 0);
+    }
+    w.bring_up((0, QPN[0]), (1, QPN[1]), (100, 200), &o);
+    w.bring_up_to((1, QPN[1]), (0, QPN[0]), (200, 100), &o, QpState::Rtr);
+    w.set_alternate((0, QPN[0]), 1, (1, 1));
+    w.set_alternate((1, QPN[1]), 0, (1, 1));
+    let data: Vec<u8> = (0..SRC_LEN).map(|i| (i * 7) as u8).collect();
+    w.hosts[0].write(SRC, &data);
+    // The server's own port on rail 0 is down from 100 µs to 1 ms; the client writes until
+    // 500 µs and is idle when the port comes back, so only the server can bring the pair
+    // home.
+    w.fabric.fail_port(r.hosts[1], 0, 100_000, 1_000_000);
+    let n = stream_writes(&mut w, 500_000);
+    assert_eq!(
+        w.hosts[1].qp(QPN[1]).active_port(),
+        Some(1),
+        "away on its link event"
+    );
+    w.fabric.advance_to(1_000_001);
+    assert!(w.drive());
+    let c = &w.hosts[0].completions;
+    assert_eq!(c.len() as u64, n);
+    assert!(c.iter().all(|c| c.status == WcStatus::Success), "{c:?}");
+    let server = w.hosts[1].qp(QPN[1]);
+    assert_eq!(server.state(), QpState::Rtr);
+    let st = server.path_control_stats();
+    assert_eq!(server.path_migrations(), 2, "{st:?}");
+    assert_eq!(
+        st.followed, 0,
+        "it moved on its own evidence both times: {st:?}"
+    );
+    assert_eq!(st.probes, 1, "{st:?}");
+    assert_eq!(server.active_port(), Some(0));
+    assert_eq!(
+        w.hosts[0].qp(QPN[0]).active_port(),
+        Some(0),
+        "the client followed"
+    );
+}
+
 /// Frames with the time a switch saw them.
 type Frames = std::sync::Arc<std::sync::Mutex<Vec<(u64, Vec<u8>)>>>;
 
@@ -788,6 +840,51 @@ fn an_alternate_path_needs_a_replay_cache_as_deep_as_the_atomics_outstanding() {
         "{err}"
     );
     assert!(qp.set_alternate_path(av, 2, depth).is_ok());
+}
+
+/// The replay-depth rule for a QP given its alternate path in RTR, before it sets its own
+/// atomic depth on the way to RTS: a depth above the peer's replay cache is refused then (an
+/// explicit path), or lowered to it (a path the peer announced in band, as at RTS).
+#[test]
+fn a_path_given_in_rtr_checks_the_depth_set_at_rts() {
+    use ferroce::stack::transport::{required_mask, ModifyError, QpAttr};
+    let (mut w, _r) = rails(41, LinkModel::new(100_000_000_000, 2_000), MEM);
+    let o = ConnOpts::default();
+    for (h, &qpn) in QPN.iter().enumerate() {
+        w.hosts[h].insert_qp(Qp::new(QpConfig::new(Qpn::new(qpn), QpType::Rc, PD)), 0);
+    }
+    w.bring_up_to((0, QPN[0]), (1, QPN[1]), (100, 200), &o, QpState::Rtr);
+    let av = w.hosts[0].qp(QPN[0]).query().ah_attr;
+    let qp = w.hosts[0].qp(QPN[0]);
+    qp.set_alternate_path(av, 2, 2)
+        .expect("no depth to check in RTR yet");
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        max_rd_atomic: 8,
+        timeout: 5,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        ..qp.query()
+    };
+    let mask = required_mask(QpType::Rc, QpState::Rtr, QpState::Rts).unwrap();
+    let err = qp.modify(&rts, mask).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ModifyError::ReplayTooShallow {
+                max_rd_atomic: 8,
+                peer_max_dest_rd_atomic: 2
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(qp.state(), QpState::Rtr, "refused: nothing changed");
+    let ok = QpAttr {
+        max_rd_atomic: 2,
+        ..rts
+    };
+    qp.modify(&ok, mask).unwrap();
+    assert_eq!(qp.state(), QpState::Rts);
 }
 
 /// An announce from a peer whose replay cache is shallower than this QP's atomic depth: the

@@ -2,7 +2,7 @@
 
 use ferroce_drivers::sim::{Fabric, Idle, SimPort};
 use ferroce_drivers::Port;
-use ferroce_stack::transport::{Policies, QpAttr, QpType};
+use ferroce_stack::transport::{bring_up, Policies, QpAttr, QpState, QpType};
 use ferroce_stack::wire::{Psn, Qpn};
 
 use crate::conn::ConnOpts;
@@ -99,10 +99,23 @@ impl<P: Port> Testbed<P> {
     /// on to the port its peer sends on (the peer's first port while it has no such QP yet).
     pub fn bring_up(
         &mut self,
+        ends: (usize, u32),
+        peer: (usize, u32),
+        psns: (u32, u32),
+        o: &ConnOpts,
+    ) {
+        self.bring_up_to(ends, peer, psns, o, QpState::Rts);
+    }
+
+    /// [`bring_up`](Self::bring_up), stopping at `to` (RTR: a QP that only answers, as
+    /// perftest leaves its SEND server's).
+    pub fn bring_up_to(
+        &mut self,
         (h, qpn): (usize, u32),
         (ph, peer_qpn): (usize, u32),
         (sq_psn, rq_psn): (u32, u32),
         o: &ConnOpts,
+        to: QpState,
     ) {
         let peer = &self.hosts[ph];
         let peer_mac = peer.port(peer.port_of(peer_qpn).unwrap_or(0)).mac();
@@ -129,7 +142,14 @@ impl<P: Port> Testbed<P> {
             ..QpAttr::default()
         };
         let qp = self.hosts[h].qp(qpn);
-        qp.bring_up(&attr).expect("a valid bring-up");
+        let t = qp.qp_type();
+        bring_up(t, &attr, |a, m| {
+            if to == QpState::Rtr && a.qp_state == QpState::Rts {
+                return Ok(());
+            }
+            qp.modify(a, m)
+        })
+        .expect("a valid bring-up");
         if qp.qp_type() == QpType::Ud {
             // UD has no path; its MTU is the port's.
             qp.set_port_mtu(o.mtu);

@@ -7,6 +7,7 @@ mod plot;
 mod sdr;
 mod spray;
 mod timeline;
+mod varuna;
 
 use std::process::ExitCode;
 
@@ -33,6 +34,36 @@ enum Which {
     /// SHIFT's experiment (seed 000, Figure 7): a WRITE stream over one of two rails, a NIC,
     /// link, ToR or black-hole fault at 5 ms healed at 10 ms; native failover against none.
     Failover(FailoverArgs),
+    /// Varuna's correctness experiment (seed 001): clients share a lock and a counter on a
+    /// server (CAS acquire, FETCH_ADD, WRITE, CAS release) while rail 0 fails; resend-only
+    /// against Varuna mode and native failover, the final state checked per run.
+    Varuna(VarunaArgs),
+}
+
+#[derive(clap::Args)]
+struct VarunaArgs {
+    /// Schemes, comma-separated (default: resend, varuna, native).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    scheme: Vec<varuna::Scheme>,
+    /// Faults, comma-separated (default: remote-nic, tor, blackhole).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    fault: Vec<varuna::Fault>,
+    /// Clients (QPs on one host) sharing the lock.
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Lock iterations per client.
+    #[arg(long, default_value_t = 4)]
+    iterations: u64,
+    /// Runs per (scheme, fault): seeds `seed` .. `seed + runs` (each seeds the moment of the
+    /// fault).
+    #[arg(long, default_value_t = 20)]
+    runs: u64,
+    /// First seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args)]
@@ -182,6 +213,7 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
         Which::Spray(s) => run_spray(s),
         Which::Sdr(s) => run_sdr(s),
         Which::Failover(f) => run_failover(f),
+        Which::Varuna(v) => run_varuna(v),
     }
 }
 
@@ -838,6 +870,114 @@ fn run_failover(a: &FailoverArgs) -> Result<ExitCode, Failure> {
                 r["atomics_ok"].as_bool().unwrap_or(false),
                 r["errors"].as_u64().unwrap_or(0),
                 r["verified"].as_bool().unwrap_or(false),
+            );
+        }
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn run_varuna(a: &VarunaArgs) -> Result<ExitCode, Failure> {
+    if !(1..=200).contains(&a.clients) || a.iterations == 0 || a.runs == 0 {
+        return Err(Failure(
+            "--clients must be 1..200, --iterations and --runs above zero".into(),
+        ));
+    }
+    let schemes = if a.scheme.is_empty() {
+        vec![
+            varuna::Scheme::Resend,
+            varuna::Scheme::Varuna,
+            varuna::Scheme::Native,
+        ]
+    } else {
+        a.scheme.clone()
+    };
+    let faults = if a.fault.is_empty() {
+        varuna::Fault::ALL.to_vec()
+    } else {
+        a.fault.clone()
+    };
+    let mut rows = Vec::new();
+    let mut ok = true;
+    for &fault in &faults {
+        for &scheme in &schemes {
+            let mut runs = Vec::new();
+            for seed in a.seed..a.seed + a.runs {
+                let o = varuna::run(&varuna::Setup {
+                    scheme,
+                    fault,
+                    clients: a.clients,
+                    iterations: a.iterations,
+                    seed,
+                });
+                if matches!(scheme, varuna::Scheme::Varuna | varuna::Scheme::Native) {
+                    ok &= o.correct();
+                }
+                runs.push(o);
+            }
+            let n = runs.len() as f64;
+            let wrong = runs.iter().filter(|o| !o.correct()).count();
+            let sum = |f: fn(&varuna::Outcome) -> u64| runs.iter().map(f).sum::<u64>();
+            let ops = sum(|o| o.ops);
+            rows.push(json!({
+                "scheme": scheme.name(),
+                "fault": fault.name(),
+                "runs": runs.len(),
+                "wrong_runs": wrong,
+                "duplicated_updates": sum(|o| o.duplicated),
+                "lost_updates": sum(|o| o.lost),
+                "bad_releases": sum(|o| o.bad_releases),
+                "stuck_runs": runs.iter().filter(|o| o.stuck > 0).count(),
+                "dead_clients": sum(|o| o.dead as u64),
+                "lock_held_runs": runs.iter().filter(|o| !o.lock_free).count(),
+                "mean_finish_ms": runs.iter().map(|o| o.end_ns as f64).sum::<f64>() / n / 1e6,
+                "failovers": sum(|o| o.failovers),
+                "log_bytes_per_op": if ops > 0 { sum(|o| o.log_bytes) as f64 / ops as f64 } else { 0.0 },
+            }));
+        }
+    }
+    if a.json {
+        println!(
+            "{}",
+            json!({
+                "scenario": "varuna",
+                "clients": a.clients,
+                "iterations": a.iterations,
+                "rows": rows,
+            })
+        );
+    } else {
+        println!(
+            "{:>10} {:>7} {:>5} {:>6} {:>5} {:>5} {:>8} {:>6} {:>5} {:>10} {:>8}",
+            "fault",
+            "scheme",
+            "runs",
+            "wrong",
+            "dups",
+            "lost",
+            "bad_rel",
+            "stuck",
+            "held",
+            "finish_ms",
+            "log_B/op"
+        );
+        for r in &rows {
+            println!(
+                "{:>10} {:>7} {:>5} {:>6} {:>5} {:>5} {:>8} {:>6} {:>5} {:>10.2} {:>8.1}",
+                r["fault"].as_str().unwrap_or(""),
+                r["scheme"].as_str().unwrap_or(""),
+                r["runs"].as_u64().unwrap_or(0),
+                r["wrong_runs"].as_u64().unwrap_or(0),
+                r["duplicated_updates"].as_u64().unwrap_or(0),
+                r["lost_updates"].as_u64().unwrap_or(0),
+                r["bad_releases"].as_u64().unwrap_or(0),
+                r["stuck_runs"].as_u64().unwrap_or(0),
+                r["lock_held_runs"].as_u64().unwrap_or(0),
+                r["mean_finish_ms"].as_f64().unwrap_or(0.0),
+                r["log_bytes_per_op"].as_f64().unwrap_or(0.0),
             );
         }
     }

@@ -117,6 +117,11 @@ pub(crate) struct Paths {
     pub(crate) probe_out: bool,
     /// A probe to answer: the peer address it came from (names the path to answer on).
     pub(crate) reply_out: Option<MacAddr>,
+    /// The peer's replay depth (`max_dest_rd_atomic`) the path was given with.
+    pub(crate) peer_depth: u8,
+    /// The path came from the peer's announce: a depth above the peer's set later (RTR to
+    /// RTS) is lowered to it, not refused.
+    pub(crate) in_band: bool,
 }
 
 impl Paths {
@@ -147,6 +152,8 @@ impl Paths {
             probe_wanted: false,
             probe_out: false,
             reply_out: None,
+            peer_depth: u8::MAX,
+            in_band: false,
         }
     }
 

@@ -541,7 +541,37 @@ impl Qp {
             self.cx.state
         };
         check_modify(self.cx.qp_type, self.cx.state, to, mask)?;
+        // An alternate path given in RTR was taken on the peer's replay depth; the atomics
+        // this QP may keep outstanding, set now, must fit it (see `set_alternate_path`).
+        // One the peer announced in band is kept and the depth lowered instead, as at RTS.
+        let mut clamp_to = None;
+        if to == QpState::Rts && self.cx.state == QpState::Rtr && self.cx.qp_type == QpType::Rc {
+            let ours = if mask.contains(AttrMask::MAX_QP_RD_ATOMIC) {
+                attr.max_rd_atomic
+            } else {
+                self.cx.attr.max_rd_atomic
+            };
+            if let Some(p) = self
+                .cx
+                .paths()
+                .filter(|p| ours.max(1) > p.peer_depth.max(1))
+            {
+                if !p.in_band {
+                    return Err(ModifyError::ReplayTooShallow {
+                        max_rd_atomic: ours,
+                        peer_max_dest_rd_atomic: p.peer_depth,
+                    });
+                }
+                clamp_to = Some(p.peer_depth.max(1));
+            }
+        }
         self.apply(attr, mask);
+        if let Some(d) = clamp_to {
+            self.cx.attr.max_rd_atomic = d;
+            if let Some(e) = self.cx.ext.as_mut() {
+                e.control.clamped += 1;
+            }
+        }
         let from = self.cx.state;
         match to {
             QpState::Reset => self.reset(),
@@ -667,8 +697,10 @@ impl Qp {
         {
             return Err(ModifyError::NoAlternatePath(self.cx.qp_type, self.cx.state));
         }
-        // Both ends treat a depth of 0 as 1 (one READ or atomic at a time).
+        // Both ends treat a depth of 0 as 1 (one READ or atomic at a time). A QP in RTR sets
+        // its own depth on the way to RTS, and is checked then.
         if self.cx.qp_type == QpType::Rc
+            && self.cx.state != QpState::Rtr
             && self.cx.attr.max_rd_atomic.max(1) > peer_max_dest_rd_atomic.max(1)
         {
             return Err(ModifyError::ReplayTooShallow {
@@ -679,13 +711,14 @@ impl Qp {
         let a = &self.cx.attr;
         let udp = av.udp_src_port.unwrap_or(self.cx.template.udp_src_port());
         let template = av.template(a.dest_qp_num, udp);
-        let paths = Paths::new(
+        let mut paths = Paths::new(
             a.port_num.saturating_sub(1),
             a.ah_attr.dmac,
             &av,
             template,
             port_num - 1,
         );
+        paths.peer_depth = peer_max_dest_rd_atomic;
         self.cx.ext.get_or_insert_with(Box::default).paths = Some(paths);
         Ok(())
     }
@@ -747,7 +780,7 @@ impl Qp {
     /// coming back has it probe the primary (once the damping interval since the last move
     /// is over) and go home on the answer.
     pub fn on_port_event(&mut self, now: u64, port: u8, up: bool) {
-        let live = matches!(self.cx.state, QpState::Rts | QpState::Sqd);
+        let live = self.path_live();
         let Some(p) = self.cx.ext.as_mut().and_then(|e| e.paths.as_mut()) else {
             return;
         };
@@ -769,7 +802,7 @@ impl Qp {
     #[cold]
     fn follow_peer(&mut self, now: u64, pkt: &RocePacket<'_>) {
         let damping = self.damping_ns();
-        let live = matches!(self.cx.state, QpState::Rts | QpState::Sqd);
+        let live = self.path_live();
         let Some(p) = self.cx.ext.as_mut().and_then(|e| e.paths.as_mut()) else {
             return;
         };
@@ -833,6 +866,9 @@ impl Qp {
                     }
                 }
                 let r = self.set_alternate_path(av, local.port + 1, depth);
+                if let Some(p) = self.cx.ext.as_mut().and_then(|e| e.paths.as_mut()) {
+                    p.in_band = true;
+                }
                 if let Err(err) = r {
                     self.cx.span().in_scope(
                         || tracing::warn!(%err, "the peer's alternate port is not taken"),
@@ -1348,6 +1384,11 @@ impl Qp {
 
     /// The earliest time [`handle_timeout`](Self::handle_timeout) has work, if any.
     pub fn poll_timeout(&self) -> Option<u64> {
+        if self.cx.state == QpState::Rtr {
+            // A responder that never reaches RTS (perftest's SEND server) still answers on
+            // a path, and probes its primary like any other.
+            return self.probe_at();
+        }
         if !matches!(self.cx.state, QpState::Rts | QpState::Sqd) {
             return None;
         }
@@ -1364,6 +1405,10 @@ impl Qp {
 
     /// Runs the timers due at `now`.
     pub fn handle_timeout(&mut self, now: u64) {
+        if self.cx.state == QpState::Rtr {
+            self.probe_if_due(now);
+            return;
+        }
         if matches!(self.cx.state, QpState::Rts | QpState::Sqd) {
             if self.announce_at().is_some_and(|t| t <= now) {
                 if let Some(e) = self.cx.ext.as_mut() {
@@ -1378,17 +1423,27 @@ impl Qp {
                 self.migrate(now, true);
                 return;
             }
-            if self.probe_at().is_some_and(|t| t <= now) {
-                if let Some(e) = self.cx.ext.as_mut() {
-                    if let Some(p) = e.paths.as_mut() {
-                        p.send_probe(now);
-                        e.control.probes += 1;
-                    }
-                }
-            }
+            self.probe_if_due(now);
             self.req.on_timeout(&mut self.cx, now);
             self.apply_failure();
         }
+    }
+
+    fn probe_if_due(&mut self, now: u64) {
+        if self.probe_at().is_some_and(|t| t <= now) {
+            if let Some(e) = self.cx.ext.as_mut() {
+                if let Some(p) = e.paths.as_mut() {
+                    p.send_probe(now);
+                    e.control.probes += 1;
+                }
+            }
+        }
+    }
+
+    /// Whether the QP takes part in failover: from RTR on (a responder answers on a path
+    /// before, or without ever, reaching RTS) until ERR.
+    fn path_live(&self) -> bool {
+        matches!(self.cx.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
     }
 
     /// True when the requester has packets it could send now (used by engines to decide
