@@ -456,3 +456,58 @@ fn scenario_failover_shift_resubmits_a_write_stream() {
     );
     assert!(s > 1000.0 && n < 50.0, "shift {s} µs, native {n} µs");
 }
+
+/// `scenario varuna`, short form: Varuna mode and native failover leave the shared lock and
+/// counter right in every run; the JSON carries each (scheme, fault)'s counts; a bad
+/// argument is one line.
+#[test]
+fn scenario_varuna_keeps_the_lock_and_counter_right() {
+    let out = ferroce(&[
+        "scenario",
+        "varuna",
+        "--runs",
+        "4",
+        "--clients",
+        "8",
+        "--iterations",
+        "2",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 9, "three schemes × three faults");
+    for r in rows {
+        for key in [
+            "wrong_runs",
+            "duplicated_updates",
+            "lost_updates",
+            "bad_releases",
+            "stuck_runs",
+            "lock_held_runs",
+            "mean_finish_ms",
+            "failovers",
+            "log_bytes_per_op",
+        ] {
+            assert!(r.get(key).is_some(), "{key} missing in {r}");
+        }
+        assert_eq!(r["runs"], 4, "{r}");
+        match r["scheme"].as_str().unwrap() {
+            "varuna" => {
+                assert_eq!(r["wrong_runs"], 0, "{r}");
+                assert!(r["log_bytes_per_op"].as_f64().unwrap() > 8.0, "{r}");
+            }
+            "native" => assert_eq!(r["wrong_runs"], 0, "{r}"),
+            _ => assert_eq!(r["log_bytes_per_op"], 0.0, "{r}"),
+        }
+        assert!(r["failovers"].as_u64().unwrap() > 0, "{r}");
+    }
+    let bad = ferroce(&["scenario", "varuna", "--clients", "0"]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
