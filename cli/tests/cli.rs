@@ -457,9 +457,9 @@ fn scenario_failover_shift_resubmits_a_write_stream() {
     assert!(s > 1000.0 && n < 50.0, "shift {s} µs, native {n} µs");
 }
 
-/// `scenario varuna`, short form: Varuna mode and native failover leave the shared lock and
-/// counter right in every run; the JSON carries each (scheme, fault)'s counts; a bad
-/// argument is one line.
+/// `scenario varuna`, short form: Varuna mode (with dedicated backup QPs or the shared pool)
+/// and native failover leave the shared lock and counter right in every run; the JSON
+/// carries each (scheme, fault)'s counts; a bad argument is one line.
 #[test]
 fn scenario_varuna_keeps_the_lock_and_counter_right() {
     let out = ferroce(&[
@@ -480,7 +480,7 @@ fn scenario_varuna_keeps_the_lock_and_counter_right() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = v["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 9, "three schemes × three faults");
+    assert_eq!(rows.len(), 12, "four schemes × three faults");
     for r in rows {
         for key in [
             "wrong_runs",
@@ -500,6 +500,14 @@ fn scenario_varuna_keeps_the_lock_and_counter_right() {
             "varuna" => {
                 assert_eq!(r["wrong_runs"], 0, "{r}");
                 assert!(r["log_bytes_per_op"].as_f64().unwrap() > 8.0, "{r}");
+                assert_eq!(r["backup_qps_at_start"], 8, "{r}");
+            }
+            "varuna-pool" => {
+                assert_eq!(r["wrong_runs"], 0, "{r}");
+                assert_eq!(r["backup_qps_at_start"], 1, "{r}");
+                // Every client that failed over got its own QP back, later.
+                assert_eq!(r["rebuilt"], r["failovers"], "{r}");
+                assert!(r["mean_rebuilt_all_after_ms"].as_f64().is_some(), "{r}");
             }
             "native" => assert_eq!(r["wrong_runs"], 0, "{r}"),
             _ => assert_eq!(r["log_bytes_per_op"], 0.0, "{r}"),

@@ -890,6 +890,7 @@ fn run_varuna(a: &VarunaArgs) -> Result<ExitCode, Failure> {
         vec![
             varuna::Scheme::Resend,
             varuna::Scheme::Varuna,
+            varuna::Scheme::VarunaPool,
             varuna::Scheme::Native,
         ]
     } else {
@@ -913,7 +914,7 @@ fn run_varuna(a: &VarunaArgs) -> Result<ExitCode, Failure> {
                     iterations: a.iterations,
                     seed,
                 });
-                if matches!(scheme, varuna::Scheme::Varuna | varuna::Scheme::Native) {
+                if scheme != varuna::Scheme::Resend && scheme != varuna::Scheme::None {
                     ok &= o.correct();
                 }
                 runs.push(o);
@@ -922,6 +923,16 @@ fn run_varuna(a: &VarunaArgs) -> Result<ExitCode, Failure> {
             let wrong = runs.iter().filter(|o| !o.correct()).count();
             let sum = |f: fn(&varuna::Outcome) -> u64| runs.iter().map(f).sum::<u64>();
             let ops = sum(|o| o.ops);
+            let rebuilt: Vec<f64> = runs
+                .iter()
+                .filter_map(|o| o.rebuilt_all_after_ns)
+                .map(|n| n as f64 / 1e6)
+                .collect();
+            let rebuilt_ms = if rebuilt.is_empty() {
+                Value::Null
+            } else {
+                json!(rebuilt.iter().sum::<f64>() / rebuilt.len() as f64)
+            };
             rows.push(json!({
                 "scheme": scheme.name(),
                 "fault": fault.name(),
@@ -936,6 +947,9 @@ fn run_varuna(a: &VarunaArgs) -> Result<ExitCode, Failure> {
                 "mean_finish_ms": runs.iter().map(|o| o.end_ns as f64).sum::<f64>() / n / 1e6,
                 "failovers": sum(|o| o.failovers),
                 "log_bytes_per_op": if ops > 0 { sum(|o| o.log_bytes) as f64 / ops as f64 } else { 0.0 },
+                "backup_qps_at_start": runs[0].backup_qps_at_start,
+                "rebuilt": sum(|o| o.rebuilt),
+                "mean_rebuilt_all_after_ms": rebuilt_ms,
             }));
         }
     }
@@ -951,7 +965,7 @@ fn run_varuna(a: &VarunaArgs) -> Result<ExitCode, Failure> {
         );
     } else {
         println!(
-            "{:>10} {:>7} {:>5} {:>6} {:>5} {:>5} {:>8} {:>6} {:>5} {:>10} {:>8}",
+            "{:>10} {:>11} {:>5} {:>6} {:>5} {:>5} {:>8} {:>6} {:>5} {:>10} {:>8} {:>8}",
             "fault",
             "scheme",
             "runs",
@@ -962,11 +976,12 @@ fn run_varuna(a: &VarunaArgs) -> Result<ExitCode, Failure> {
             "stuck",
             "held",
             "finish_ms",
-            "log_B/op"
+            "log_B/op",
+            "bkup_qps"
         );
         for r in &rows {
             println!(
-                "{:>10} {:>7} {:>5} {:>6} {:>5} {:>5} {:>8} {:>6} {:>5} {:>10.2} {:>8.1}",
+                "{:>10} {:>11} {:>5} {:>6} {:>5} {:>5} {:>8} {:>6} {:>5} {:>10.2} {:>8.1} {:>8}",
                 r["fault"].as_str().unwrap_or(""),
                 r["scheme"].as_str().unwrap_or(""),
                 r["runs"].as_u64().unwrap_or(0),
@@ -978,6 +993,7 @@ fn run_varuna(a: &VarunaArgs) -> Result<ExitCode, Failure> {
                 r["lock_held_runs"].as_u64().unwrap_or(0),
                 r["mean_finish_ms"].as_f64().unwrap_or(0.0),
                 r["log_bytes_per_op"].as_f64().unwrap_or(0.0),
+                r["backup_qps_at_start"].as_u64().unwrap_or(0),
             );
         }
     }

@@ -10,6 +10,9 @@
 //!   runs twice;
 //! - `varuna`: Varuna's vQP (`ferroce_reliability::varuna::vqp`: logged writes, extended-status
 //!   CAS, FETCH_ADD as READ + CAS) over the same two QPs;
+//! - `varuna-pool`: the same vQPs with no backup QP of their own at the start: one shared QP
+//!   on rail 1 carries every client's failed-over traffic while each client's own is
+//!   rebuilt in the background, one at a time (`ferroce_reliability::varuna::pool`);
 //! - `native`: ferroce's own failover (one QP, the transport moves it to rail 1);
 //! - `none`: an RNIC's QP (retries run out, the client dies).
 //!
@@ -21,6 +24,7 @@ use std::collections::VecDeque;
 
 use ferroce_drivers::sim::LinkModel;
 use ferroce_reliability::shift::Rail;
+use ferroce_reliability::varuna::pool::{BackupPool, Channel};
 use ferroce_reliability::varuna::uid::CasBuffer;
 use ferroce_reliability::varuna::vqp::{VarunaConfig, VarunaIo, VarunaQp};
 use ferroce_stack::transport::{
@@ -35,8 +39,11 @@ use ferroce_testbed::{rails, ConnOpts, Step, Testbed, PD};
 pub(crate) enum Scheme {
     /// Resend every outstanding WR on a backup QP (no log).
     Resend,
-    /// Varuna mode.
+    /// Varuna mode, a dedicated backup QP per client made ready at the start.
     Varuna,
+    /// Varuna mode with one shared backup QP used first and each client's own rebuilt in
+    /// the background (Figure 7's timeline).
+    VarunaPool,
     /// ferroce's native failover.
     Native,
     /// No failover.
@@ -48,6 +55,7 @@ impl Scheme {
         match self {
             Self::Resend => "resend",
             Self::Varuna => "varuna",
+            Self::VarunaPool => "varuna-pool",
             Self::Native => "native",
             Self::None => "none",
         }
@@ -119,6 +127,12 @@ pub(crate) struct Outcome {
     pub(crate) log_bytes: u64,
     /// Operations the clients posted (lock attempts included).
     pub(crate) ops: u64,
+    /// Backup QPs connected before the fault (per client, or the shared pool).
+    pub(crate) backup_qps_at_start: usize,
+    /// varuna-pool: clients' own backup QPs rebuilt, and when the last was (ns after the
+    /// fault).
+    pub(crate) rebuilt: u64,
+    pub(crate) rebuilt_all_after_ns: Option<u64>,
 }
 
 impl Outcome {
@@ -142,6 +156,10 @@ const RECORDS: usize = 0x1000;
 const LOGS: usize = 0x1_0000;
 const CAS_BUFS: usize = 0x2_0000;
 const LOG_SLOTS: usize = 8;
+/// varuna-pool: shared backup QPs, and what rebuilding one client's own backup QP takes
+/// (creation, the address exchange over the connection manager, the state transitions).
+const SHARED: usize = 1;
+const REBUILD_NS: u64 = 500_000;
 /// Per client at the clients' host: the result word, the record to write, the staging.
 const CLIENT: usize = 0x4_0000;
 const MEM: usize = 1 << 20;
@@ -158,6 +176,12 @@ fn qpn(rail: Rail, side: usize, c: usize) -> u32 {
         (_, _) => 0x400,
     };
     base + c as u32
+}
+
+/// Shared backup QP `k` of the pool, on `side`.
+fn shared_qpn(side: usize, k: usize) -> u32 {
+    let base = if side == 0 { 0x500 } else { 0x600 };
+    base + k as u32
 }
 
 /// A client's id in the lock (never 0, never a UID: UIDs carry an address above 16 bits).
@@ -231,14 +255,27 @@ enum Endpoint {
     Varuna(Box<VarunaQp>),
 }
 
-/// The testbed as client `c`'s two QPs and its memory.
+/// The testbed as client `c`'s two QPs and its memory; with a pool, its backup is the
+/// pool's channel until its own is rebuilt.
 struct Bed<'a> {
     w: &'a mut Testbed,
     c: usize,
+    pool: Option<&'a mut BackupPool>,
 }
 
 impl VarunaIo for Bed<'_> {
     fn post_send(&mut self, rail: Rail, wr: &SendWr<'_>) -> Result<(), PostError> {
+        if let (Rail::Backup, Some(pool)) = (rail, self.pool.as_deref_mut()) {
+            let now = self.w.now();
+            match pool.fail_over(self.c, now) {
+                Channel::Shared(k) => {
+                    let tag = pool.tag(k, self.c, wr.wr_id);
+                    let tagged = SendWr { wr_id: tag, ..*wr };
+                    return self.w.hosts[0].qp(shared_qpn(0, k)).post_send(&tagged);
+                }
+                Channel::Dedicated | Channel::None => {}
+            }
+        }
         self.w.hosts[0].qp(qpn(rail, 0, self.c)).post_send(wr)
     }
     fn read_local(&self, addr: u64, out: &mut [u8]) {
@@ -339,6 +376,17 @@ pub(crate) fn run(s: &Setup) -> Outcome {
         ..ConnOpts::default()
     };
     let two_qps = matches!(s.scheme, Scheme::Resend | Scheme::Varuna);
+    let mut pool =
+        (s.scheme == Scheme::VarunaPool).then(|| BackupPool::new(s.clients, SHARED, REBUILD_NS));
+    if pool.is_some() {
+        for k in 0..SHARED {
+            let (a, b) = (shared_qpn(0, k), shared_qpn(1, k));
+            w.hosts[0].insert_qp(Qp::new(QpConfig::new(Qpn::new(a), QpType::Rc, PD)), 1);
+            w.hosts[1].insert_qp(Qp::new(QpConfig::new(Qpn::new(b), QpType::Rc, PD)), 1);
+            w.bring_up((0, a), (1, b), (100, 200), &o);
+            w.bring_up((1, b), (0, a), (200, 100), &o);
+        }
+    }
     for c in 0..s.clients {
         let mut rails_used = vec![(Rail::Default, 0)];
         if two_qps {
@@ -362,21 +410,23 @@ pub(crate) fn run(s: &Setup) -> Outcome {
         .map(|c| {
             let ep = match s.scheme {
                 Scheme::Resend => Endpoint::Resend(Resend::default()),
-                Scheme::Varuna => Endpoint::Varuna(Box::new(VarunaQp::new(VarunaConfig {
-                    slots: LOG_SLOTS,
-                    log_addr: (LOGS + c * 0x100) as u64,
-                    log_rkey: rkey,
-                    staging_addr: (client_base(c) + 0x100) as u64,
-                    staging_lkey: lkey,
-                    cas: Some((
-                        CasBuffer {
-                            base: (CAS_BUFS + c * 0x100) as u64,
-                            slots: 8,
-                            qp: id(c) as u16,
-                        },
-                        rkey,
-                    )),
-                }))),
+                Scheme::Varuna | Scheme::VarunaPool => {
+                    Endpoint::Varuna(Box::new(VarunaQp::new(VarunaConfig {
+                        slots: LOG_SLOTS,
+                        log_addr: (LOGS + c * 0x100) as u64,
+                        log_rkey: rkey,
+                        staging_addr: (client_base(c) + 0x100) as u64,
+                        staging_lkey: lkey,
+                        cas: Some((
+                            CasBuffer {
+                                base: (CAS_BUFS + c * 0x100) as u64,
+                                slots: 8,
+                                qp: id(c) as u16,
+                            },
+                            rkey,
+                        )),
+                    })))
+                }
                 Scheme::Native | Scheme::None => Endpoint::Plain,
             };
             Client {
@@ -415,7 +465,11 @@ pub(crate) fn run(s: &Setup) -> Outcome {
             cl.op(&w, c, |wr| wr_out = Some(OwnedSendWr::from_wr(wr)));
             let Some(wr) = wr_out else { continue };
             let wr = wr.as_wr();
-            let mut io = Bed { w: &mut w, c };
+            let mut io = Bed {
+                w: &mut w,
+                c,
+                pool: pool.as_mut(),
+            };
             let posted = match &mut cl.ep {
                 Endpoint::Plain => io.post_send(Rail::Default, &wr),
                 Endpoint::Resend(x) => x.post(&mut io, &wr),
@@ -443,15 +497,32 @@ pub(crate) fn run(s: &Setup) -> Outcome {
         seen += fresh.len();
         for wc in &fresh {
             let q = wc.qp_num.value();
+            let mut wc = *wc;
             let (rail, c) = match q {
                 0x100..=0x1ff => (Rail::Default, (q - 0x100) as usize),
                 0x300..=0x3ff => (Rail::Backup, (q - 0x300) as usize),
+                // A shared channel: whose completion, and its own id.
+                0x500..=0x5ff => {
+                    let Some((c, id)) = pool
+                        .as_mut()
+                        .and_then(|p| p.untag((q - 0x500) as usize, wc.wr_id))
+                    else {
+                        continue;
+                    };
+                    wc.wr_id = id;
+                    (Rail::Backup, c)
+                }
                 _ => continue,
             };
+            let wc = &wc;
             let Some(cl) = clients.get_mut(c) else {
                 continue;
             };
-            let mut io = Bed { w: &mut w, c };
+            let mut io = Bed {
+                w: &mut w,
+                c,
+                pool: pool.as_mut(),
+            };
             let app = match &mut cl.ep {
                 Endpoint::Plain => vec![*wc],
                 Endpoint::Resend(x) => x.on_completion(&mut io, rail, wc),
@@ -463,13 +534,37 @@ pub(crate) fn run(s: &Setup) -> Outcome {
             }
         }
         w.hosts[1].completions.clear();
-        if sent == 0 && fresh.is_empty() {
-            match w.advance(limit) {
+        let mut rebuilt_now = false;
+        if let Some(p) = pool.as_mut() {
+            // A client's own backup QP finished rebuilding: connected now; the client
+            // moves onto it once nothing of its is in flight on the shared one.
+            while let Some(c) = p.poll(w.now()) {
+                let (a, b) = (qpn(Rail::Backup, 0, c), qpn(Rail::Backup, 1, c));
+                w.hosts[0].insert_qp(Qp::new(QpConfig::new(Qpn::new(a), QpType::Rc, PD)), 1);
+                w.hosts[1].insert_qp(Qp::new(QpConfig::new(Qpn::new(b), QpType::Rc, PD)), 1);
+                w.bring_up((0, a), (1, b), (100, 200), &o);
+                w.bring_up((1, b), (0, a), (200, 100), &o);
+                rebuilt_now = true;
+            }
+            for (c, cl) in clients.iter().enumerate() {
+                if let Endpoint::Varuna(v) = &cl.ep {
+                    if matches!(p.channel(c), Channel::Shared(_)) && !cl.busy && v.quiescent() {
+                        p.switch(c);
+                    }
+                }
+            }
+        }
+        if sent == 0 && fresh.is_empty() && !rebuilt_now {
+            let horizon = pool
+                .as_ref()
+                .and_then(BackupPool::next_timeout)
+                .map_or(limit, |t| t.clamp(w.now() + 1, limit));
+            match w.advance(horizon) {
                 Step::Worked | Step::Advanced => {}
                 Step::Idle | Step::Beyond => {
-                    let next = w.fabric.next_link_change().filter(|&t| t < limit);
+                    let next = w.fabric.next_link_change().filter(|&t| t < horizon);
                     let now = w.now();
-                    w.fabric.advance_to(next.unwrap_or(limit).max(now + 1));
+                    w.fabric.advance_to(next.unwrap_or(horizon).max(now + 1));
                 }
             }
         }
@@ -481,8 +576,23 @@ pub(crate) fn run(s: &Setup) -> Outcome {
     let mut out = Outcome {
         fault_at,
         end_ns,
+        backup_qps_at_start: match s.scheme {
+            Scheme::Resend | Scheme::Varuna => s.clients,
+            Scheme::VarunaPool => SHARED,
+            Scheme::Native | Scheme::None => 0,
+        },
         ..Outcome::default()
     };
+    if let Some(p) = pool.as_mut() {
+        // Rebuilds go on in the background after the clients are done: when was the last?
+        while let Some(t) = p.next_timeout() {
+            p.poll(t);
+        }
+        let st = p.stats();
+        out.rebuilt = st.rebuilt;
+        out.rebuilt_all_after_ns = (st.rebuilt > 0 && st.rebuilt == st.bound)
+            .then(|| st.last_rebuilt_at.saturating_sub(fault_at));
+    }
     out.counter = w.hosts[1].word(COUNTER);
     out.lock_free = w.hosts[1].word(LOCK) == 0;
     let mut all: Vec<(u64, usize, u64)> = Vec::new();
@@ -573,7 +683,12 @@ mod tests {
         for seed in seeds {
             for fault in Fault::ALL {
                 runs += 1;
-                for scheme in [Scheme::Varuna, Scheme::Native, Scheme::Resend] {
+                for scheme in [
+                    Scheme::Varuna,
+                    Scheme::VarunaPool,
+                    Scheme::Native,
+                    Scheme::Resend,
+                ] {
                     let s = Setup {
                         scheme,
                         fault,

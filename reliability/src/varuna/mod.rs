@@ -10,8 +10,11 @@
 //! - [`vqp`]: a vQP over a default and a backup QP that logs its WRITEs, runs CAS with
 //!   extended status and FETCH_ADD as READ + CAS, and after a failure READs the peer's
 //!   completion log (and every in-flight CAS's target) through the backup, resending only
-//!   what never ran. The shared backup pool comes next.
+//!   what never ran.
+//! - [`pool`]: shared backup channels used first at a failover, each vQP's own backup QP
+//!   rebuilt in the background and taken once the vQP is quiescent.
 
 pub mod log;
+pub mod pool;
 pub mod uid;
 pub mod vqp;

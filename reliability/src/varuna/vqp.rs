@@ -28,8 +28,8 @@
 //! swap UIDs into (extended-status CASes of theirs) would need to resolve a foreign UID
 //! first, which this vQP does not do.
 //!
-//! Still to come (issue 23): the shared pool of backup QPs and the lazy rebuild of a
-//! dedicated one.
+//! Which QP "the backup" is belongs to the caller: a dedicated one, or a shared channel of
+//! a [`super::pool::BackupPool`] until the vQP's own is rebuilt.
 
 use std::collections::VecDeque;
 
@@ -200,6 +200,12 @@ impl VarunaQp {
     /// Requests posted and not yet completed.
     pub fn outstanding(&self) -> usize {
         self.reqs.len()
+    }
+
+    /// Nothing in flight on its QP: no request, no confirm, no recovery — it may change the
+    /// QP it posts on (see [`super::pool`]).
+    pub fn quiescent(&self) -> bool {
+        self.reqs.is_empty() && self.confirms.is_empty() && !self.recovering
     }
 
     /// Posts a WRITE, READ, CAS or FETCH_ADD (the atomics need the vQP's CAS buffer; other
