@@ -15,6 +15,27 @@ const TARGET: u64 = 0xc_0000;
 /// At the requester: CAS results.
 const RESULTS: u64 = 0x9_0000;
 
+/// `FERROCE_SEED=N` replays one seed; `FERROCE_SEEDS=N` runs 0..N (default 64).
+fn seeds() -> Vec<u64> {
+    match std::env::var("FERROCE_SEED") {
+        Ok(s) => vec![s.parse().expect("FERROCE_SEED is a number")],
+        Err(_) => {
+            (0..std::env::var("FERROCE_SEEDS").map_or(64, |n| n.parse().unwrap_or(64))).collect()
+        }
+    }
+}
+
+/// A xorshift stream from `seed` (`salt` keeps tests' streams apart).
+fn xorshift(seed: u64, salt: u64) -> impl FnMut() -> u64 {
+    let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | salt;
+    move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    }
+}
+
 struct Io<'a> {
     qps: &'a mut [Qp; 2],
     mem: &'a MrTable,
@@ -245,21 +266,10 @@ fn a_logged_write_costs_one_eight_byte_write() {
 /// exactly that when no log write was lost after its request.
 #[test]
 fn random_cuts_resend_only_what_never_ran() {
-    let seeds: Vec<u64> = match std::env::var("FERROCE_SEED") {
-        Ok(s) => vec![s.parse().expect("FERROCE_SEED is a number")],
-        Err(_) => {
-            (0..std::env::var("FERROCE_SEEDS").map_or(64, |n| n.parse().unwrap_or(64))).collect()
-        }
-    };
+    let seeds = seeds();
     let (mut post, mut pre) = (0, 0);
     for seed in seeds {
-        let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(seed, 1);
         let mut r = Rig::new();
         let src: Vec<u8> = (0..32 * 4096)
             .map(|i| (i as u64 * 13 + seed) as u8)
@@ -368,21 +378,10 @@ fn both_wires_dead_end_in_errors() {
 /// run it twice.
 #[test]
 fn a_cas_chain_survives_a_cut_exactly_once() {
-    let seeds: Vec<u64> = match std::env::var("FERROCE_SEED") {
-        Ok(s) => vec![s.parse().expect("FERROCE_SEED is a number")],
-        Err(_) => {
-            (0..std::env::var("FERROCE_SEEDS").map_or(64, |n| n.parse().unwrap_or(64))).collect()
-        }
-    };
+    let seeds = seeds();
     let (mut won, mut lost, mut resent) = (0, 0, 0);
     for seed in seeds {
-        let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(seed, 1);
         let mut r = Rig::new();
         let k = 12u64;
         let cut = 5 + next() % 80;
@@ -466,21 +465,10 @@ const COUNTER: u64 = 0xc_1000;
 /// UID left in it.
 #[test]
 fn fetch_adds_run_once_across_a_cut() {
-    let seeds: Vec<u64> = match std::env::var("FERROCE_SEED") {
-        Ok(s) => vec![s.parse().expect("FERROCE_SEED is a number")],
-        Err(_) => {
-            (0..std::env::var("FERROCE_SEEDS").map_or(64, |n| n.parse().unwrap_or(64))).collect()
-        }
-    };
+    let seeds = seeds();
     let (mut won, mut resent, mut reread) = (0, 0, 0);
     for seed in seeds {
-        let mut rng = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 3;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut next = xorshift(seed, 3);
         let mut r = Rig::new();
         let n = 16u64;
         let cut = 5 + next() % 120;

@@ -936,6 +936,18 @@ impl Qp {
             PathControlKind::Probe | PathControlKind::ProbeReply => return None,
         };
         e.control.sent += 1;
+        self.emit_control(kind, port, (mac, ip), buf)
+    }
+
+    /// A `PATH_CONTROL` frame saying `kind` of the sender's port `port` at `(mac, ip)`, with
+    /// this QP's atomic depths, from the header template in use.
+    fn emit_control(
+        &self,
+        kind: PathControlKind,
+        port: u8,
+        (mac, ip): (crate::wire::MacAddr, core::net::IpAddr),
+        buf: &mut [u8],
+    ) -> Option<usize> {
         let msg = PathControl {
             kind,
             port,
@@ -962,7 +974,7 @@ impl Qp {
 
     #[cold]
     fn transmit_side(&mut self, buf: &mut [u8]) -> Option<(u8, usize)> {
-        if !matches!(self.cx.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+        if !self.path_live() {
             return None;
         }
         let p = self.cx.ext.as_mut()?.paths.as_mut()?;
@@ -981,19 +993,7 @@ impl Qp {
         if on_standby {
             core::mem::swap(&mut p.standby, &mut self.cx.template);
         }
-        let (mac, ip) = self.cx.template.source();
-        let msg = PathControl {
-            kind,
-            port,
-            max_rd_atomic: self.cx.attr.max_rd_atomic,
-            max_dest_rd_atomic: self.cx.attr.max_dest_rd_atomic,
-            ip,
-            mac,
-        };
-        let repr = self
-            .cx
-            .repr(Opcode::PATH_CONTROL, Psn::new(0), PathControl::LEN);
-        let n = repr.emit(buf, |b| msg.emit(b)).ok();
+        let n = self.emit_control(kind, port, self.cx.template.source(), buf);
         let e = self.cx.ext.as_mut()?;
         if on_standby {
             if let Some(p) = e.paths.as_mut() {
