@@ -283,7 +283,7 @@ fn random_cuts_resend_only_what_never_ran() {
             .write(r.keys[1].lkey, PD, 0xe_0000, &far, Access(0))
             .unwrap();
         let n = 40u64;
-        let reads: Vec<bool> = (0..n).map(|_| next() % 4 == 0).collect();
+        let reads: Vec<bool> = (0..n).map(|_| next().is_multiple_of(4)).collect();
         let cut = next() % 60;
         let mut posted = 0;
         let mut step = 0u64;
@@ -296,7 +296,7 @@ fn random_cuts_resend_only_what_never_ran() {
             if step == cut + 3 {
                 r.up[0] = false;
             }
-            if posted < n && r.vqp.outstanding() < 6 && next() % 3 == 0 {
+            if posted < n && r.vqp.outstanding() < 6 && next().is_multiple_of(3) {
                 let i = posted;
                 if reads[i as usize] {
                     r.read(i, 0x8_0000 + 4096 * i, 0xe_0000, 4096).unwrap();
@@ -387,7 +387,7 @@ fn a_cas_chain_survives_a_cut_exactly_once() {
         let cut = 5 + next() % 80;
         // Half the cuts take both directions at once: a confirm posted just before can be
         // lost after its CAS completed (recovery posts it again).
-        let at_once = next() % 2 == 0;
+        let at_once = next().is_multiple_of(2);
         let (mut cas_posted, mut writes_posted) = (0u64, 0u64);
         let mut step = 0u64;
         let done = |r: &Rig| r.app.iter().filter(|c| c.wr_id >= 1000).count() as u64;
@@ -399,12 +399,12 @@ fn a_cas_chain_survives_a_cut_exactly_once() {
                 r.up[0] = false;
             }
             // The chain: the next CAS once the last one completed.
-            if cas_posted < k && done(&r) == cas_posted && next() % 2 == 0 {
+            if cas_posted < k && done(&r) == cas_posted && next().is_multiple_of(2) {
                 let i = cas_posted;
                 r.cas(1000 + i, RESULTS + 8 * i, i, i + 1).unwrap();
                 cas_posted += 1;
             }
-            if writes_posted < 20 && r.vqp.outstanding() < 4 && next() % 3 == 0 {
+            if writes_posted < 20 && r.vqp.outstanding() < 4 && next().is_multiple_of(3) {
                 let i = writes_posted;
                 r.write(i, 0, 0x1_0000 + 4096 * i, 4096).unwrap();
                 writes_posted += 1;
@@ -474,7 +474,7 @@ fn fetch_adds_run_once_across_a_cut() {
         let cut = 5 + next() % 120;
         // Half the cuts take both directions at once (a CAS attempt in flight never runs),
         // half the responses first (it runs, its completion is lost).
-        let at_once = next() % 2 == 0;
+        let at_once = next().is_multiple_of(2);
         let mut posted = 0u64;
         let mut step = 0u64;
         let mut order = Vec::new();
@@ -485,7 +485,7 @@ fn fetch_adds_run_once_across_a_cut() {
             if step == cut + if at_once { 0 } else { 3 } {
                 r.up[0] = false;
             }
-            if posted < n && r.vqp.outstanding() < 8 && next() % 3 == 0 {
+            if posted < n && r.vqp.outstanding() < 8 && next().is_multiple_of(3) {
                 let i = posted;
                 r.faa(1000 + i, RESULTS + 8 * i, 1).unwrap();
                 r.write(i, 0, 0x1_0000 + 4096 * i, 4096).unwrap();
