@@ -519,3 +519,53 @@ fn scenario_varuna_keeps_the_lock_and_counter_right() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+/// `scenario varuna --steady`, short form: with nothing failing, native failover changes no
+/// latency and no goodput at all (the same packets), and Varuna's log costs a little on
+/// batched 4 KiB WRITEs (an 8-byte WRITE per request: the paper's ≤ 2.5 % goodput above
+/// 4 KiB) and more on tiny ones.
+#[test]
+fn scenario_varuna_steady_costs_what_the_log_puts_on_the_wire() {
+    let out = ferroce(&[
+        "scenario",
+        "varuna",
+        "--steady",
+        "--sizes",
+        "16,4KiB",
+        "--clients",
+        "4",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(
+        rows.len(),
+        6 * 3,
+        "2 sizes × 2 WRITE workloads + 2 CAS ones, 3 schemes"
+    );
+    let find = |w: &str, size: u64, s: &str| {
+        rows.iter()
+            .find(|r| r["workload"] == w && r["size"] == size && r["scheme"] == s)
+            .unwrap_or_else(|| panic!("{w} {size} {s}"))
+    };
+    for r in rows {
+        assert_eq!(r["ok"], true, "{r}");
+        if r["scheme"] == "native" {
+            assert_eq!(r["latency_overhead"], 0.0, "{r}");
+            assert_eq!(r["bandwidth_overhead"], 0.0, "{r}");
+        }
+    }
+    let b4k = find("write-batch64", 4096, "varuna")["bandwidth_overhead"]
+        .as_f64()
+        .unwrap();
+    assert!(b4k > 0.0 && b4k < 0.05, "{b4k}");
+    let b16 = find("write-batch64", 16, "varuna")["bandwidth_overhead"]
+        .as_f64()
+        .unwrap();
+    assert!(b16 > b4k, "{b16} vs {b4k}");
+}

@@ -29,6 +29,7 @@
 //! Varuna and R2CCL's failover and congestion control (DCQCN) arrive with later issues.
 
 pub mod baselines;
+pub mod r2ccl;
 pub mod sdr;
 pub mod shift;
 pub mod spray;

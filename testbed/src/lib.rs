@@ -18,4 +18,6 @@ mod topology;
 pub use bed::{Step, Testbed};
 pub use conn::ConnOpts;
 pub use host::{Host, PD};
-pub use topology::{multipath, multipath_asym, pair, pair_asym, rails, rails_with, Rails};
+pub use topology::{
+    multipath, multipath_asym, pair, pair_asym, rails, rails_n, rails_with, Rails, RailsN,
+};

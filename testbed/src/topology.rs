@@ -108,6 +108,55 @@ pub fn rails_with(seed: u64, models: [[LinkModel; 2]; 2], mem_bytes: usize) -> (
     )
 }
 
+/// Where the faults of a [`rails_n`] testbed go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RailsN {
+    /// The hosts in the fabric, in testbed order.
+    pub hosts: Vec<HostId>,
+    /// The ToR of each rail.
+    pub tors: [SwitchId; 2],
+    /// `links[h][r]`: host `h`'s link to the ToR of rail `r`.
+    pub links: Vec<[LinkId; 2]>,
+}
+
+/// [`rails`] with `n` hosts (10.0.0.1 ..): every host's NIC `r` on the ToR of rail `r` — the
+/// smallest fabric where a third node can tell which end of a failed connection is at
+/// fault (R2CCL's probe triangulation, seed 003).
+pub fn rails_n(seed: u64, n: usize, model: LinkModel, mem_bytes: usize) -> (Testbed, RailsN) {
+    let mut b = FabricBuilder::new(seed);
+    b.rx_ring(1 << 16);
+    let ids: Vec<HostId> = (0..n).map(|h| b.host(&format!("h{h}"), 2)).collect();
+    let tors = [b.switch("tor0"), b.switch("tor1")];
+    let links: Vec<[LinkId; 2]> = ids
+        .iter()
+        .map(|&host| {
+            let mut l = [LinkId(0); 2];
+            for (r, &tor) in tors.iter().enumerate() {
+                l[r] = b.link((host, r), tor, model.clone());
+            }
+            l
+        })
+        .collect();
+    let fabric = b.build().expect("a valid topology");
+    let hosts = ids
+        .iter()
+        .enumerate()
+        .map(|(h, &id)| {
+            let ports = (0..2).map(|i| fabric.port(id, i)).collect::<Vec<_>>();
+            let ip = Ipv4Addr::new(10, 0, 0, h as u8 + 1);
+            Host::with_ports(ports, mem_bytes, ip, seed ^ (0xa + h as u64))
+        })
+        .collect();
+    (
+        Testbed::new(fabric, hosts),
+        RailsN {
+            hosts: ids,
+            tors,
+            links,
+        },
+    )
+}
+
 /// Builds the fabric and puts hosts 10.0.0.1 and 10.0.0.2 with `mem_bytes` of registered
 /// memory on port 0 of `ha` and `hb`.
 fn hosts_a_and_b(

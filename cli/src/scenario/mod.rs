@@ -8,6 +8,7 @@ mod sdr;
 mod spray;
 mod timeline;
 mod varuna;
+mod varuna_steady;
 
 use std::process::ExitCode;
 
@@ -61,9 +62,34 @@ struct VarunaArgs {
     /// First seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Instead: what the schemes cost while nothing fails — synchronous and batched (64)
+    /// WRITEs of --sizes, synchronous CASes, batches of a CAS and three READs; latency and
+    /// goodput of none, native and varuna.
+    #[arg(long)]
+    steady: bool,
+    /// --steady: WRITE sizes, comma-separated (suffixes KiB, MiB).
+    #[arg(long, value_delimiter = ',', default_value = "16,256,4KiB,64KiB,1MiB", value_parser = parse_small_size)]
+    sizes: Vec<usize>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
+}
+
+/// A size from 1 byte up (suffixes KiB, MiB).
+fn parse_small_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let (num, mult) = [("MiB", 1usize << 20), ("KiB", 1 << 10)]
+        .iter()
+        .find_map(|(suf, m)| t.strip_suffix(suf).map(|n| (n, *m)))
+        .unwrap_or((t, 1));
+    let n: usize = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size such as 16, 4KiB or 1MiB"))?;
+    match n.checked_mul(mult) {
+        Some(v) if (1..=1 << 20).contains(&v) => Ok(v),
+        _ => Err(format!("size '{s}' must be between 1 byte and 1MiB")),
+    }
 }
 
 #[derive(clap::Args)]
@@ -881,6 +907,9 @@ fn run_failover(a: &FailoverArgs) -> Result<ExitCode, Failure> {
 }
 
 fn run_varuna(a: &VarunaArgs) -> Result<ExitCode, Failure> {
+    if a.steady {
+        return run_varuna_steady(a);
+    }
     if !(1..=200).contains(&a.clients) || a.iterations == 0 || a.runs == 0 {
         return Err(Failure(
             "--clients must be 1..200, --iterations and --runs above zero".into(),
@@ -994,6 +1023,77 @@ fn run_varuna(a: &VarunaArgs) -> Result<ExitCode, Failure> {
                 r["mean_finish_ms"].as_f64().unwrap_or(0.0),
                 r["log_bytes_per_op"].as_f64().unwrap_or(0.0),
                 r["backup_qps_at_start"].as_u64().unwrap_or(0),
+            );
+        }
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn run_varuna_steady(a: &VarunaArgs) -> Result<ExitCode, Failure> {
+    use varuna_steady::{Scheme, Workload};
+    if !(1..=64).contains(&a.clients) {
+        return Err(Failure("--clients must be 1..64 with --steady".into()));
+    }
+    let mut points: Vec<(Workload, usize)> = Vec::new();
+    for w in [Workload::SyncWrite, Workload::BatchWrite] {
+        points.extend(a.sizes.iter().map(|&s| (w, s)));
+    }
+    points.push((Workload::SyncCas, 8));
+    points.push((Workload::CasReads, 8));
+    let mut rows = Vec::new();
+    let mut ok = true;
+    for &(workload, size) in &points {
+        // About 256 MiB per point, at least one operation per client, at most 64.
+        let per_op = match workload {
+            Workload::BatchWrite => 64 * size,
+            _ => size.max(64),
+        };
+        let ops = ((256usize << 20) / (a.clients * per_op)).clamp(1, 64) as u64;
+        let base = varuna_steady::run(Scheme::None, workload, size, a.clients, ops);
+        for scheme in Scheme::ALL {
+            let p = if scheme == Scheme::None {
+                base
+            } else {
+                varuna_steady::run(scheme, workload, size, a.clients, ops)
+            };
+            ok &= p.ok;
+            rows.push(json!({
+                "workload": workload.name(),
+                "size": size,
+                "scheme": scheme.name(),
+                "ops_per_client": ops,
+                "latency_us": p.latency_ns / 1e3,
+                "gbps": p.gbps,
+                "latency_overhead": p.latency_ns / base.latency_ns.max(1.0) - 1.0,
+                "bandwidth_overhead": 1.0 - p.gbps / base.gbps.max(1e-9),
+                "ok": p.ok,
+            }));
+        }
+    }
+    if a.json {
+        println!(
+            "{}",
+            json!({ "scenario": "varuna-steady", "clients": a.clients, "rows": rows })
+        );
+    } else {
+        println!(
+            "{:>14} {:>8} {:>7} {:>11} {:>9} {:>9} {:>9}",
+            "workload", "size", "scheme", "latency_us", "gbps", "lat_ovh", "bw_ovh"
+        );
+        for r in &rows {
+            println!(
+                "{:>14} {:>8} {:>7} {:>11.3} {:>9.2} {:>8.1}% {:>8.1}%",
+                r["workload"].as_str().unwrap_or(""),
+                r["size"].as_u64().unwrap_or(0),
+                r["scheme"].as_str().unwrap_or(""),
+                r["latency_us"].as_f64().unwrap_or(0.0),
+                r["gbps"].as_f64().unwrap_or(0.0),
+                100.0 * r["latency_overhead"].as_f64().unwrap_or(0.0),
+                100.0 * r["bandwidth_overhead"].as_f64().unwrap_or(0.0),
             );
         }
     }
