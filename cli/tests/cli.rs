@@ -373,7 +373,8 @@ fn scenario_sdr_reports_every_scheme_beside_the_model() {
 
 /// `scenario failover` on two faults: native failover moves the stream to the other rail and
 /// loses nothing (every WR completed, atomics once each); SHIFT mode refuses to resubmit
-/// with an atomic outstanding and fails like the RNIC; without failover the QP dies.
+/// with an atomic outstanding and fails like the RNIC; Varuna mode recovers, later; without
+/// failover the QP dies.
 #[test]
 fn scenario_failover_native_survives_where_none_dies() {
     let out = ferroce(&["scenario", "failover", "--fault", "tor,blackhole", "--json"]);
@@ -384,7 +385,7 @@ fn scenario_failover_native_survives_where_none_dies() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let runs = v["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 6);
+    assert_eq!(runs.len(), 8);
     for r in runs {
         for key in [
             "scheme",
@@ -409,6 +410,14 @@ fn scenario_failover_native_survives_where_none_dies() {
             "shift" => {
                 assert!(r["refused"].as_u64().unwrap() > 0, "{r}");
                 assert!(r["errors"].as_u64().unwrap() > 0, "{r}");
+            }
+            // Varuna recovers from its completion log, FETCH_ADDs included: nothing lost,
+            // nothing twice, after the RNIC's retry budget; every logged op paid its entry.
+            "varuna" => {
+                assert_eq!(r["errors"], 0, "{r}");
+                assert_eq!(r["verified"], true, "{r}");
+                assert!(r["failover_us"].as_f64().unwrap() > 1000.0, "{r}");
+                assert!(r["log_bytes_per_op"].as_f64().unwrap() >= 8.0, "{r}");
             }
             _ => {
                 assert!(r["errors"].as_u64().unwrap() > 0, "{r}");

@@ -6,11 +6,16 @@
 //! 15 ms. Schemes: `native` (the QP moves to rail 1 with its transport state and comes back),
 //! `shift` (SHIFT mode, `ferroce_reliability::shift`: a default QP on rail 0, a backup and a
 //! control QP on rail 1, WR-level resubmission after the default QP's retries run out; the
-//! transport's own failover off) and `none` (an RNIC without failover: the QP exhausts its
-//! retries and dies).
+//! transport's own failover off), `varuna` (Varuna mode, `ferroce_reliability::varuna`: the
+//! vQP logs its WRITEs, runs the FETCH_ADDs as READ + CAS, and after the default QP's
+//! retries run out recovers from the peer's completion log on a backup QP on rail 1; it
+//! stays there — rebuilding on the repaired rail is not done) and `none` (an RNIC without
+//! failover: the QP exhausts its retries and dies).
 
 use ferroce_drivers::sim::LinkModel;
 use ferroce_reliability::shift::{Rail, ShiftConfig, ShiftIo, ShiftSide};
+use ferroce_reliability::varuna::uid::CasBuffer;
+use ferroce_reliability::varuna::vqp::{VarunaConfig, VarunaIo, VarunaQp};
 use ferroce_stack::transport::{
     AttrMask, Payload, PostError, Qp, QpAttr, QpConfig, QpState, QpType, RecvWr, SendFlags, SendWr,
     Sge, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
@@ -68,6 +73,9 @@ pub(crate) enum Scheme {
     Native,
     /// SHIFT mode (seed 000): WR-level resubmission on a backup QP.
     Shift,
+    /// Varuna mode (seed 001): logged WRITEs, FETCH_ADD as READ + CAS, recovery from the
+    /// completion log on a backup QP.
+    Varuna,
     /// No failover (an RNIC's RC QP).
     None,
 }
@@ -77,6 +85,7 @@ impl Scheme {
         match self {
             Self::Native => "native",
             Self::Shift => "shift",
+            Self::Varuna => "varuna",
             Self::None => "none",
         }
     }
@@ -132,6 +141,35 @@ impl ShiftIo for ShiftBed<'_> {
     }
 }
 
+/// Varuna mode's view of host 0's two QPs (its vQP's default and backup) and memory.
+struct VarunaBed<'a> {
+    w: &'a mut Testbed,
+}
+
+impl VarunaIo for VarunaBed<'_> {
+    fn post_send(&mut self, rail: Rail, wr: &SendWr<'_>) -> Result<(), PostError> {
+        let q = if rail == Rail::Default {
+            QPN[0]
+        } else {
+            BACKUP[0]
+        };
+        self.w.hosts[0].qp(q).post_send(wr)
+    }
+    fn read_local(&self, addr: u64, out: &mut [u8]) {
+        out.copy_from_slice(&self.w.hosts[0].read(addr as usize, out.len()));
+    }
+    fn write_local(&mut self, addr: u64, data: &[u8]) {
+        self.w.hosts[0].write(addr as usize, data);
+    }
+}
+
+/// Varuna's regions: at host 1 the completion log and the CAS buffer, at host 0 the
+/// staging words; slots for twice the stream's depth.
+const VARUNA_LOG: usize = 12 << 20;
+const VARUNA_CAS: usize = (12 << 20) + 0x1000;
+const VARUNA_STAGING: usize = 12 << 20;
+const VARUNA_SLOTS: usize = 64;
+
 /// One run's parameters.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Setup {
@@ -171,6 +209,8 @@ pub(crate) struct Outcome {
     /// SHIFT: failures the retransmission-safety rule turned into errors (an atomic was
     /// outstanding).
     pub(crate) refused: u64,
+    /// Varuna: completion-log and CAS-buffer bytes written.
+    pub(crate) log_bytes: u64,
 }
 
 fn is_atomic(s: &Setup, n: u64) -> bool {
@@ -217,14 +257,14 @@ pub(crate) fn run(s: &Setup) -> Outcome {
         timeout: s.timeout,
         ..ConnOpts::default()
     };
-    let rails: &[(Rail, [u32; 2], usize)] = if s.scheme == Scheme::Shift {
-        &[
+    let rails: &[(Rail, [u32; 2], usize)] = match s.scheme {
+        Scheme::Shift => &[
             (Rail::Default, QPN, 0),
             (Rail::Backup, BACKUP, 1),
             (Rail::Control, CONTROL, 1),
-        ]
-    } else {
-        &[(Rail::Default, QPN, 0)]
+        ],
+        Scheme::Varuna => &[(Rail::Default, QPN, 0), (Rail::Backup, BACKUP, 1)],
+        Scheme::Native | Scheme::None => &[(Rail::Default, QPN, 0)],
     };
     for &(rail, qpns, port) in rails {
         for (h, &qpn) in qpns.iter().enumerate() {
@@ -273,6 +313,25 @@ pub(crate) fn run(s: &Setup) -> Outcome {
     let mut moved_at: Option<u64> = None;
     let mut seen = 0usize;
     let shift = s.scheme == Scheme::Shift;
+    let (lkey, rkey) = (w.hosts[0].keys.lkey, w.hosts[1].keys.rkey);
+    let mut vqp = (s.scheme == Scheme::Varuna).then(|| {
+        VarunaQp::new(VarunaConfig {
+            slots: VARUNA_SLOTS,
+            log_addr: VARUNA_LOG as u64,
+            log_rkey: rkey,
+            staging_addr: VARUNA_STAGING as u64,
+            staging_lkey: lkey,
+            cas: Some((
+                CasBuffer {
+                    base: VARUNA_CAS as u64,
+                    slots: VARUNA_SLOTS as u32,
+                    qp: 1,
+                },
+                rkey,
+            )),
+        })
+    });
+    let mut seen_varuna = 0usize;
     // What the application on host 0 sees: the QP's completions, or SHIFT's.
     let mut app: Vec<(WorkCompletion, u64)> = Vec::new();
     loop {
@@ -282,6 +341,8 @@ pub(crate) fn run(s: &Setup) -> Outcome {
         }
         let dead = if shift {
             sides[0].failed()
+        } else if let Some(v) = vqp.as_ref() {
+            v.failed()
         } else {
             w.hosts[0].qp(QPN[0]).state() == QpState::Err
         };
@@ -290,6 +351,10 @@ pub(crate) fn run(s: &Setup) -> Outcome {
                 let side = &mut sides[0];
                 post(&mut w, s, posted, |w, wr| {
                     let _ = side.post_send(&mut ShiftBed { w, h: 0, o: &o }, wr);
+                });
+            } else if let Some(v) = vqp.as_mut() {
+                post(&mut w, s, posted, |w, wr| {
+                    let _ = v.post_send(&mut VarunaBed { w }, wr);
                 });
             } else {
                 post(&mut w, s, posted, |w, wr| {
@@ -339,6 +404,28 @@ pub(crate) fn run(s: &Setup) -> Outcome {
                 side.poll(&mut io);
             }
         }
+        if let Some(v) = vqp.as_mut() {
+            let fresh: Vec<(WorkCompletion, u64)> = w.hosts[0].completions[seen_varuna..]
+                .iter()
+                .copied()
+                .zip(w.hosts[0].completed_at[seen_varuna..].iter().copied())
+                .collect();
+            seen_varuna += fresh.len();
+            acted |= !fresh.is_empty();
+            for (wc, at) in fresh {
+                let rail = if wc.qp_num.value() == QPN[0] {
+                    Rail::Default
+                } else {
+                    Rail::Backup
+                };
+                let before = v.stats().failovers;
+                let shown = v.on_completion(&mut VarunaBed { w: &mut w }, rail, &wc);
+                if moved_at.is_none() && v.stats().failovers > before {
+                    moved_at = Some(at);
+                }
+                app.extend(shown.into_iter().map(|c| (c, at)));
+            }
+        }
         let step = if sent > 0 || acted {
             ferroce_testbed::Step::Worked
         } else {
@@ -353,7 +440,7 @@ pub(crate) fn run(s: &Setup) -> Outcome {
             }
         }
         let t = w.now();
-        if !shift {
+        if !shift && vqp.is_none() {
             if moved_at.is_none() && w.hosts[0].qp(QPN[0]).path_migrations() > 0 {
                 moved_at = Some(t);
             }
@@ -391,6 +478,14 @@ pub(crate) fn run(s: &Setup) -> Outcome {
     let qp = w.hosts[0].qp(QPN[0]);
     out.migrations = qp.path_migrations();
     out.resent_bytes = qp.counters().retransmitted_packets * 4096;
+    if let Some(v) = vqp.as_ref() {
+        let st = v.stats();
+        out.migrations = st.failovers;
+        // What the vQP sent again, and what the backup QP's transport resent on its own.
+        out.resent_bytes = (st.resent_pre_failure + st.reads_reissued) * s.size as u64
+            + w.hosts[0].qp(BACKUP[0]).counters().retransmitted_packets * 4096;
+        out.log_bytes = st.log_bytes;
+    }
     if let Some(side) = sides.first() {
         let st = side.stats();
         out.migrations = st.fallbacks + st.switchbacks;

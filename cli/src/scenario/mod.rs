@@ -97,7 +97,7 @@ struct FailoverArgs {
     /// Faults, comma-separated (default: all five).
     #[arg(long, value_delimiter = ',', value_enum)]
     fault: Vec<failover::Fault>,
-    /// Schemes, comma-separated (default: native, shift, none).
+    /// Schemes, comma-separated (default: native, shift, varuna, none).
     #[arg(long, value_delimiter = ',', value_enum)]
     scheme: Vec<failover::Scheme>,
     /// Every n-th WR of the stream is a FETCH_ADD (0: WRITEs only). SHIFT refuses to
@@ -780,6 +780,7 @@ fn run_failover(a: &FailoverArgs) -> Result<ExitCode, Failure> {
         vec![
             failover::Scheme::Native,
             failover::Scheme::Shift,
+            failover::Scheme::Varuna,
             failover::Scheme::None,
         ]
     } else {
@@ -811,6 +812,10 @@ fn run_failover(a: &FailoverArgs) -> Result<ExitCode, Failure> {
                 failover::Scheme::Native => {
                     ok &= o.verified && o.atomics_ok && o.duplicates_executed == 0 && o.errors == 0;
                 }
+                // Varuna recovers everything, atomics included, exactly once.
+                failover::Scheme::Varuna => {
+                    ok &= o.verified && o.atomics_ok && o.duplicates_executed == 0 && o.errors == 0;
+                }
                 // SHIFT may refuse (an atomic outstanding) but never runs one twice.
                 failover::Scheme::Shift => {
                     ok &= o.verified && o.atomics_ok && o.duplicates_executed == 0;
@@ -830,6 +835,7 @@ fn run_failover(a: &FailoverArgs) -> Result<ExitCode, Failure> {
                 "errors": o.errors,
                 "migrations": o.migrations,
                 "refused": o.refused,
+                "log_bytes_per_op": if o.completed > 0 { o.log_bytes as f64 / o.completed as f64 } else { 0.0 },
                 "dip": dip,
                 "gbps_bins": o.bins.iter().map(|&b| b as f64 * 8.0 / 100_000.0).collect::<Vec<_>>(),
             }));

@@ -202,6 +202,11 @@ impl VarunaQp {
         self.reqs.len()
     }
 
+    /// Both QPs failed: every request ended with an error.
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+
     /// Nothing in flight on its QP: no request, no confirm, no recovery — it may change the
     /// QP it posts on (see [`super::pool`]).
     pub fn quiescent(&self) -> bool {
