@@ -9,8 +9,11 @@
 //! transport's own failover off), `varuna` (Varuna mode, `ferroce_reliability::varuna`: the
 //! vQP logs its WRITEs, runs the FETCH_ADDs as READ + CAS, and after the default QP's
 //! retries run out recovers from the peer's completion log on a backup QP on rail 1; it
-//! stays there — rebuilding on the repaired rail is not done) and `none` (an RNIC without
-//! failover: the QP exhausts its retries and dies).
+//! stays there — rebuilding on the repaired rail is not done),
+//! `r2ccl` (R2CCL, [`super::r2ccl_side`]: the error told out of band, both ends probe each
+//! other and a third node, a component blamed, the stream rolled back onto a backup QP) and
+//! `none` (an RNIC without failover: the QP exhausts its retries and dies). The testbed has a
+//! third host on both rails, idle but for R2CCL's probes.
 
 use ferroce_drivers::sim::LinkModel;
 use ferroce_reliability::shift::{Rail, ShiftConfig, ShiftIo, ShiftSide};
@@ -21,7 +24,9 @@ use ferroce_stack::transport::{
     Sge, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 use ferroce_stack::wire::Qpn;
-use ferroce_testbed::{rails, ConnOpts, Testbed, PD};
+use ferroce_testbed::{rails_n, ConnOpts, Testbed, PD};
+
+use super::r2ccl_side::{self, R2ccl};
 
 const QPN: [u32; 2] = [0x10, 0x20];
 /// Memory: the source message, the destination ring, the counter, the atomic results.
@@ -76,6 +81,9 @@ pub(crate) enum Scheme {
     /// Varuna mode (seed 001): logged WRITEs, FETCH_ADD as READ + CAS, recovery from the
     /// completion log on a backup QP.
     Varuna,
+    /// R2CCL (seed 003): out-of-band notice, probe triangulation, rollback to the first WR
+    /// without a completion on a backup QP.
+    R2ccl,
     /// No failover (an RNIC's RC QP).
     None,
 }
@@ -86,6 +94,7 @@ impl Scheme {
             Self::Native => "native",
             Self::Shift => "shift",
             Self::Varuna => "varuna",
+            Self::R2ccl => "r2ccl",
             Self::None => "none",
         }
     }
@@ -170,6 +179,9 @@ const VARUNA_CAS: usize = (12 << 20) + 0x1000;
 const VARUNA_STAGING: usize = 12 << 20;
 const VARUNA_SLOTS: usize = 64;
 
+/// How long the end of a run waits for what is still out.
+const DRAIN_NS: u64 = 50_000_000;
+
 /// One run's parameters.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Setup {
@@ -211,6 +223,10 @@ pub(crate) struct Outcome {
     pub(crate) refused: u64,
     /// Varuna: completion-log and CAS-buffer bytes written.
     pub(crate) log_bytes: u64,
+    /// R2CCL: the component blamed (`local-nic`, `remote-nic`, `link`, `tor`; `none` when
+    /// every probe got through), and when (from the fault).
+    pub(crate) localized: Option<&'static str>,
+    pub(crate) localize_ns: Option<u64>,
 }
 
 fn is_atomic(s: &Setup, n: u64) -> bool {
@@ -247,8 +263,9 @@ fn post(w: &mut Testbed, s: &Setup, n: u64, post: impl FnOnce(&mut Testbed, &Sen
 
 /// Runs one (scheme, fault).
 pub(crate) fn run(s: &Setup) -> Outcome {
-    let (mut w, r) = rails(
+    let (mut w, r) = rails_n(
         s.seed,
+        3,
         LinkModel::new((s.gbps * 1e9) as u64, s.delay_ns),
         MEM,
     );
@@ -263,7 +280,7 @@ pub(crate) fn run(s: &Setup) -> Outcome {
             (Rail::Backup, BACKUP, 1),
             (Rail::Control, CONTROL, 1),
         ],
-        Scheme::Varuna => &[(Rail::Default, QPN, 0), (Rail::Backup, BACKUP, 1)],
+        Scheme::Varuna | Scheme::R2ccl => &[(Rail::Default, QPN, 0), (Rail::Backup, BACKUP, 1)],
         Scheme::Native | Scheme::None => &[(Rail::Default, QPN, 0)],
     };
     for &(rail, qpns, port) in rails {
@@ -273,6 +290,20 @@ pub(crate) fn run(s: &Setup) -> Outcome {
         let p = PSNS[rail as usize];
         w.bring_up((0, qpns[0]), (1, qpns[1]), (p[0], p[1]), &o);
         w.bring_up((1, qpns[1]), (0, qpns[0]), (p[1], p[0]), &o);
+    }
+    if s.scheme == Scheme::R2ccl {
+        // Probe QPs: short timers, so a probe fails in about 65 µs.
+        let po = ConnOpts {
+            timeout: 3,
+            retry_cnt: 1,
+            ..o
+        };
+        for ((ha, qa), (hb, qb)) in r2ccl_side::PROBE_PAIRS {
+            w.hosts[ha].insert_qp(Qp::new(QpConfig::new(Qpn::new(qa), QpType::Rc, PD)), 0);
+            w.hosts[hb].insert_qp(Qp::new(QpConfig::new(Qpn::new(qb), QpType::Rc, PD)), 0);
+            w.bring_up((ha, qa), (hb, qb), (1, 2), &po);
+            w.bring_up((hb, qb), (ha, qa), (2, 1), &po);
+        }
     }
     if s.scheme == Scheme::Native {
         w.set_alternate((0, QPN[0]), 1, (1, 1));
@@ -332,21 +363,30 @@ pub(crate) fn run(s: &Setup) -> Outcome {
         })
     });
     let mut seen_varuna = 0usize;
+    let mut r2 = (s.scheme == Scheme::R2ccl).then(|| R2ccl::new(QPN[0], BACKUP[0]));
     // What the application on host 0 sees: the QP's completions, or SHIFT's.
     let mut app: Vec<(WorkCompletion, u64)> = Vec::new();
     loop {
         let now = w.now();
-        if now >= s.end {
+        // At the end nothing new is posted and what is out completes (a bounded while), so
+        // the atomics are counted exactly: every FETCH_ADD either completed or failed.
+        if now >= s.end && (posted == done_n || now >= s.end + DRAIN_NS) {
             break;
         }
         let dead = if shift {
             sides[0].failed()
         } else if let Some(v) = vqp.as_ref() {
             v.failed()
+        } else if let Some(x) = r2.as_ref() {
+            x.failed()
         } else {
             w.hosts[0].qp(QPN[0]).state() == QpState::Err
         };
-        while !dead && posted - done_n < s.depth as u64 {
+        while !dead
+            && now < s.end
+            && posted - done_n < s.depth as u64
+            && r2.as_ref().is_none_or(R2ccl::may_post)
+        {
             if shift {
                 let side = &mut sides[0];
                 post(&mut w, s, posted, |w, wr| {
@@ -356,6 +396,10 @@ pub(crate) fn run(s: &Setup) -> Outcome {
                 post(&mut w, s, posted, |w, wr| {
                     let _ = v.post_send(&mut VarunaBed { w }, wr);
                 });
+            } else if let Some(x) = r2.as_mut() {
+                post(&mut w, s, posted, |w, wr| {
+                    let _ = x.post(w, wr);
+                });
             } else {
                 post(&mut w, s, posted, |w, wr| {
                     let _ = w.hosts[0].qp(QPN[0]).post_send(wr);
@@ -364,11 +408,16 @@ pub(crate) fn run(s: &Setup) -> Outcome {
             posted += 1;
         }
         // SHIFT's probe timer is an event too.
+        let end = if now >= s.end {
+            s.end + DRAIN_NS
+        } else {
+            s.end
+        };
         let horizon = sides
             .iter()
             .filter_map(ShiftSide::next_timeout)
             .min()
-            .map_or(s.end, |t| t.clamp(now + 1, s.end));
+            .map_or(end, |t| t.clamp(now + 1, end));
         // A turn, then (SHIFT) its completions, which may post, before time moves.
         let sent = w.turn();
         let mut acted = false;
@@ -404,6 +453,24 @@ pub(crate) fn run(s: &Setup) -> Outcome {
                 side.poll(&mut io);
             }
         }
+        if let Some(x) = r2.as_mut() {
+            let fresh: Vec<(WorkCompletion, u64)> = w.hosts[0].completions[seen_varuna..]
+                .iter()
+                .copied()
+                .zip(w.hosts[0].completed_at[seen_varuna..].iter().copied())
+                .collect();
+            seen_varuna += fresh.len();
+            acted |= !fresh.is_empty();
+            for (wc, at) in fresh {
+                let shown = x.on_completion(&mut w, 0, &wc, at);
+                app.extend(shown.into_iter().map(|c| (c, at)));
+            }
+            let now = w.now();
+            acted |= x.poll(&mut w, now);
+            if moved_at.is_none() && x.migrated() {
+                moved_at = Some(now);
+            }
+        }
         if let Some(v) = vqp.as_mut() {
             let fresh: Vec<(WorkCompletion, u64)> = w.hosts[0].completions[seen_varuna..]
                 .iter()
@@ -426,6 +493,11 @@ pub(crate) fn run(s: &Setup) -> Outcome {
                 app.extend(shown.into_iter().map(|c| (c, at)));
             }
         }
+        // R2CCL's out-of-band messages are events too (set during this turn).
+        let horizon = r2
+            .as_ref()
+            .and_then(R2ccl::next_timeout)
+            .map_or(horizon, |t| horizon.min(t.clamp(now + 1, end)));
         let step = if sent > 0 || acted {
             ferroce_testbed::Step::Worked
         } else {
@@ -440,7 +512,7 @@ pub(crate) fn run(s: &Setup) -> Outcome {
             }
         }
         let t = w.now();
-        if !shift && vqp.is_none() {
+        if !shift && vqp.is_none() && r2.is_none() {
             if moved_at.is_none() && w.hosts[0].qp(QPN[0]).path_migrations() > 0 {
                 moved_at = Some(t);
             }
@@ -474,10 +546,23 @@ pub(crate) fn run(s: &Setup) -> Outcome {
             break;
         }
     }
+    // Frames still out land (Varuna's last confirm: the application saw its FETCH_ADD
+    // complete when the CAS did), so the counter is read settled.
+    let now = w.now();
+    w.drive_until(now + DRAIN_NS);
     out.detect_ns = moved_at.map(|m| m.saturating_sub(from));
     let qp = w.hosts[0].qp(QPN[0]);
     out.migrations = qp.path_migrations();
     out.resent_bytes = qp.counters().retransmitted_packets * 4096;
+    if let Some(x) = r2.as_ref() {
+        out.migrations = u64::from(x.migrated());
+        out.resent_bytes = x.resent * s.size as u64
+            + w.hosts[0].qp(BACKUP[0]).counters().retransmitted_packets * 4096;
+        if let Some((blame, at)) = x.verdict {
+            out.localized = Some(blame.map_or("none", |b| b.name()));
+            out.localize_ns = Some(at.saturating_sub(from));
+        }
+    }
     if let Some(v) = vqp.as_ref() {
         let st = v.stats();
         out.migrations = st.failovers;

@@ -1,0 +1,220 @@
+//! The `r2ccl` scheme of `ferroce scenario failover`: R2CCL's handling of a failed
+//! connection (seed 003) for the WRITE stream. Host 0's default QP on rail 0 reports the
+//! error (its retries run out); host 0 tells host 1 over the out-of-band network (the
+//! bootstrap TCP connection, modelled as a fixed one-way delay), both probe — a zero-byte
+//! WRITE to each other and to the third node on rail 0, on short-timeout probe QPs apart
+//! from the data path — host 1 sends its results back out of band, host 0 blames a
+//! component ([`triangulate`]), rolls the stream back to its first WR without a completion
+//! and resends from there on its backup QP on rail 1 (the buffers are registered on every
+//! NIC, so nothing is registered then). It stays on rail 1. Resending what had no
+//! completion is R2CCL's rollback: right for a collective's chunks, which land on the same
+//! bytes again; an atomic in the stream may run twice.
+
+use std::collections::VecDeque;
+
+use ferroce_reliability::r2ccl::localize::{triangulate, Blame, Probes};
+use ferroce_stack::transport::{
+    OwnedSendWr, Payload, PostError, SendFlags, SendWr, WcStatus, WorkCompletion,
+};
+use ferroce_testbed::Testbed;
+
+/// One-way delay of an out-of-band message (a TCP message over the management network).
+pub(crate) const OOB_NS: u64 = 50_000;
+
+/// Probe QPs on port 0: (host, QPN) ↔ (host, QPN).
+pub(crate) const PROBE_PAIRS: [((usize, u32), (usize, u32)); 3] = [
+    ((0, 0x40), (1, 0x41)),
+    ((0, 0x42), (2, 0x43)),
+    ((1, 0x44), (2, 0x45)),
+];
+
+/// Host 0's (A's) and host 1's (B's) probes: (host, its QPN, target host).
+const A_PROBES: [(usize, u32, usize); 2] = [(0, 0x40, 1), (0, 0x42, 2)];
+const B_PROBES: [(usize, u32, usize); 2] = [(1, 0x41, 0), (1, 0x44, 2)];
+
+/// R2CCL's state for the stream (see the module documentation).
+#[derive(Debug, Default)]
+pub(crate) struct R2ccl {
+    /// The data QPs: host 0's default and backup.
+    default_qp: u32,
+    backup_qp: u32,
+    /// WRs without a completion, oldest first.
+    out: VecDeque<OwnedSendWr>,
+    on_backup: bool,
+    failed: bool,
+    /// When the error came, when host 1 hears of it, when its results reach host 0.
+    detected_at: Option<u64>,
+    notify_at: Option<u64>,
+    results_at: Option<u64>,
+    b_probed: bool,
+    /// What was blamed, and when.
+    pub(crate) verdict: Option<(Option<Blame>, u64)>,
+    /// WRs posted again on the backup.
+    pub(crate) resent: u64,
+}
+
+impl R2ccl {
+    pub(crate) fn new(default_qp: u32, backup_qp: u32) -> Self {
+        Self {
+            default_qp,
+            backup_qp,
+            ..Self::default()
+        }
+    }
+
+    /// Whether the stream may post now (not while localizing, not once both QPs failed).
+    pub(crate) fn may_post(&self) -> bool {
+        !self.failed && (self.detected_at.is_none() || self.on_backup)
+    }
+
+    pub(crate) fn failed(&self) -> bool {
+        self.failed
+    }
+
+    pub(crate) fn migrated(&self) -> bool {
+        self.on_backup
+    }
+
+    /// Posts a stream WR on the QP in use.
+    pub(crate) fn post(&mut self, w: &mut Testbed, wr: &SendWr<'_>) -> Result<(), PostError> {
+        let q = if self.on_backup {
+            self.backup_qp
+        } else {
+            self.default_qp
+        };
+        w.hosts[0].qp(q).post_send(wr)?;
+        self.out.push_back(OwnedSendWr::from_wr(wr));
+        Ok(())
+    }
+
+    /// A completion on host 0 (`h` 0) or host 1 (probes); returns the stream's
+    /// completions.
+    pub(crate) fn on_completion(
+        &mut self,
+        w: &mut Testbed,
+        h: usize,
+        wc: &WorkCompletion,
+        at: u64,
+    ) -> Vec<WorkCompletion> {
+        let q = wc.qp_num.value();
+        if h != 0 || self.failed {
+            return Vec::new();
+        }
+        let current = if self.on_backup {
+            self.backup_qp
+        } else {
+            self.default_qp
+        };
+        if q != current {
+            return Vec::new();
+        }
+        if wc.status == WcStatus::Success {
+            self.out.pop_front();
+            return vec![*wc];
+        }
+        if !self.on_backup && wc.status == WcStatus::RetryExcErr && self.detected_at.is_none() {
+            // The error: tell the peer, probe.
+            self.detected_at = Some(at);
+            self.notify_at = Some(at + OOB_NS);
+            for (ph, pq, to) in A_PROBES {
+                probe(w, ph, pq, to);
+            }
+            return Vec::new();
+        }
+        if self.on_backup {
+            self.failed = true;
+            return self
+                .out
+                .drain(..)
+                .map(|o| {
+                    let mut c = *wc;
+                    c.wr_id = o.wr_id();
+                    c
+                })
+                .collect();
+        }
+        Vec::new()
+    }
+
+    /// The next out-of-band event.
+    pub(crate) fn next_timeout(&self) -> Option<u64> {
+        [self.notify_at, self.results_at]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Out-of-band events due at `now`, and the probes' progress: host 1 probes when told;
+    /// its results travel back once its probes are done; with both, host 0 blames and
+    /// migrates. True when it posted something.
+    pub(crate) fn poll(&mut self, w: &mut Testbed, now: u64) -> bool {
+        let mut acted = false;
+        if self.notify_at.is_some_and(|t| t <= now) && !self.b_probed {
+            self.notify_at = None;
+            self.b_probed = true;
+            for (ph, pq, to) in B_PROBES {
+                probe(w, ph, pq, to);
+            }
+            acted = true;
+        }
+        if self.b_probed
+            && self.results_at.is_none()
+            && self.verdict.is_none()
+            && B_PROBES
+                .iter()
+                .all(|&(ph, pq, _)| result(w, ph, pq).is_some())
+        {
+            self.results_at = Some(now + OOB_NS);
+        }
+        if self.results_at.is_some_and(|t| t <= now)
+            && self.verdict.is_none()
+            && A_PROBES
+                .iter()
+                .all(|&(ph, pq, _)| result(w, ph, pq).is_some())
+        {
+            self.results_at = None;
+            let a = Probes {
+                to_peer: result(w, 0, 0x40),
+                to_third: result(w, 0, 0x42),
+            };
+            let b = Probes {
+                to_peer: result(w, 1, 0x41),
+                to_third: result(w, 1, 0x44),
+            };
+            self.verdict = Some((triangulate(a, Some(b)), now));
+            // Rollback: from the first WR without a completion, on the backup.
+            self.on_backup = true;
+            for o in &self.out {
+                if w.hosts[0].qp(self.backup_qp).post_send(&o.as_wr()).is_err() {
+                    self.failed = true;
+                }
+            }
+            self.resent = self.out.len() as u64;
+            acted = true;
+        }
+        acted
+    }
+}
+
+/// A zero-byte WRITE from QP `qpn` of host `h` to host `to`; its id is the QPN.
+fn probe(w: &mut Testbed, h: usize, qpn: u32, to: usize) {
+    let rkey = w.hosts[to].keys.rkey;
+    let wr = SendWr::new(
+        u64::from(qpn),
+        ferroce_stack::transport::WrOpcode::Write,
+        Payload::Sges(&[]),
+    )
+    .remote(0, rkey)
+    .flags(SendFlags::SIGNALED);
+    let _ = w.hosts[h].qp(qpn).post_send(&wr);
+}
+
+/// Whether host `h`'s probe on QP `qpn` got through (`None`: not completed yet).
+fn result(w: &Testbed, h: usize, qpn: u32) -> Option<bool> {
+    w.hosts[h]
+        .completions
+        .iter()
+        .rev()
+        .find(|c| c.qp_num.value() == qpn && c.wr_id == u64::from(qpn))
+        .map(|c| c.status == WcStatus::Success)
+}
