@@ -8,8 +8,8 @@
 //! control QP on rail 1, WR-level resubmission after the default QP's retries run out; the
 //! transport's own failover off), `varuna` (Varuna mode, `ferroce_reliability::varuna`: the
 //! vQP logs its WRITEs, runs the FETCH_ADDs as READ + CAS, and after the default QP's
-//! retries run out recovers from the peer's completion log on a backup QP on rail 1; it
-//! stays there — rebuilding on the repaired rail is not done),
+//! retries run out recovers from the peer's completion log on a backup QP on rail 1; after
+//! the repair it rebuilds its default QP (500 µs) and moves back once drained),
 //! `r2ccl` (R2CCL, [`super::r2ccl_side`]: the error told out of band, both ends probe each
 //! other and a third node, a component blamed, the stream rolled back onto a backup QP) and
 //! `none` (an RNIC without failover: the QP exhausts its retries and dies). The testbed has a
@@ -178,6 +178,9 @@ const VARUNA_LOG: usize = 12 << 20;
 const VARUNA_CAS: usize = (12 << 20) + 0x1000;
 const VARUNA_STAGING: usize = 12 << 20;
 const VARUNA_SLOTS: usize = 64;
+/// Varuna: rebuilding the default QP on the repaired rail (creation, address exchange, state
+/// transitions) before traffic goes back to it.
+const VARUNA_REBUILD_NS: u64 = 500_000;
 
 /// How long the end of a run waits for what is still out.
 const DRAIN_NS: u64 = 50_000_000;
@@ -363,6 +366,8 @@ pub(crate) fn run(s: &Setup) -> Outcome {
         })
     });
     let mut seen_varuna = 0usize;
+    // Varuna: the default QP rebuilt after the repair; traffic goes back once the vQP drained.
+    let mut varuna_rebuilt = false;
     let mut r2 = (s.scheme == Scheme::R2ccl).then(|| R2ccl::new(QPN[0], BACKUP[0]));
     // What the application on host 0 sees: the QP's completions, or SHIFT's.
     let mut app: Vec<(WorkCompletion, u64)> = Vec::new();
@@ -382,10 +387,13 @@ pub(crate) fn run(s: &Setup) -> Outcome {
         } else {
             w.hosts[0].qp(QPN[0]).state() == QpState::Err
         };
+        let draining_for_switch =
+            varuna_rebuilt && vqp.as_ref().is_some_and(|v| v.rail() == Rail::Backup);
         while !dead
             && now < s.end
             && posted - done_n < s.depth as u64
             && r2.as_ref().is_none_or(R2ccl::may_post)
+            && !draining_for_switch
         {
             if shift {
                 let side = &mut sides[0];
@@ -472,6 +480,27 @@ pub(crate) fn run(s: &Setup) -> Outcome {
             }
         }
         if let Some(v) = vqp.as_mut() {
+            // The repaired rail: rebuild the default QP pair, then move back when drained.
+            let now = w.now();
+            if v.rail() == Rail::Backup
+                && !varuna_rebuilt
+                && now >= until.saturating_add(VARUNA_REBUILD_NS)
+            {
+                let reset = QpAttr {
+                    qp_state: QpState::Reset,
+                    ..QpAttr::default()
+                };
+                for (h, &q) in QPN.iter().enumerate() {
+                    let _ = w.hosts[h].qp(q).modify(&reset, AttrMask::STATE);
+                }
+                w.bring_up((0, QPN[0]), (1, QPN[1]), (31, 32), &o);
+                w.bring_up((1, QPN[1]), (0, QPN[0]), (32, 31), &o);
+                varuna_rebuilt = true;
+                acted = true;
+            }
+            if varuna_rebuilt && v.rail() == Rail::Backup && v.switch_to(Rail::Default) {
+                acted = true;
+            }
             let fresh: Vec<(WorkCompletion, u64)> = w.hosts[0].completions[seen_varuna..]
                 .iter()
                 .copied()
@@ -493,6 +522,13 @@ pub(crate) fn run(s: &Setup) -> Outcome {
                 app.extend(shown.into_iter().map(|c| (c, at)));
             }
         }
+        // Varuna's rebuild after the repair is an event too.
+        let horizon =
+            if vqp.is_some() && !varuna_rebuilt && now < until.saturating_add(VARUNA_REBUILD_NS) {
+                horizon.min(until.saturating_add(VARUNA_REBUILD_NS).clamp(now + 1, end))
+            } else {
+                horizon
+            };
         // R2CCL's out-of-band messages are events too (set during this turn).
         let horizon = r2
             .as_ref()
@@ -565,7 +601,7 @@ pub(crate) fn run(s: &Setup) -> Outcome {
     }
     if let Some(v) = vqp.as_ref() {
         let st = v.stats();
-        out.migrations = st.failovers;
+        out.migrations = st.failovers + st.switchbacks;
         // What the vQP sent again, and what the backup QP's transport resent on its own.
         out.resent_bytes = (st.resent_pre_failure + st.reads_reissued) * s.size as u64
             + w.hosts[0].qp(BACKUP[0]).counters().retransmitted_packets * 4096;

@@ -89,6 +89,8 @@ pub struct VarunaStats {
     pub cas_lost: u64,
     /// Never ran (resent).
     pub cas_resent: u64,
+    /// Moves back to a rebuilt QP ([`VarunaQp::switch_to`]).
+    pub switchbacks: u64,
 }
 
 /// Work request ids the vQP keeps for itself.
@@ -205,6 +207,21 @@ impl VarunaQp {
     /// Both QPs failed: every request ended with an error.
     pub fn failed(&self) -> bool {
         self.failed
+    }
+
+    /// Moves to `rail`'s QP — back to the default one once the caller rebuilt it on the
+    /// repaired link (the paper: Varuna rebuilds RCQPs there and migrates later traffic
+    /// back). Only when quiescent, so completions stay in posting order: false otherwise,
+    /// or after a failure.
+    pub fn switch_to(&mut self, rail: Rail) -> bool {
+        if !self.quiescent() || self.failed || rail == Rail::Control {
+            return false;
+        }
+        if self.rail != rail {
+            self.rail = rail;
+            self.stats.switchbacks += 1;
+        }
+        true
     }
 
     /// Nothing in flight on its QP: no request, no confirm, no recovery — it may change the

@@ -531,3 +531,77 @@ fn fetch_adds_run_once_across_a_cut() {
         "won {won}, resent {resent}, reread {reread}"
     );
 }
+
+/// After a failover, the default wire repaired and its QP pair rebuilt: the vQP moves back
+/// only when quiescent, later WRITEs run on the default QP, and a second failure fails over
+/// again (recovering from the same completion log).
+#[test]
+fn a_rebuilt_default_qp_takes_the_traffic_back() {
+    use ferroce_stack::transport::{AttrMask, QpAttr, QpState};
+    let mut r = Rig::new();
+    r.write(0, 0, 0x1_0000, 4096).unwrap();
+    r.up[0] = false;
+    for _ in 0..5_000 {
+        r.step();
+        if r.app.len() == 1 {
+            break;
+        }
+    }
+    assert_eq!(r.app.len(), 1);
+    assert_eq!(r.vqp.rail(), Rail::Backup);
+    // Outstanding work: no move.
+    r.write(1, 0, 0x1_1000, 4096).unwrap();
+    assert!(
+        !r.vqp.switch_to(Rail::Default),
+        "not while a request is out"
+    );
+    for _ in 0..200 {
+        r.step();
+    }
+    assert_eq!(r.app.len(), 2);
+    // The rail comes back; the default pair is rebuilt (reset, connected afresh).
+    r.up[0] = true;
+    let attr = QpAttr {
+        timeout: 1,
+        retry_cnt: 2,
+        qp_access_flags: Access::REMOTE_WRITE
+            .with(Access::REMOTE_READ)
+            .with(Access::REMOTE_ATOMIC),
+        ..QpAttr::default()
+    };
+    let reset = QpAttr {
+        qp_state: QpState::Reset,
+        ..QpAttr::default()
+    };
+    let (left, right) = r.qps.split_at_mut(1);
+    left[0][0].modify(&reset, AttrMask::STATE).unwrap();
+    right[0][0].modify(&reset, AttrMask::STATE).unwrap();
+    connect(&mut left[0][0], &mut right[0][0], &attr).unwrap();
+    assert!(r.vqp.switch_to(Rail::Default));
+    assert_eq!(r.vqp.stats().switchbacks, 1);
+    let before = r.qps[1][0].counters().rx_write_requests;
+    r.write(2, 0, 0x1_2000, 4096).unwrap();
+    for _ in 0..200 {
+        r.step();
+    }
+    assert_eq!(r.app.len(), 3);
+    assert!(r.app.iter().all(|c| c.status == WcStatus::Success));
+    assert_eq!(
+        r.qps[1][0].counters().rx_write_requests - before,
+        2,
+        "the WRITE and its log write ran on the default QP"
+    );
+    // A second failure fails over again.
+    r.up[0] = false;
+    r.write(3, 0, 0x1_3000, 4096).unwrap();
+    for _ in 0..5_000 {
+        r.step();
+        if r.app.len() == 4 {
+            break;
+        }
+    }
+    assert_eq!(r.app.len(), 4);
+    assert!(r.app.iter().all(|c| c.status == WcStatus::Success));
+    assert_eq!(r.vqp.stats().failovers, 2);
+    assert_eq!(r.read_mem(1, 0x1_3000, 4096), r.read_mem(0, 0, 4096));
+}
