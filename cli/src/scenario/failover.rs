@@ -182,6 +182,18 @@ const VARUNA_SLOTS: usize = 64;
 /// transitions) before traffic goes back to it.
 const VARUNA_REBUILD_NS: u64 = 500_000;
 
+/// Host 0's completions since `seen`, with their times; `seen` moves past them.
+fn completions_since(w: &Testbed, seen: &mut usize) -> Vec<(WorkCompletion, u64)> {
+    let h = &w.hosts[0];
+    let fresh: Vec<(WorkCompletion, u64)> = h.completions[*seen..]
+        .iter()
+        .copied()
+        .zip(h.completed_at[*seen..].iter().copied())
+        .collect();
+    *seen += fresh.len();
+    fresh
+}
+
 /// How long the end of a run waits for what is still out.
 const DRAIN_NS: u64 = 50_000_000;
 
@@ -462,12 +474,7 @@ pub(crate) fn run(s: &Setup) -> Outcome {
             }
         }
         if let Some(x) = r2.as_mut() {
-            let fresh: Vec<(WorkCompletion, u64)> = w.hosts[0].completions[seen_varuna..]
-                .iter()
-                .copied()
-                .zip(w.hosts[0].completed_at[seen_varuna..].iter().copied())
-                .collect();
-            seen_varuna += fresh.len();
+            let fresh = completions_since(&w, &mut seen_varuna);
             acted |= !fresh.is_empty();
             for (wc, at) in fresh {
                 let shown = x.on_completion(&mut w, 0, &wc, at);
@@ -501,12 +508,7 @@ pub(crate) fn run(s: &Setup) -> Outcome {
             if varuna_rebuilt && v.rail() == Rail::Backup && v.switch_to(Rail::Default) {
                 acted = true;
             }
-            let fresh: Vec<(WorkCompletion, u64)> = w.hosts[0].completions[seen_varuna..]
-                .iter()
-                .copied()
-                .zip(w.hosts[0].completed_at[seen_varuna..].iter().copied())
-                .collect();
-            seen_varuna += fresh.len();
+            let fresh = completions_since(&w, &mut seen_varuna);
             acted |= !fresh.is_empty();
             for (wc, at) in fresh {
                 let rail = if wc.qp_num.value() == QPN[0] {

@@ -168,7 +168,7 @@ fn client_base(c: usize) -> usize {
     CLIENT + c * 0x1000
 }
 
-fn qpn(rail: Rail, side: usize, c: usize) -> u32 {
+pub(super) fn qpn(rail: Rail, side: usize, c: usize) -> u32 {
     let base = match (rail, side) {
         (Rail::Default, 0) => 0x100,
         (Rail::Default, _) => 0x200,
@@ -257,10 +257,10 @@ enum Endpoint {
 
 /// The testbed as client `c`'s two QPs and its memory; with a pool, its backup is the
 /// pool's channel until its own is rebuilt.
-struct Bed<'a> {
-    w: &'a mut Testbed,
-    c: usize,
-    pool: Option<&'a mut BackupPool>,
+pub(super) struct Bed<'a> {
+    pub(super) w: &'a mut Testbed,
+    pub(super) c: usize,
+    pub(super) pool: Option<&'a mut BackupPool>,
 }
 
 impl VarunaIo for Bed<'_> {

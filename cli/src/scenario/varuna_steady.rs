@@ -18,13 +18,14 @@
 use ferroce_drivers::sim::LinkModel;
 use ferroce_reliability::shift::Rail;
 use ferroce_reliability::varuna::uid::CasBuffer;
-use ferroce_reliability::varuna::vqp::{VarunaConfig, VarunaIo, VarunaQp};
+use ferroce_reliability::varuna::vqp::{VarunaConfig, VarunaQp};
+
+use super::varuna::{qpn, Bed};
 use ferroce_stack::transport::{
-    Mtu, Payload, PostError, Qp, QpConfig, QpType, SendFlags, SendWr, Sge, WcStatus,
-    WorkCompletion, WrOpcode,
+    Mtu, Payload, Qp, QpConfig, QpType, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
 };
 use ferroce_stack::wire::Qpn;
-use ferroce_testbed::{rails, ConnOpts, Step, Testbed, PD};
+use ferroce_testbed::{rails, ConnOpts, Step, PD};
 
 /// Who sends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -107,33 +108,6 @@ const SLOTS: usize = 64;
 
 fn client_base(c: usize) -> usize {
     CLIENT + c * 0x1000
-}
-
-fn qpn(rail: Rail, side: usize, c: usize) -> u32 {
-    let base = match (rail, side) {
-        (Rail::Default, 0) => 0x100,
-        (Rail::Default, _) => 0x200,
-        (_, 0) => 0x300,
-        (_, _) => 0x400,
-    };
-    base + c as u32
-}
-
-struct Bed<'a> {
-    w: &'a mut Testbed,
-    c: usize,
-}
-
-impl VarunaIo for Bed<'_> {
-    fn post_send(&mut self, rail: Rail, wr: &SendWr<'_>) -> Result<(), PostError> {
-        self.w.hosts[0].qp(qpn(rail, 0, self.c)).post_send(wr)
-    }
-    fn read_local(&self, addr: u64, out: &mut [u8]) {
-        out.copy_from_slice(&self.w.hosts[0].read(addr as usize, out.len()));
-    }
-    fn write_local(&mut self, addr: u64, data: &[u8]) {
-        self.w.hosts[0].write(addr as usize, data);
-    }
 }
 
 struct Client {
@@ -233,7 +207,14 @@ pub(crate) fn run(
             for wr in &wrs {
                 let wr = wr.as_wr();
                 let r = match cl.vqp.as_mut() {
-                    Some(v) => v.post_send(&mut Bed { w: &mut w, c }, &wr),
+                    Some(v) => v.post_send(
+                        &mut Bed {
+                            w: &mut w,
+                            c,
+                            pool: None,
+                        },
+                        &wr,
+                    ),
                     None => w.hosts[0].qp(qpn(Rail::Default, 0, c)).post_send(&wr),
                 };
                 if r.is_err() {
@@ -264,7 +245,15 @@ pub(crate) fn run(
             };
             let Some(cl) = cls.get_mut(c) else { continue };
             let app = match cl.vqp.as_mut() {
-                Some(v) => v.on_completion(&mut Bed { w: &mut w, c }, rail, wc),
+                Some(v) => v.on_completion(
+                    &mut Bed {
+                        w: &mut w,
+                        c,
+                        pool: None,
+                    },
+                    rail,
+                    wc,
+                ),
                 None => vec![*wc],
             };
             for a in app {
