@@ -143,3 +143,42 @@ fn every_single_fault_on_the_rail_is_blamed_on_what_failed() {
         );
     }
 }
+
+/// The out-of-band network down together with the data port: B never hears of the error
+/// and sends no results, so A decides from its own two probes — its own NIC is still told
+/// apart; anything on the far side is `remote-or-link`; nothing hangs.
+#[test]
+fn with_the_out_of_band_channel_down_an_end_still_knows_its_own_nic() {
+    for (fault, want) in [
+        (Fault::ANic, Some(Blame::LocalNic)),
+        (Fault::BNic, Some(Blame::RemoteOrLink)),
+        (Fault::Between, Some(Blame::RemoteOrLink)),
+        (Fault::None, None),
+    ] {
+        let (mut w, r) = setup();
+        let at = 1_000;
+        match fault {
+            Fault::ANic => w.fabric.fail_port(r.hosts[0], 0, at, u64::MAX / 4),
+            Fault::BNic => w.fabric.fail_port(r.hosts[1], 0, at, u64::MAX / 4),
+            Fault::Between => {
+                let (a, b) = (w.hosts[0].port(0).mac(), w.hosts[1].port(0).mac());
+                w.fabric.set_hook(r.tors[0], Cut(a, b));
+            }
+            Fault::Tor | Fault::None => {}
+        }
+        w.fabric.advance_to(at + 1);
+        // Only A probes: B was never told.
+        probe(&mut w, 0, 0x10, 1);
+        probe(&mut w, 0, 0x20, 2);
+        assert!(w.drive_until(at + 10_000_000), "probes end in bounded time");
+        let a = Probes {
+            to_peer: result(&w, 0, 0x10),
+            to_third: result(&w, 0, 0x20),
+        };
+        assert!(
+            a.to_peer.is_some() && a.to_third.is_some(),
+            "{fault:?}: both ended"
+        );
+        assert_eq!(triangulate(a, None), want, "{fault:?}");
+    }
+}
