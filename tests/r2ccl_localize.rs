@@ -9,11 +9,9 @@ use ferroce::drivers::sim::LinkModel;
 use ferroce::drivers::Port;
 use ferroce::reliability::r2ccl::localize::{triangulate, Blame, Probes};
 use ferroce::stack::switch::{HookCtx, SwitchHook, Verdict};
-use ferroce::stack::transport::{
-    Payload, Qp, QpConfig, QpType, SendFlags, SendWr, WcStatus, WrOpcode,
-};
-use ferroce::stack::wire::{MacAddr, Qpn};
-use ferroce::testbed::{rails_n, ConnOpts, RailsN, Testbed, PD};
+use ferroce::stack::transport::{Payload, SendFlags, SendWr, WcStatus, WrOpcode};
+use ferroce::stack::wire::MacAddr;
+use ferroce::testbed::{rails_n, ConnOpts, RailsN, Testbed};
 
 /// Probe QPs on rail 0 (port 0): (from host, its QPN) ↔ (to host, its QPN).
 const PAIRS: [((usize, u32), (usize, u32)); 3] = [
@@ -59,10 +57,7 @@ fn setup() -> (Testbed, RailsN) {
         ..ConnOpts::default()
     };
     for ((ha, qa), (hb, qb)) in PAIRS {
-        w.hosts[ha].insert_qp(Qp::new(QpConfig::new(Qpn::new(qa), QpType::Rc, PD)), 0);
-        w.hosts[hb].insert_qp(Qp::new(QpConfig::new(Qpn::new(qb), QpType::Rc, PD)), 0);
-        w.bring_up((ha, qa), (hb, qb), (1, 2), &o);
-        w.bring_up((hb, qb), (ha, qa), (2, 1), &o);
+        w.connect_rc_on(0, ((ha, qa), (hb, qb)), (1, 2), &o);
     }
     (w, r)
 }

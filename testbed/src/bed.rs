@@ -2,7 +2,7 @@
 
 use ferroce_drivers::sim::{Fabric, Idle, SimPort};
 use ferroce_drivers::Port;
-use ferroce_stack::transport::{bring_up, Policies, QpAttr, QpState, QpType};
+use ferroce_stack::transport::{bring_up, Policies, Qp, QpAttr, QpConfig, QpState, QpType};
 use ferroce_stack::wire::{Psn, Qpn};
 
 use crate::conn::ConnOpts;
@@ -173,6 +173,23 @@ impl<P: Port> Testbed<P> {
             .qp(qpn)
             .set_alternate_path(av, alt_port as u8 + 1, depth)
             .expect("an alternate path at RTS");
+    }
+
+    /// An RC connection on port `port` of both hosts: QP `qpn_a` on host `ha` and `qpn_b` on
+    /// host `hb`, added there and brought to RTS towards each other (the rails' second
+    /// port, a probe QP, a backup QP).
+    pub fn connect_rc_on(
+        &mut self,
+        port: usize,
+        ((ha, qpn_a), (hb, qpn_b)): ((usize, u32), (usize, u32)),
+        (psn_a, psn_b): (u32, u32),
+        o: &ConnOpts,
+    ) {
+        let qp = |n| Qp::new(QpConfig::new(Qpn::new(n), QpType::Rc, crate::PD));
+        self.hosts[ha].insert_qp(qp(qpn_a), port);
+        self.hosts[hb].insert_qp(qp(qpn_b), port);
+        self.bring_up((ha, qpn_a), (hb, qpn_b), (psn_a, psn_b), o);
+        self.bring_up((hb, qpn_b), (ha, qpn_a), (psn_b, psn_a), o);
     }
 
     /// A connection: QP `qpn_a` on host `ha` and `qpn_b` on host `hb`, both of type `t`,

@@ -314,10 +314,7 @@ pub(crate) fn run(s: &Setup) -> Outcome {
             ..o
         };
         for ((ha, qa), (hb, qb)) in r2ccl_side::PROBE_PAIRS {
-            w.hosts[ha].insert_qp(Qp::new(QpConfig::new(Qpn::new(qa), QpType::Rc, PD)), 0);
-            w.hosts[hb].insert_qp(Qp::new(QpConfig::new(Qpn::new(qb), QpType::Rc, PD)), 0);
-            w.bring_up((ha, qa), (hb, qb), (1, 2), &po);
-            w.bring_up((hb, qb), (ha, qa), (2, 1), &po);
+            w.connect_rc_on(0, ((ha, qa), (hb, qb)), (1, 2), &po);
         }
     }
     if s.scheme == Scheme::Native {

@@ -28,11 +28,9 @@ use ferroce_reliability::varuna::pool::{BackupPool, Channel};
 use ferroce_reliability::varuna::uid::CasBuffer;
 use ferroce_reliability::varuna::vqp::{VarunaConfig, VarunaIo, VarunaQp};
 use ferroce_stack::transport::{
-    OwnedSendWr, Payload, PostError, Qp, QpConfig, QpType, SendFlags, SendWr, Sge, WcStatus,
-    WorkCompletion, WrOpcode,
+    OwnedSendWr, Payload, PostError, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
 };
-use ferroce_stack::wire::Qpn;
-use ferroce_testbed::{rails, ConnOpts, Step, Testbed, PD};
+use ferroce_testbed::{rails, ConnOpts, Step, Testbed};
 
 /// How the clients survive the fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -381,10 +379,7 @@ pub(crate) fn run(s: &Setup) -> Outcome {
     if pool.is_some() {
         for k in 0..SHARED {
             let (a, b) = (shared_qpn(0, k), shared_qpn(1, k));
-            w.hosts[0].insert_qp(Qp::new(QpConfig::new(Qpn::new(a), QpType::Rc, PD)), 1);
-            w.hosts[1].insert_qp(Qp::new(QpConfig::new(Qpn::new(b), QpType::Rc, PD)), 1);
-            w.bring_up((0, a), (1, b), (100, 200), &o);
-            w.bring_up((1, b), (0, a), (200, 100), &o);
+            w.connect_rc_on(1, ((0, a), (1, b)), (100, 200), &o);
         }
     }
     for c in 0..s.clients {
@@ -394,10 +389,7 @@ pub(crate) fn run(s: &Setup) -> Outcome {
         }
         for (rail, port) in rails_used {
             let (a, b) = (qpn(rail, 0, c), qpn(rail, 1, c));
-            w.hosts[0].insert_qp(Qp::new(QpConfig::new(Qpn::new(a), QpType::Rc, PD)), port);
-            w.hosts[1].insert_qp(Qp::new(QpConfig::new(Qpn::new(b), QpType::Rc, PD)), port);
-            w.bring_up((0, a), (1, b), (100, 200), &o);
-            w.bring_up((1, b), (0, a), (200, 100), &o);
+            w.connect_rc_on(port, ((0, a), (1, b)), (100, 200), &o);
         }
         if s.scheme == Scheme::Native {
             w.set_alternate((0, qpn(Rail::Default, 0, c)), 1, (1, 1));
@@ -540,10 +532,7 @@ pub(crate) fn run(s: &Setup) -> Outcome {
             // moves onto it once nothing of its is in flight on the shared one.
             while let Some(c) = p.poll(w.now()) {
                 let (a, b) = (qpn(Rail::Backup, 0, c), qpn(Rail::Backup, 1, c));
-                w.hosts[0].insert_qp(Qp::new(QpConfig::new(Qpn::new(a), QpType::Rc, PD)), 1);
-                w.hosts[1].insert_qp(Qp::new(QpConfig::new(Qpn::new(b), QpType::Rc, PD)), 1);
-                w.bring_up((0, a), (1, b), (100, 200), &o);
-                w.bring_up((1, b), (0, a), (200, 100), &o);
+                w.connect_rc_on(1, ((0, a), (1, b)), (100, 200), &o);
                 rebuilt_now = true;
             }
             for (c, cl) in clients.iter().enumerate() {

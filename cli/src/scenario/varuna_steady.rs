@@ -22,10 +22,9 @@ use ferroce_reliability::varuna::vqp::{VarunaConfig, VarunaQp};
 
 use super::varuna::{qpn, Bed};
 use ferroce_stack::transport::{
-    Mtu, Payload, Qp, QpConfig, QpType, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
+    Mtu, Payload, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
 };
-use ferroce_stack::wire::Qpn;
-use ferroce_testbed::{rails, ConnOpts, Step, PD};
+use ferroce_testbed::{rails, ConnOpts, Step};
 
 /// Who sends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -154,10 +153,7 @@ pub(crate) fn run(
         }
         for (rail, port) in rails_used {
             let (a, b) = (qpn(rail, 0, c), qpn(rail, 1, c));
-            w.hosts[0].insert_qp(Qp::new(QpConfig::new(Qpn::new(a), QpType::Rc, PD)), port);
-            w.hosts[1].insert_qp(Qp::new(QpConfig::new(Qpn::new(b), QpType::Rc, PD)), port);
-            w.bring_up((0, a), (1, b), (100, 200), &o);
-            w.bring_up((1, b), (0, a), (200, 100), &o);
+            w.connect_rc_on(port, ((0, a), (1, b)), (100, 200), &o);
         }
         if scheme == Scheme::Native {
             w.set_alternate((0, qpn(Rail::Default, 0, c)), 1, (1, 1));
