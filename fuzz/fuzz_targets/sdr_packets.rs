@@ -1,6 +1,6 @@
 //! SDR receive side fuzz target: a hostile peer's packets (any generation, RETH, immediate
 //! and payload) into a receiver with two receives posted between guard bytes, and any bytes
-//! as a control-channel acknowledgement. Nothing may panic, and no byte outside the posted
+//! as a control-channel acknowledgement and as an R2CCL out-of-band message. Nothing may panic, and no byte outside the posted
 //! receives may change.
 #![no_main]
 
@@ -16,6 +16,7 @@ const PD: PdId = PdId(1);
 
 fuzz_target!(|data: &[u8]| {
     let _ = Ack::parse(data);
+    let _ = ferroce_reliability::r2ccl::oob::OobMsg::decode(data);
     let config = RecvConfig {
         layout: ImmLayout::PAPER,
         mtu: 256,

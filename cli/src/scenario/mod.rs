@@ -1,6 +1,8 @@
 //! `ferroce scenario`: the papers' experiments, run on the simulated fabric in virtual time
 //! (no NIC, no root), each printing a table, a `--json` summary and optionally a plot.
 
+mod allreduce;
+mod allreduce_report;
 mod failover;
 mod heatmap;
 mod plot;
@@ -40,6 +42,11 @@ enum Which {
     /// server (CAS acquire, FETCH_ADD, WRITE, CAS release) while rail 0 fails; resend-only
     /// against Varuna mode and native failover, the final state checked per run.
     Varuna(VarunaArgs),
+    /// R2CCL's collective (seed 003): a ring AllReduce over ferroce RC QPs among N hosts
+    /// with two NICs each; NIC, path, ToR and partial-degradation faults mid-collective,
+    /// localized by probe triangulation and repaired by migration and rollback; plain ring
+    /// against R2CCL's bandwidth-aware decomposition.
+    Allreduce(allreduce_report::Args),
 }
 
 #[derive(clap::Args)]
@@ -241,6 +248,7 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
         Which::Sdr(s) => run_sdr(s),
         Which::Failover(f) => run_failover(f),
         Which::Varuna(v) => run_varuna(v),
+        Which::Allreduce(a) => allreduce_report::run_cli(a),
     }
 }
 

@@ -86,6 +86,11 @@ pub struct LinkModel {
     /// Windows `[from, until)` in which the link stays up (its carrier says nothing) but
     /// loses every frame offered: a black hole, the failure no link event announces.
     pub blackholes: Vec<(u64, u64)>,
+    /// Windows `[from, until, bits per second)` in which the link runs slower than
+    /// `bandwidth_bps`: a partial degradation (a port that trained down, lanes lost), which
+    /// drops nothing and which only the port's rate tells. The lowest of overlapping ones
+    /// holds.
+    pub slowdowns: Vec<(u64, u64, u64)>,
 }
 
 impl Default for LinkModel {
@@ -102,6 +107,7 @@ impl Default for LinkModel {
             schedule: Vec::new(),
             outages: Vec::new(),
             blackholes: Vec::new(),
+            slowdowns: Vec::new(),
         }
     }
 }
@@ -161,12 +167,22 @@ impl LinkModel {
         self
     }
 
-    fn serialize_ns(&self, len: usize) -> u64 {
-        if self.bandwidth_bps == 0 {
+    /// The rate at `t`: `bandwidth_bps`, or the lowest slowdown covering `t`.
+    pub fn rate_at(&self, t: u64) -> u64 {
+        self.slowdowns
+            .iter()
+            .filter(|&&(from, until, _)| from <= t && t < until)
+            .map(|&(_, _, bps)| bps)
+            .fold(self.bandwidth_bps, u64::min)
+    }
+
+    fn serialize_ns(&self, len: usize, t: u64) -> u64 {
+        let bps = self.rate_at(t);
+        if bps == 0 {
             return 0;
         }
         let bits = (len + WIRE_OVERHEAD) as u128 * 8;
-        (bits * 1_000_000_000).div_ceil(u128::from(self.bandwidth_bps)) as u64
+        (bits * 1_000_000_000).div_ceil(u128::from(bps)) as u64
     }
 }
 
@@ -283,16 +299,16 @@ impl Channel {
             return none;
         }
         let start = now.max(self.busy_until);
-        if self.model.queue_limit_bytes > 0 && self.model.bandwidth_bps > 0 {
+        let bps = self.model.rate_at(now);
+        if self.model.queue_limit_bytes > 0 && bps > 0 {
             let backlog_ns = start - now;
-            let backlog_bytes = (u128::from(backlog_ns) * u128::from(self.model.bandwidth_bps)
-                / 8_000_000_000) as usize;
+            let backlog_bytes = (u128::from(backlog_ns) * u128::from(bps) / 8_000_000_000) as usize;
             if backlog_bytes + len > self.model.queue_limit_bytes {
                 self.stats.dropped_queue += 1;
                 return none;
             }
         }
-        let depart = start + self.model.serialize_ns(len);
+        let depart = start + self.model.serialize_ns(len, start);
         self.busy_until = depart;
         if lost {
             self.stats.dropped_loss += 1;
@@ -311,7 +327,7 @@ impl Channel {
         let duplicate_at = dup.then(|| {
             self.stats.duplicated += 1;
             self.stats.delivered += 1;
-            arrival + self.model.serialize_ns(len)
+            arrival + self.model.serialize_ns(len, depart)
         });
         let flip_bit = corrupt.then(|| {
             self.stats.corrupted += 1;
@@ -343,11 +359,41 @@ impl Channel {
     pub(super) fn add_blackhole(&mut self, from: u64, until: u64) {
         self.model.blackholes.push((from, until));
     }
+
+    /// A slowdown to `bps` in `[from, until)`, added while the fabric runs.
+    pub(super) fn add_slowdown(&mut self, from: u64, until: u64, bps: u64) {
+        self.model.slowdowns.push((from, until, bps));
+    }
+
+    /// The rate at `t`.
+    pub(super) fn rate_at(&self, t: u64) -> u64 {
+        self.model.rate_at(t)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::SeedableRng;
+
+    /// A slowdown stretches serialization only inside its window, loses nothing, and the
+    /// lowest of overlapping ones holds.
+    #[test]
+    fn a_slowdown_stretches_serialization_in_its_window() {
+        let mut m = LinkModel::new(1_000_000_000, 0);
+        m.queue_limit_bytes = 0;
+        m.slowdowns.push((1_000_000, 2_000_000, 250_000_000));
+        m.slowdowns.push((1_500_000, 1_600_000, 100_000_000));
+        assert_eq!(m.rate_at(0), 1_000_000_000);
+        assert_eq!(m.rate_at(1_000_000), 250_000_000);
+        assert_eq!(m.rate_at(1_550_000), 100_000_000);
+        assert_eq!(m.rate_at(2_000_000), 1_000_000_000);
+        let mut c = Channel::new(m, Xoshiro256PlusPlus::seed_from_u64(1));
+        // 1000 bytes + 24 of overhead: 8192 ns at 1 Gbit/s, four times that at 250 Mbit/s.
+        assert_eq!(c.offer(0, 1000).arrival, Some(8_192));
+        assert_eq!(c.offer(1_000_000, 1000).arrival, Some(1_000_000 + 32_768));
+        assert_eq!(c.stats.delivered, 2);
+    }
 
     /// Overlapping faults add up: the link is up only when none covers the time; black holes
     /// keep the carrier; every edge is a change the clock can stop at.

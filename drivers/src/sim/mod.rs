@@ -362,6 +362,34 @@ impl Fabric {
         }
     }
 
+    /// Slows link `link` to `bps` both ways in `[from, until)` (ns): a partial degradation
+    /// (a port that trained down to fewer lanes), which loses nothing and shows only in the
+    /// rate ([`port_rate`](Self::port_rate)).
+    pub fn degrade_link(&self, link: LinkId, from: u64, until: u64, bps: u64) {
+        let mut core = self.lock();
+        if let Some(l) = core.links.get_mut(link.0) {
+            for d in &mut l.dirs {
+                d.add_slowdown(from, until, bps);
+            }
+        }
+    }
+
+    /// The rate of port `index` of host `host` now, in bits per second (what
+    /// `ibv_query_port`'s active speed and width say): its link's outgoing rate, 0 when it
+    /// is down or not connected.
+    pub fn port_rate(&self, host: HostId, index: usize) -> u64 {
+        let core = self.lock();
+        let Some(&slot) = core.hosts.get(host.0).and_then(|h| h.ports.get(index)) else {
+            return 0;
+        };
+        match core.ports[slot].peer {
+            Some((l, dir)) if core.links[l].dirs[dir].is_up(core.now) => {
+                core.links[l].dirs[dir].rate_at(core.now)
+            }
+            _ => 0,
+        }
+    }
+
     /// Fails switch `s` in `[from, until)`: every link it has goes down.
     pub fn fail_switch(&self, s: SwitchId, from: u64, until: u64) {
         for l in self.links_of_switch(s) {

@@ -1,13 +1,18 @@
-//! R2CCL (seed 003, issue 23), begun: the pieces of its failure handling that are not
-//! collective-specific, sans-IO.
+//! R2CCL (seed 003, issue 23): its failure handling and its AllReduce decomposition,
+//! sans-IO. The collective that drives them over RC QPs is `ferroce scenario allreduce`.
 //!
-//! - [`localize`]: bilateral probe triangulation — which component a failed connection's
-//!   fault is in, from both ends' zero-byte WRITE probes to each other and to a third node.
+//! - [`oob`]: bilateral failure awareness — the messages the two ends of a failed
+//!   connection swap over the out-of-band (bootstrap TCP) connection.
+//! - [`localize`]: probe triangulation — which component a failed connection's fault is
+//!   in, from both ends' zero-byte WRITE probes to each other and to a third node.
+//! - [`proximity`]: the backup NIC a connection moves to, by PCIe proximity.
 //! - [`rollback`]: a chunked transfer's rewind after a failure — the sender to its first
 //!   chunk without a completion, the receiver to the chunk after its last confirmed one.
-//!
-//! The out-of-band notification channel, the proximity order of backup NICs and the
-//! collectives on top come next.
+//! - [`decompose`]: R2CCL-AllReduce — when and how to split an AllReduce into a global and
+//!   a partial ring and a broadcast around a node that lost bandwidth.
 
+pub mod decompose;
 pub mod localize;
+pub mod oob;
+pub mod proximity;
 pub mod rollback;

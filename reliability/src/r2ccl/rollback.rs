@@ -30,6 +30,17 @@ impl Sender {
         }
     }
 
+    /// The chunk [`next_chunk`](Self::next_chunk) would give, without taking it (a
+    /// sender whose chunks wait on other data looks before it posts).
+    pub fn peek(&self) -> Option<u32> {
+        (self.next < self.chunks).then_some(self.next)
+    }
+
+    /// Chunks posted and not completed.
+    pub fn in_flight(&self) -> u32 {
+        self.next - self.completed
+    }
+
     /// The next chunk to post, if any is left (the caller posts it and calls again).
     pub fn next_chunk(&mut self) -> Option<u32> {
         if self.next >= self.chunks {
@@ -188,12 +199,15 @@ mod tests {
         assert!(rx.on_chunk(1));
         assert_eq!(rx.rollback(), 2);
         let mut tx = Sender::new(3);
+        assert_eq!(tx.peek(), Some(0));
         assert_eq!(tx.next_chunk(), Some(0));
         assert_eq!(tx.next_chunk(), Some(1));
         tx.on_completion(0);
         tx.on_completion(7);
+        assert_eq!(tx.in_flight(), 1);
         assert_eq!(tx.rollback(), 1);
         assert_eq!(tx.resent, 1);
+        assert_eq!(tx.in_flight(), 0);
         assert_eq!(tx.next_chunk(), Some(1));
     }
 }
