@@ -8,10 +8,8 @@
 use ferroce::drivers::sim::LinkModel;
 use ferroce::drivers::Port;
 use ferroce::reliability::r2ccl::localize::{triangulate, Blame, Probes};
-use ferroce::stack::switch::{HookCtx, SwitchHook, Verdict};
 use ferroce::stack::transport::{Payload, SendFlags, SendWr, WcStatus, WrOpcode};
-use ferroce::stack::wire::MacAddr;
-use ferroce::testbed::{rails_n, ConnOpts, RailsN, Testbed};
+use ferroce::testbed::{rails_n, ConnOpts, PairCut, RailsN, Testbed};
 
 /// Probe QPs on rail 0 (port 0): (from host, its QPN) ↔ (to host, its QPN).
 const PAIRS: [((usize, u32), (usize, u32)); 3] = [
@@ -19,25 +17,6 @@ const PAIRS: [((usize, u32), (usize, u32)); 3] = [
     ((0, 0x20), (2, 0x21)),
     ((1, 0x30), (2, 0x31)),
 ];
-
-/// Drops every frame between two MACs (both ways): a fault on the path between two nodes
-/// that their paths to anyone else avoid.
-struct Cut(MacAddr, MacAddr);
-
-impl SwitchHook for Cut {
-    fn on_frame(&mut self, _ctx: &HookCtx<'_>, frame: &mut Vec<u8>) -> Verdict {
-        if frame.len() < 12 {
-            return Verdict::Forward;
-        }
-        let (dst, src) = (&frame[0..6], &frame[6..12]);
-        let (a, b) = (&self.0 .0[..], &self.1 .0[..]);
-        if (dst == a && src == b) || (dst == b && src == a) {
-            Verdict::Drop
-        } else {
-            Verdict::Forward
-        }
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fault {
@@ -90,7 +69,7 @@ fn localize(fault: Fault) -> (Option<Blame>, Option<Blame>, u64) {
         Fault::Tor => w.fabric.fail_switch(r.tors[0], at, u64::MAX / 4),
         Fault::Between => {
             let (a, b) = (w.hosts[0].port(0).mac(), w.hosts[1].port(0).mac());
-            w.fabric.set_hook(r.tors[0], Cut(a, b));
+            w.fabric.set_hook(r.tors[0], PairCut(a, b));
         }
     }
     w.fabric.advance_to(at + 1);
@@ -157,7 +136,7 @@ fn with_the_out_of_band_channel_down_an_end_still_knows_its_own_nic() {
             Fault::BNic => w.fabric.fail_port(r.hosts[1], 0, at, u64::MAX / 4),
             Fault::Between => {
                 let (a, b) = (w.hosts[0].port(0).mac(), w.hosts[1].port(0).mac());
-                w.fabric.set_hook(r.tors[0], Cut(a, b));
+                w.fabric.set_hook(r.tors[0], PairCut(a, b));
             }
             Fault::Tor | Fault::None => {}
         }

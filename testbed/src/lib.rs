@@ -12,11 +12,13 @@
 
 mod bed;
 mod conn;
+mod hooks;
 mod host;
 mod topology;
 
 pub use bed::{Step, Testbed};
 pub use conn::ConnOpts;
+pub use hooks::PairCut;
 pub use host::{Host, PD};
 pub use topology::{
     multipath, multipath_asym, pair, pair_asym, rails, rails_n, rails_with, Rails, RailsN,

@@ -30,12 +30,10 @@ use ferroce_reliability::r2ccl::localize::{triangulate, Blame, Probes};
 use ferroce_reliability::r2ccl::oob::{OobMsg, MAX_LEN};
 use ferroce_reliability::r2ccl::proximity::{backup_order, paired_layout};
 use ferroce_reliability::r2ccl::rollback::{Receiver, Sender};
-use ferroce_stack::switch::{HookCtx, SwitchHook, Verdict};
 use ferroce_stack::transport::{
     Mtu, Payload, RecvWr, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode,
 };
-use ferroce_stack::wire::MacAddr;
-use ferroce_testbed::{rails_n, ConnOpts, RailsN, Testbed};
+use ferroce_testbed::{rails_n, ConnOpts, PairCut, RailsN, Testbed};
 
 use super::r2ccl_side::OOB_NS;
 
@@ -228,24 +226,6 @@ impl Outcome {
     /// When the last collective ended.
     pub(crate) fn end_ns(&self) -> u64 {
         self.spans.last().map_or(0, |s| s.1)
-    }
-}
-
-/// Drops every frame between two MACs, both ways.
-struct PairCut(MacAddr, MacAddr);
-
-impl SwitchHook for PairCut {
-    fn on_frame(&mut self, _ctx: &HookCtx<'_>, frame: &mut Vec<u8>) -> Verdict {
-        if frame.len() < 12 {
-            return Verdict::Forward;
-        }
-        let (dst, src) = (&frame[0..6], &frame[6..12]);
-        let (a, b) = (&self.0 .0[..], &self.1 .0[..]);
-        if (dst == a && src == b) || (dst == b && src == a) {
-            Verdict::Drop
-        } else {
-            Verdict::Forward
-        }
     }
 }
 

@@ -372,6 +372,7 @@ pub(crate) fn run(s: &Setup) -> Outcome {
                 },
                 rkey,
             )),
+            uids: None,
         })
     });
     let mut seen_varuna = 0usize;

@@ -13,6 +13,7 @@
 use std::collections::VecDeque;
 
 use ferroce_reliability::r2ccl::localize::{triangulate, Blame, Probes};
+use ferroce_reliability::r2ccl::oob::{OobMsg, MAX_LEN};
 use ferroce_stack::transport::{
     OwnedSendWr, Payload, PostError, SendFlags, SendWr, WcStatus, WorkCompletion,
 };
@@ -42,11 +43,14 @@ pub(crate) struct R2ccl {
     out: VecDeque<OwnedSendWr>,
     on_backup: bool,
     failed: bool,
-    /// When the error came, when host 1 hears of it, when its results reach host 0.
+    /// When the error came.
     detected_at: Option<u64>,
-    notify_at: Option<u64>,
-    results_at: Option<u64>,
+    /// Out-of-band messages in flight (delivery time, encoded bytes), and host 1's probe
+    /// results as host 0 received them.
+    oob: Vec<(u64, [u8; MAX_LEN], usize)>,
+    b_results: Option<Probes>,
     b_probed: bool,
+    b_sent: bool,
     /// What was blamed, and when.
     pub(crate) verdict: Option<(Option<Blame>, u64)>,
     /// WRs posted again on the backup.
@@ -115,7 +119,13 @@ impl R2ccl {
         if !self.on_backup && wc.status == WcStatus::RetryExcErr && self.detected_at.is_none() {
             // The error: tell the peer, probe.
             self.detected_at = Some(at);
-            self.notify_at = Some(at + OOB_NS);
+            self.send(
+                at,
+                OobMsg::ConnError {
+                    conn: self.default_qp,
+                    rail: 0,
+                },
+            );
             for (ph, pq, to) in A_PROBES {
                 probe(w, ph, pq, to);
             }
@@ -136,50 +146,68 @@ impl R2ccl {
         Vec::new()
     }
 
-    /// The next out-of-band event.
-    pub(crate) fn next_timeout(&self) -> Option<u64> {
-        [self.notify_at, self.results_at]
-            .into_iter()
-            .flatten()
-            .min()
+    fn send(&mut self, now: u64, msg: OobMsg) {
+        let mut b = [0; MAX_LEN];
+        let n = msg.encode(&mut b);
+        self.oob.push((now + OOB_NS, b, n));
     }
 
-    /// Out-of-band events due at `now`, and the probes' progress: host 1 probes when told;
-    /// its results travel back once its probes are done; with both, host 0 blames and
-    /// migrates. True when it posted something.
+    /// The next out-of-band event.
+    pub(crate) fn next_timeout(&self) -> Option<u64> {
+        self.oob.iter().map(|o| o.0).min()
+    }
+
+    /// Out-of-band messages due at `now` (decoded from their bytes, as the peer would),
+    /// and the probes' progress: host 1 probes when told and sends its results back once
+    /// its probes are done; with them and its own, host 0 blames and migrates. True when it
+    /// posted or sent something.
     pub(crate) fn poll(&mut self, w: &mut Testbed, now: u64) -> bool {
         let mut acted = false;
-        if self.notify_at.is_some_and(|t| t <= now) && !self.b_probed {
-            self.notify_at = None;
-            self.b_probed = true;
-            for (ph, pq, to) in B_PROBES {
-                probe(w, ph, pq, to);
+        let mut due = Vec::new();
+        self.oob.retain(|&(t, b, n)| {
+            if t <= now {
+                due.push(OobMsg::decode(&b[..n]));
             }
+            t > now
+        });
+        for m in due {
             acted = true;
+            match m {
+                Ok(OobMsg::ConnError { .. }) if !self.b_probed => {
+                    self.b_probed = true;
+                    for (ph, pq, to) in B_PROBES {
+                        probe(w, ph, pq, to);
+                    }
+                }
+                Ok(OobMsg::ProbeResults { probes, .. }) => self.b_results = Some(probes),
+                _ => {}
+            }
         }
-        if self.b_probed
-            && self.results_at.is_none()
-            && self.verdict.is_none()
-            && B_PROBES
-                .iter()
-                .all(|&(ph, pq, _)| result(w, ph, pq).is_some())
-        {
-            self.results_at = Some(now + OOB_NS);
+        if self.b_probed && !self.b_sent {
+            if let (Some(p), Some(t)) = (result(w, 1, 0x41), result(w, 1, 0x44)) {
+                self.b_sent = true;
+                let probes = Probes {
+                    to_peer: Some(p),
+                    to_third: Some(t),
+                };
+                self.send(
+                    now,
+                    OobMsg::ProbeResults {
+                        conn: self.default_qp,
+                        rail: 0,
+                        probes,
+                    },
+                );
+                acted = true;
+            }
         }
-        if self.results_at.is_some_and(|t| t <= now)
-            && self.verdict.is_none()
-            && A_PROBES
-                .iter()
-                .all(|&(ph, pq, _)| result(w, ph, pq).is_some())
-        {
-            self.results_at = None;
-            let a = Probes {
-                to_peer: result(w, 0, 0x40),
-                to_third: result(w, 0, 0x42),
+        if let (Some(b), None) = (self.b_results, self.verdict) {
+            let (Some(p), Some(t)) = (result(w, 0, 0x40), result(w, 0, 0x42)) else {
+                return acted;
             };
-            let b = Probes {
-                to_peer: result(w, 1, 0x41),
-                to_third: result(w, 1, 0x44),
+            let a = Probes {
+                to_peer: Some(p),
+                to_third: Some(t),
             };
             self.verdict = Some((triangulate(a, Some(b)), now));
             // Rollback: from the first WR without a completion, on the backup.
@@ -190,6 +218,13 @@ impl R2ccl {
                 }
             }
             self.resent = self.out.len() as u64;
+            self.send(
+                now,
+                OobMsg::Migrated {
+                    conn: self.default_qp,
+                    rail: 1,
+                },
+            );
             acted = true;
         }
         acted

@@ -25,7 +25,7 @@ use std::collections::VecDeque;
 use ferroce_drivers::sim::LinkModel;
 use ferroce_reliability::shift::Rail;
 use ferroce_reliability::varuna::pool::{BackupPool, Channel};
-use ferroce_reliability::varuna::uid::CasBuffer;
+use ferroce_reliability::varuna::uid::{CasBuffer, UidRegion};
 use ferroce_reliability::varuna::vqp::{VarunaConfig, VarunaIo, VarunaQp};
 use ferroce_stack::transport::{
     OwnedSendWr, Payload, PostError, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
@@ -417,6 +417,12 @@ pub(crate) fn run(s: &Setup) -> Outcome {
                             },
                             rkey,
                         )),
+                        // Every client's CAS buffer: a UID in the counter gets resolved.
+                        uids: Some(UidRegion {
+                            base: CAS_BUFS as u64,
+                            len: (s.clients * 0x100) as u64,
+                            rkey,
+                        }),
                     })))
                 }
                 Scheme::Native | Scheme::None => Endpoint::Plain,

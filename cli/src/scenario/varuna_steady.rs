@@ -178,6 +178,7 @@ pub(crate) fn run(
                         },
                         rkey,
                     )),
+                    uids: None,
                 })
             }),
             left: ops,

@@ -86,6 +86,34 @@ impl CasBuffer {
     }
 }
 
+/// Where the CAS buffers of every requester sharing the target words lie at the responder
+/// (one registered region, `rkey`): a target word naming a slot in it is another
+/// requester's occupied CAS — a UID standing for the value in that slot — and must be
+/// resolved before it is used as a number (seed 001 §3.3). A number that happens to look
+/// like such a UID (its top 48 bits a slot address in the region) would be taken for one;
+/// the region's addresses sit high in the address space, where counters and lock words do
+/// not reach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UidRegion {
+    /// The region's first byte (8-byte aligned).
+    pub base: u64,
+    /// Its length in bytes.
+    pub len: u64,
+    /// Its rkey at the responder.
+    pub rkey: u32,
+}
+
+impl UidRegion {
+    /// The UID `word` is, if it names a slot in the region (an address on a slot boundary
+    /// from `base`).
+    pub fn names(&self, word: u64) -> Option<Uid> {
+        let u = Uid::from_word(word);
+        let off = u.slot_addr.checked_sub(self.base)?;
+        (off < self.len && off.is_multiple_of(SLOT_BYTES) && off + SLOT_BYTES <= self.len)
+            .then_some(u)
+    }
+}
+
 /// What became of an extended-status CAS in flight at a failure, from the target word read
 /// after it, whether the CAS's completion-log entry shows it executed, and its UID.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -99,13 +127,21 @@ pub enum CasOutcome {
     NotExecuted,
 }
 
-/// Decides a CAS's outcome (§3.3 "Recovery"): this use's UID in the target means it won; its
-/// completion logged without the UID there means it ran and lost; neither means it did not
-/// run. A stale UID of an earlier use of the same slot, or a forged one, is not a win.
-pub fn cas_outcome(buffer: &CasBuffer, target_word: u64, uid: Uid, logged: bool) -> CasOutcome {
+/// Decides a CAS's outcome (§3.3 "Recovery"): this use's UID in the target means it won, and
+/// so does `helped` — another requester found the UID there, marked the slot with it and
+/// resolved it to the value in its stead; its completion logged without either means it
+/// ran and lost; none means it did not run. A stale UID of an earlier use of the same slot,
+/// or a forged one, is not a win.
+pub fn cas_outcome(
+    buffer: &CasBuffer,
+    target_word: u64,
+    uid: Uid,
+    logged: bool,
+    helped: bool,
+) -> CasOutcome {
     let ours = buffer.owns(target_word);
     let mine = buffer.owns(uid.to_word());
-    if ours.is_some() && ours == mine {
+    if (ours.is_some() && ours == mine) || (helped && mine.is_some()) {
         CasOutcome::Won
     } else if logged {
         CasOutcome::Lost
@@ -158,13 +194,19 @@ mod tests {
     #[test]
     fn outcomes_including_forged_and_stale_uids() {
         let uid = BUF.uid(7, 2);
-        assert_eq!(cas_outcome(&BUF, uid.to_word(), uid, true), CasOutcome::Won);
         assert_eq!(
-            cas_outcome(&BUF, uid.to_word(), uid, false),
+            cas_outcome(&BUF, uid.to_word(), uid, true, false),
             CasOutcome::Won
         );
-        assert_eq!(cas_outcome(&BUF, 42, uid, true), CasOutcome::Lost);
-        assert_eq!(cas_outcome(&BUF, 42, uid, false), CasOutcome::NotExecuted);
+        assert_eq!(
+            cas_outcome(&BUF, uid.to_word(), uid, false, false),
+            CasOutcome::Won
+        );
+        assert_eq!(cas_outcome(&BUF, 42, uid, true, false), CasOutcome::Lost);
+        assert_eq!(
+            cas_outcome(&BUF, 42, uid, false, false),
+            CasOutcome::NotExecuted
+        );
         let other_qp = Uid { qp: 0x0a1c, ..uid };
         let outside = Uid {
             slot_addr: BUF.base + 64 * SLOT_BYTES,
@@ -177,14 +219,49 @@ mod tests {
         let stale = BUF.uid(7, 1);
         for forged in [other_qp, outside, between, stale] {
             assert_eq!(
-                cas_outcome(&BUF, forged.to_word(), uid, false),
+                cas_outcome(&BUF, forged.to_word(), uid, false, false),
                 CasOutcome::NotExecuted,
                 "{forged:?}"
             );
             assert_eq!(
-                cas_outcome(&BUF, forged.to_word(), uid, true),
+                cas_outcome(&BUF, forged.to_word(), uid, true, false),
                 CasOutcome::Lost
             );
         }
+        // Resolved by another requester: the value in the target, the slot marked.
+        assert_eq!(cas_outcome(&BUF, 42, uid, true, true), CasOutcome::Won);
+        assert_eq!(cas_outcome(&BUF, 42, uid, false, true), CasOutcome::Won);
+    }
+
+    /// A region names the UIDs of every buffer in it, on slot boundaries only.
+    #[test]
+    fn a_region_names_uids_inside_it() {
+        let region = UidRegion {
+            base: BUF.base,
+            len: 4 * 64 * SLOT_BYTES,
+            rkey: 9,
+        };
+        let other = CasBuffer {
+            base: BUF.base + 64 * SLOT_BYTES,
+            qp: 0x0b00,
+            ..BUF
+        };
+        for u in [BUF.uid(0, 1), BUF.uid(63, 7), other.uid(5, 3)] {
+            assert_eq!(region.names(u.to_word()), Some(u));
+        }
+        assert_eq!(region.names(42), None, "a small number");
+        assert_eq!(region.names(0), None);
+        let past = Uid {
+            slot_addr: BUF.base + 4 * 64 * SLOT_BYTES,
+            use_count: 0,
+            qp: 1,
+        };
+        assert_eq!(region.names(past.to_word()), None, "past the end");
+        let between = Uid {
+            slot_addr: BUF.base + 8,
+            use_count: 0,
+            qp: 1,
+        };
+        assert_eq!(region.names(between.to_word()), None, "between slots");
     }
 }

@@ -24,9 +24,19 @@
 //! FAA is in progress (they would otherwise overtake it). Only the CAS is logged, so recovery
 //! treats an FAA in its READ stage as a READ (issued again) and one in its CAS stage as a CAS
 //! (won: done, result `v`; lost: the next attempt from the value READ; not executed: sent
-//! again). The values READ are taken as plain numbers: an FAA on a word other requesters
-//! swap UIDs into (extended-status CASes of theirs) would need to resolve a foreign UID
-//! first, which this vQP does not do.
+//! again).
+//!
+//! Other requesters' UIDs: a word others CAS may hold one of their UIDs (occupied, not yet
+//! confirmed — or never, if that requester died). Taken as a number it would corrupt the
+//! word (an FAA would add to an address). With [`VarunaConfig::uids`] naming the region of
+//! everyone's CAS buffers, an FAA that reads (or loses to) such a UID **resolves** it, as
+//! the paper's extended status allows: it READs the value in the UID's slot, WRITEs the UID
+//! into the slot's second word (a mark: "this CAS won, and was resolved"), then CASes the UID
+//! for the value in the owner's stead — the owner's own confirm, done by someone else; the
+//! mark lands first (one QP, in order). Then it goes on from the value. The owner's recovery
+//! reads its slot's mark along with the target, so a CAS resolved by another still counts as
+//! won. A plain CAS that loses to a foreign UID returns the word as it was (a UID), as
+//! hardware returns whatever the word holds; a plain READ is not resolved.
 //!
 //! Which QP "the backup" is belongs to the caller: a dedicated one, or a shared channel of
 //! a [`super::pool::BackupPool`] until the vQP's own is rebuilt.
@@ -38,7 +48,7 @@ use ferroce_stack::transport::{
 };
 
 use super::log::{Class, RequestLog};
-use super::uid::{cas_outcome, CasBuffer, CasOutcome, Uid};
+use super::uid::{cas_outcome, CasBuffer, CasOutcome, Uid, UidRegion, SLOT_BYTES};
 use crate::shift::Rail;
 
 /// What the vQP needs from whoever owns its QPs.
@@ -61,13 +71,16 @@ pub struct VarunaConfig {
     pub log_addr: u64,
     /// Its rkey.
     pub log_rkey: u32,
-    /// A local buffer of `2 × slots + 1` 8-byte words the recovery READs the log and CAS
-    /// targets into (and confirms return into), and its lkey.
+    /// A local buffer of `3 × slots + 1` 8-byte words the recovery READs the log, the CAS
+    /// targets and their slots' marks into (and confirms return into), and its lkey.
     pub staging_addr: u64,
     /// Its lkey.
     pub staging_lkey: u32,
     /// The requester's CAS buffer at the peer and its rkey (CAS needs one).
     pub cas: Option<(CasBuffer, u32)>,
+    /// The region of every requester's CAS buffer at the peer, when others CAS the words
+    /// this vQP's FETCH_ADDs target: their UIDs are resolved (see the module documentation).
+    pub uids: Option<UidRegion>,
 }
 
 /// What the vQP did.
@@ -91,6 +104,10 @@ pub struct VarunaStats {
     pub cas_resent: u64,
     /// Moves back to a rebuilt QP ([`VarunaQp::switch_to`]).
     pub switchbacks: u64,
+    /// Other requesters' UIDs an FAA found and resolved.
+    pub uids_resolved: u64,
+    /// CASes recovery found won through another requester's resolution (the slot's mark).
+    pub cas_won_resolved: u64,
 }
 
 /// Work request ids the vQP keeps for itself.
@@ -101,6 +118,19 @@ const REQUEST: u64 = VARUNA_WR_IDS + 1;
 const CONFIRM: u64 = VARUNA_WR_IDS + 2;
 /// READs of CAS targets during recovery: this plus the request's index.
 const TARGET_READ: u64 = VARUNA_WR_IDS + 0x80;
+/// READs of their slots' marks: this plus the request's index.
+const MARK_READ: u64 = VARUNA_WR_IDS + 0x100;
+
+/// An FAA resolving another requester's UID it found in its target.
+#[derive(Clone, Copy, Debug)]
+struct Resolve {
+    /// The UID as it sits in the target.
+    word: u64,
+    /// Its slot (the value, then the mark).
+    slot_addr: u64,
+    /// The value READ from the slot (`None`: the READ is out; `Some`: the CAS is).
+    value: Option<u64>,
+}
 
 /// A CAS's extended status.
 #[derive(Clone, Copy, Debug)]
@@ -132,6 +162,8 @@ struct Req {
     cas: Option<Cas>,
     /// A FETCH_ADD, run as READ + CAS: what it adds.
     faa: Option<u64>,
+    /// An FAA resolving a foreign UID.
+    resolve: Option<Resolve>,
 }
 
 impl Req {
@@ -275,6 +307,7 @@ impl VarunaQp {
             done: false,
             cas: None,
             faa: (wr.opcode == WrOpcode::FetchAdd).then_some(wr.compare_add),
+            resolve: None,
         };
         if cas_ok && wr.opcode == WrOpcode::CmpSwp {
             let (buffer, _) = self.config.cas.expect("checked");
@@ -339,6 +372,24 @@ impl VarunaQp {
             io.read_local(s.addr, &mut v);
         }
         let x = u64::from_le_bytes(v);
+        if let Some(mut res) = r.resolve {
+            match res.value {
+                // The slot's value: now the CAS of the UID for it.
+                None => {
+                    res.value = Some(x);
+                    r.resolve = Some(res);
+                }
+                // Resolved by this CAS (it returned the UID) or by someone else: go on from
+                // the value the word holds now.
+                Some(value) => {
+                    r.resolve = None;
+                    self.next_attempt(&mut r, if x == res.word { value } else { x });
+                }
+            }
+            let _ = self.send(io, &mut r);
+            self.reqs.push_front(r);
+            return;
+        }
         match r.cas {
             Some(c) if c.compare == x => {
                 self.confirm(io, &r, c);
@@ -351,11 +402,31 @@ impl VarunaQp {
                 self.release(io);
             }
             _ => {
-                self.faa_attempt(&mut r, x);
+                self.next_attempt(&mut r, x);
                 let _ = self.send(io, &mut r);
                 self.reqs.push_front(r);
             }
         }
+    }
+
+    /// FAA `r` goes on from the word `v`: a CAS attempt from it, or first the resolution of
+    /// the foreign UID it is.
+    fn next_attempt(&mut self, r: &mut Req, v: u64) {
+        let Some(u) = self.config.uids.and_then(|region| region.names(v)) else {
+            self.faa_attempt(r, v);
+            return;
+        };
+        // The attempt that found it is over.
+        if let Some((id, _, _)) = r.log.take() {
+            self.log.finish(id);
+        }
+        r.cas = None;
+        r.resolve = Some(Resolve {
+            word: v,
+            slot_addr: u.slot_addr,
+            value: None,
+        });
+        self.stats.uids_resolved += 1;
     }
 
     /// Sends what an FAA held, in order, up to and including the next FAA.
@@ -376,6 +447,12 @@ impl VarunaQp {
     /// Hands `r` to the current QP: a READ as it is (signaled), a WRITE unsignaled and then
     /// its log write with the application's id, signaled.
     fn send(&mut self, io: &mut impl VarunaIo, r: &mut Req) -> Result<(), PostError> {
+        if let (Some(res), Some(region)) = (r.resolve, self.config.uids) {
+            self.send_resolve(io, r, res, region)?;
+            r.posted = true;
+            r.sent = true;
+            return Ok(());
+        }
         // An FAA goes as its READ, then as its CAS attempts.
         let opcode = match (r.faa, r.cas) {
             (None, _) => r.opcode,
@@ -398,7 +475,7 @@ impl VarunaQp {
                     let mut b = [0u8; 16];
                     b[..8].copy_from_slice(&c.swap.to_le_bytes());
                     b[8..].copy_from_slice(&word.to_le_bytes());
-                    let at = buffer.base + u64::from(c.slot) * super::uid::SLOT_BYTES;
+                    let at = buffer.base + u64::from(c.slot) * SLOT_BYTES;
                     let status = SendWr::new(REQUEST, WrOpcode::Write, Payload::Inline(&b))
                         .remote(at, rkey)
                         .flags(SendFlags::INLINE);
@@ -428,6 +505,39 @@ impl VarunaQp {
         Ok(())
     }
 
+    /// A resolution's stage: READ the UID's slot value (into the FAA's result word), or mark
+    /// the slot and CAS the UID for the value (returning into the same word).
+    fn send_resolve(
+        &mut self,
+        io: &mut impl VarunaIo,
+        r: &Req,
+        res: Resolve,
+        region: UidRegion,
+    ) -> Result<(), PostError> {
+        let result = &r.sges[..r.sges.len().min(1)];
+        match res.value {
+            None => {
+                let wr = SendWr::new(r.wr_id, WrOpcode::Read, Payload::Sges(result))
+                    .remote(res.slot_addr, region.rkey)
+                    .flags(SendFlags::SIGNALED);
+                io.post_send(self.rail, &wr)
+            }
+            Some(value) => {
+                let mark = res.word.to_le_bytes();
+                let wr = SendWr::new(REQUEST, WrOpcode::Write, Payload::Inline(&mark))
+                    .remote(res.slot_addr + 8, region.rkey)
+                    .flags(SendFlags::INLINE);
+                io.post_send(self.rail, &wr)?;
+                let mut cas = SendWr::new(r.wr_id, WrOpcode::CmpSwp, Payload::Sges(result))
+                    .remote(r.remote_addr, r.rkey)
+                    .flags(SendFlags::SIGNALED);
+                cas.compare_add = res.word;
+                cas.swap = value;
+                io.post_send(self.rail, &cas)
+            }
+        }
+    }
+
     /// A completion from `rail`'s QP; returns the application's completions.
     pub fn on_completion(
         &mut self,
@@ -444,7 +554,9 @@ impl VarunaQp {
             self.recover(io, &mut out);
             return out;
         }
-        if (TARGET_READ..TARGET_READ + 0x80).contains(&wc.wr_id) {
+        if (TARGET_READ..TARGET_READ + 0x80).contains(&wc.wr_id)
+            || (MARK_READ..MARK_READ + 0x80).contains(&wc.wr_id)
+        {
             self.targets_out = self.targets_out.saturating_sub(1);
             if self.targets_out == 0 {
                 self.settle(io, &mut out);
@@ -617,10 +729,30 @@ impl VarunaQp {
             if io.post_send(Rail::Backup, &read).is_ok() {
                 self.targets_out += 1;
             }
+            // And its slot's mark: another requester may have resolved the UID already.
+            let (Some(c), Some((_, buf_rkey))) = (self.reqs[i].cas, self.config.cas) else {
+                continue;
+            };
+            let sge = [Sge {
+                addr: self.mark_staging(i),
+                length: 8,
+                lkey: self.config.staging_lkey,
+            }];
+            let read = SendWr::new(MARK_READ + i as u64, WrOpcode::Read, Payload::Sges(&sge))
+                .remote(c.uid.slot_addr + 8, buf_rkey)
+                .flags(SendFlags::SIGNALED);
+            if io.post_send(Rail::Backup, &read).is_ok() {
+                self.targets_out += 1;
+            }
         }
         if self.targets_out == 0 {
             self.settle(io, out);
         }
+    }
+
+    /// Where recovery READs request `i`'s slot mark.
+    fn mark_staging(&self, i: usize) -> u64 {
+        self.config.staging_addr + 8 * (2 * self.config.slots + 1 + i) as u64
     }
 
     /// Recovery's last stage: every request settled from the log's verdict and, for a CAS,
@@ -659,11 +791,19 @@ impl VarunaQp {
                     );
                 }
                 let target = u64::from_le_bytes(w);
+                let mut m = [0u8; 8];
+                if read {
+                    io.read_local(self.mark_staging(i), &mut m);
+                }
+                let helped = read && u64::from_le_bytes(m) == c.uid.to_word();
                 let outcome = if read {
-                    cas_outcome(&buffer, target, c.uid, ran(id))
+                    cas_outcome(&buffer, target, c.uid, ran(id), helped)
                 } else {
                     CasOutcome::NotExecuted
                 };
+                if outcome == CasOutcome::Won && helped && buffer.owns(target).is_none() {
+                    self.stats.cas_won_resolved += 1;
+                }
                 let result = r.sges.first().map(|s| s.addr);
                 match outcome {
                     CasOutcome::Won => {
@@ -676,7 +816,7 @@ impl VarunaQp {
                     CasOutcome::Lost if r.faa.is_some() => {
                         // An FAA's attempt lost: the next one, from the value there now.
                         self.stats.cas_lost += 1;
-                        self.faa_attempt(&mut r, target);
+                        self.next_attempt(&mut r, target);
                         let _ = self.send(io, &mut r);
                         hold = true;
                         self.reqs.push_back(r);
@@ -703,7 +843,9 @@ impl VarunaQp {
                 continue;
             }
             if r.faa.is_some() && r.cas.is_none() {
-                // An FAA still in its READ stage (or never sent): from the READ.
+                // An FAA still in its READ stage, resolving a UID, or never sent: from the
+                // READ (a resolution's CAS is the owner's confirm: harmless if it ran).
+                r.resolve = None;
                 self.stats.reads_reissued += u64::from(r.sent);
                 let _ = self.send(io, &mut r);
                 hold = true;

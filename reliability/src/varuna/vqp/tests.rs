@@ -105,6 +105,11 @@ impl Rig {
                 },
                 keys[1].rkey,
             )),
+            uids: Some(UidRegion {
+                base: CAS_BUF,
+                len: 0x1000,
+                rkey: keys[1].rkey,
+            }),
         });
         Self {
             qps: [[a0, a1], [b0, b1]],
@@ -604,4 +609,110 @@ fn a_rebuilt_default_qp_takes_the_traffic_back() {
     assert!(r.app.iter().all(|c| c.status == WcStatus::Success));
     assert_eq!(r.vqp.stats().failovers, 2);
     assert_eq!(r.read_mem(1, 0x1_3000, 4096), r.read_mem(0, 0, 4096));
+}
+
+impl Rig {
+    fn poke(&mut self, at: u64, v: u64) {
+        self.mem[1]
+            .write(self.keys[1].lkey, PD, at, &v.to_le_bytes(), Access(0))
+            .unwrap();
+    }
+}
+
+/// Another requester's CAS buffer in the same region: its QP id and one of its slots.
+const FOREIGN_QP: u16 = 0x77;
+const FOREIGN_SLOT: u64 = CAS_BUF + 0x800 + 3 * SLOT_BYTES;
+
+/// A FETCH_ADD finds another requester's UID in the counter — that requester occupied it
+/// and never confirmed (it died) — with the default wire cut at a random moment or not at
+/// all: it resolves the UID (the slot's value, the slot marked with the UID, the UID
+/// swapped for the value in the owner's stead) and adds to the value, exactly once. Taken
+/// as a number, the UID would have been added to.
+#[test]
+fn a_fetch_add_resolves_a_foreign_uid_exactly_once() {
+    let foreign = CasBuffer {
+        base: CAS_BUF + 0x800,
+        slots: 16,
+        qp: FOREIGN_QP,
+    }
+    .uid(3, 5);
+    assert_eq!(foreign.slot_addr, FOREIGN_SLOT);
+    for seed in seeds() {
+        let mut next = xorshift(seed, 7);
+        let mut r = Rig::new();
+        r.poke(FOREIGN_SLOT, 1000);
+        r.poke(FOREIGN_SLOT + 8, 0x1234);
+        r.poke(COUNTER, foreign.to_word());
+        let cut = if next().is_multiple_of(4) {
+            u64::MAX
+        } else {
+            next() % 40
+        };
+        r.faa(1, RESULTS, 5).unwrap();
+        r.faa(2, RESULTS + 8, 1).unwrap();
+        let mut step = 0;
+        while r.app.len() < 2 && step < 20_000 {
+            if step == cut {
+                r.acks_lost = true;
+            }
+            if step == cut.saturating_add(2) {
+                r.up[0] = false;
+            }
+            r.step();
+            step += 1;
+        }
+        for _ in 0..2_000 {
+            r.step();
+        }
+        let st = r.vqp.stats();
+        let ctx = format!("seed {seed} (replay: FERROCE_SEED={seed}), cut at {cut}: {st:?}");
+        assert_eq!(r.app.len(), 2, "{ctx}");
+        assert!(r.app.iter().all(|c| c.status == WcStatus::Success), "{ctx}");
+        assert_eq!(r.word(0, RESULTS), 1000, "{ctx}: the first FAA's old value");
+        assert_eq!(r.word(0, RESULTS + 8), 1005, "{ctx}: the second's");
+        assert_eq!(r.word(1, COUNTER), 1006, "{ctx}: the counter");
+        assert_eq!(
+            r.word(1, FOREIGN_SLOT + 8),
+            foreign.to_word(),
+            "{ctx}: the mark"
+        );
+        assert!(st.uids_resolved >= 1, "{ctx}");
+    }
+}
+
+/// This vQP's CAS wins, its completion is lost, and before its recovery reads the target
+/// another requester resolves the UID (marks the slot, swaps in the value): recovery finds
+/// the mark and counts the CAS as won — the old value is `compare`, nothing is resent.
+/// Without the mark it would see a logged CAS without its UID in the target: lost.
+#[test]
+fn a_cas_resolved_by_another_still_counts_as_won() {
+    let mut r = Rig::new();
+    r.acks_lost = true;
+    r.cas(9, RESULTS, 0, 77).unwrap();
+    let mut step = 0;
+    while r.word(1, TARGET) == 0 && step < 100 {
+        r.step();
+        step += 1;
+    }
+    let uid = r.word(1, TARGET);
+    assert_ne!(uid, 0, "the occupy landed");
+    // The helper: the mark first, then the value for the UID.
+    let slot = Uid::from_word(uid).slot_addr;
+    r.poke(slot + 8, uid);
+    r.poke(TARGET, 77);
+    r.up[0] = false;
+    while r.app.is_empty() && step < 20_000 {
+        r.step();
+        step += 1;
+    }
+    let st = r.vqp.stats();
+    assert_eq!(r.app.len(), 1, "{st:?}");
+    assert_eq!(r.app[0].status, WcStatus::Success);
+    assert_eq!(r.word(0, RESULTS), 0, "the old value is compare: {st:?}");
+    assert_eq!(r.word(1, TARGET), 77);
+    assert_eq!(
+        (st.cas_won, st.cas_won_resolved, st.cas_resent),
+        (1, 1, 0),
+        "{st:?}"
+    );
 }
