@@ -26,9 +26,11 @@
 //!   peers whose transport is in hardware (native failover lives in the transport:
 //!   `ferroce_stack::transport::failover`).
 //!
-//! Varuna and R2CCL's failover and congestion control (DCQCN) arrive with later issues.
+//! - [`varuna`], [`r2ccl`]: Varuna mode and R2CCL's failure handling (issue 23).
+//! - [`dcqcn`]: DCQCN's reaction point behind the `CongestionControl` seam (issue 24).
 
 pub mod baselines;
+pub mod dcqcn;
 pub mod r2ccl;
 pub mod sdr;
 pub mod shift;

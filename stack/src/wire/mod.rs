@@ -12,6 +12,7 @@
 //! pad count and the ICRC, without allocating.
 
 mod bth;
+mod cnp;
 mod error;
 mod ethernet;
 mod ext;
@@ -26,6 +27,7 @@ mod split;
 mod udp;
 
 pub use bth::{BthPacket, BthRepr, Msn, Psn, Qpn, BTH_LEN, DEFAULT_PKEY};
+pub use cnp::{cnp_repr, CNP_PKEY};
 pub use error::{Error, Layer, Result};
 pub use ethernet::{
     EthernetFrame, EthernetRepr, MacAddr, VlanTag, ETHERNET_LEN, ETHERTYPE_IPV4, ETHERTYPE_IPV6,
