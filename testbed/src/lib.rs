@@ -21,5 +21,5 @@ pub use conn::ConnOpts;
 pub use hooks::PairCut;
 pub use host::{Host, PD};
 pub use topology::{
-    multipath, multipath_asym, pair, pair_asym, rails, rails_n, rails_with, Rails, RailsN,
+    multipath, multipath_asym, pair, pair_asym, rails, rails_n, rails_with, star, Rails, RailsN,
 };

@@ -174,3 +174,26 @@ fn hosts_a_and_b(
     ];
     Testbed::new(fabric, hosts)
 }
+
+/// `n` hosts (10.0.0.1 ..) on one switch, each by a link with `model` both ways: an incast
+/// fabric, where what the hosts send to one of them meets at the switch's port towards it.
+/// Returns the switch too (for its hooks and stats).
+pub fn star(seed: u64, n: usize, model: LinkModel, mem_bytes: usize) -> (Testbed, SwitchId) {
+    let mut b = FabricBuilder::new(seed);
+    b.rx_ring(1 << 16);
+    let ids: Vec<HostId> = (0..n).map(|h| b.host(&format!("h{h}"), 1)).collect();
+    let sw = b.switch("tor");
+    for &h in &ids {
+        b.link((h, 0), sw, model.clone());
+    }
+    let fabric = b.build().expect("a valid topology");
+    let hosts = ids
+        .iter()
+        .enumerate()
+        .map(|(h, &id)| {
+            let ip = Ipv4Addr::new(10, 0, 0, h as u8 + 1);
+            Host::new(fabric.port(id, 0), mem_bytes, ip, seed ^ (0xa + h as u64))
+        })
+        .collect();
+    (Testbed::new(fabric, hosts), sw)
+}

@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use ferroce_drivers::sim::{LinkModel, Loss};
+use ferroce_reliability::dcqcn::{Dcqcn, DcqcnConfig};
 use ferroce_reliability::spray::Spray;
 use ferroce_reliability::sr::{SelectiveRepeat, SrConfig};
 use ferroce_reliability::Policies;
@@ -53,6 +54,15 @@ pub(crate) enum Reliability {
     Gbn,
     /// Offer ferroce's selective repeat; used when the peer offers it too.
     Sr,
+}
+
+/// Congestion control per QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Cc {
+    /// None of its own: the restart window after a Go-Back-N rewind only.
+    None,
+    /// DCQCN's reaction point with ConnectX's defaults at the link rate (`--gbps`).
+    Dcqcn,
 }
 
 #[derive(clap::Args, Clone, Debug)]
@@ -126,6 +136,10 @@ pub(crate) struct Args {
     /// offer it, Go-Back-N otherwise.
     #[arg(long, value_enum, default_value = "gbn")]
     reliability: Reliability,
+    /// Congestion control per QP (`dcqcn` reacts to CNPs; ferroce answers CE-marked packets
+    /// with CNPs either way).
+    #[arg(long, value_enum, default_value = "none")]
+    cc: Cc,
     /// `perf sdr`: the reliability scheme on the bitmap.
     #[arg(long = "scheme", value_enum, default_value = "sr-nack")]
     sdr_scheme: sdr::SdrScheme,
@@ -305,15 +319,25 @@ fn endpoint(s: &Side, i: usize, psn: u32, a: &Args) -> Result<Endpoint, Failure>
 
 /// Puts a QP (in RESET) on the scheme its connection agreed on.
 fn use_scheme(qp: &QueuePair, agreed: Negotiated, a: &Args) -> Result<(), Failure> {
-    if agreed == Negotiated::SelectiveRepeat {
+    let sr = agreed == Negotiated::SelectiveRepeat;
+    if !sr && a.cc == Cc::None {
+        return Ok(());
+    }
+    let mut p = Policies::default();
+    if sr {
         let spray = if a.paths > 1 {
             Spray::psn(a.paths)
         } else {
             Spray::ecmp()
         };
-        let sr = SelectiveRepeat::new(SrConfig::default());
-        qp.set_reliability(Policies::recovery(Box::new(sr)).with_path(Box::new(spray)))?;
+        let recovery = SelectiveRepeat::new(SrConfig::default());
+        p = Policies::recovery(Box::new(recovery)).with_path(Box::new(spray));
     }
+    if a.cc == Cc::Dcqcn {
+        let line = (a.gbps * 1e9) as u64;
+        p = p.with_congestion(Box::new(Dcqcn::new(DcqcnConfig::mlx5(line))));
+    }
+    qp.set_reliability(p)?;
     Ok(())
 }
 
@@ -892,6 +916,10 @@ fn report(
             },
             "simulated": simulated,
             "reliability": client.or(server).map_or("gbn", |s| s.agreed.name()),
+            "cc": match a.cc {
+                Cc::None => "none",
+                Cc::Dcqcn => "dcqcn",
+            },
         });
         if a.kind == Kind::Lat {
             let m = obj.as_object_mut().expect("object");

@@ -57,6 +57,45 @@ impl Loss {
     }
 }
 
+/// ECN marking at a direction's egress queue, RED-style (DCQCN's congestion point): a frame
+/// that finds `q` bytes queued ahead of it is marked Congestion Experienced with probability
+/// 0 up to `kmin_bytes`, rising linearly to `pmax` at `kmax_bytes`, and 1 beyond — if it is
+/// ECN-capable (ECT(0) or ECT(1)); a Not-ECT frame is never marked, a CE one stays CE.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Red {
+    /// Below this queue, no marking.
+    pub kmin_bytes: usize,
+    /// Above this queue, every ECN-capable frame is marked.
+    pub kmax_bytes: usize,
+    /// The marking probability at `kmax_bytes`.
+    pub pmax: f64,
+}
+
+impl Red {
+    /// The DCQCN paper's recommendation for 40 Gbit/s (Kmin 5 KB, Kmax 200 KB, Pmax 1 %),
+    /// with the thresholds scaled to `bandwidth_bps` (the same queueing delay).
+    pub fn dcqcn(bandwidth_bps: u64) -> Self {
+        let scale = bandwidth_bps as f64 / 40e9;
+        Self {
+            kmin_bytes: (5_000.0 * scale) as usize,
+            kmax_bytes: (200_000.0 * scale) as usize,
+            pmax: 0.01,
+        }
+    }
+
+    /// The probability a frame finding `queue_bytes` ahead of it is marked.
+    pub fn probability(&self, queue_bytes: usize) -> f64 {
+        if queue_bytes <= self.kmin_bytes {
+            0.0
+        } else if queue_bytes > self.kmax_bytes {
+            1.0
+        } else {
+            let span = (self.kmax_bytes - self.kmin_bytes).max(1) as f64;
+            self.pmax * (queue_bytes - self.kmin_bytes) as f64 / span
+        }
+    }
+}
+
 /// The behaviour of one direction of a link.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LinkModel {
@@ -91,6 +130,8 @@ pub struct LinkModel {
     /// drops nothing and which only the port's rate tells. The lowest of overlapping ones
     /// holds.
     pub slowdowns: Vec<(u64, u64, u64)>,
+    /// ECN marking at this direction's queue; `None`: none (a switch without ECN).
+    pub ecn: Option<Red>,
 }
 
 impl Default for LinkModel {
@@ -108,6 +149,7 @@ impl Default for LinkModel {
             outages: Vec::new(),
             blackholes: Vec::new(),
             slowdowns: Vec::new(),
+            ecn: None,
         }
     }
 }
@@ -214,6 +256,8 @@ pub struct LinkStats {
     pub reordered: u64,
     /// Frames with a flipped bit.
     pub corrupted: u64,
+    /// ECN-capable frames marked Congestion Experienced.
+    pub ecn_marked: u64,
 }
 
 /// What the channel decided for one frame.
@@ -224,6 +268,8 @@ pub(crate) struct Fate {
     pub(crate) duplicate_at: Option<u64>,
     /// Bit to flip, if corrupted.
     pub(crate) flip_bit: Option<usize>,
+    /// Mark it Congestion Experienced, if it is ECN-capable.
+    pub(crate) mark_ce: bool,
 }
 
 /// One direction of a link in flight.
@@ -284,10 +330,13 @@ impl Channel {
         let reorder = self.chance(self.model.reorder);
         let corrupt = self.chance(self.model.corrupt);
         let bit = self.rng.next_u64() as usize % (len.max(1) * 8);
+        // Only a link that marks draws for it, so the streams of the others stay as they were.
+        let red_draw = self.model.ecn.map(|_| self.rng.random::<f64>());
         let none = Fate {
             arrival: None,
             duplicate_at: None,
             flip_bit: None,
+            mark_ce: false,
         };
 
         if !self.model.is_up(now) {
@@ -308,6 +357,13 @@ impl Channel {
                 return none;
             }
         }
+        let mark_ce = match (self.model.ecn, red_draw) {
+            (Some(red), Some(x)) if bps > 0 => {
+                let queued = (u128::from(start - now) * u128::from(bps) / 8_000_000_000) as usize;
+                x < red.probability(queued)
+            }
+            _ => false,
+        };
         let depart = start + self.model.serialize_ns(len, start);
         self.busy_until = depart;
         if lost {
@@ -337,6 +393,7 @@ impl Channel {
             arrival: Some(arrival),
             duplicate_at,
             flip_bit,
+            mark_ce,
         }
     }
 
@@ -375,6 +432,30 @@ impl Channel {
 mod tests {
     use super::*;
     use rand::SeedableRng;
+
+    /// RED by hand: nothing up to Kmin, linear to Pmax at Kmax, everything beyond; the
+    /// paper's 40 G thresholds scaled to 100 G. A link that marks marks frames that queue
+    /// beyond Kmax, never one that finds the queue empty.
+    #[test]
+    fn red_marks_by_the_queue_it_finds() {
+        let red = Red::dcqcn(100_000_000_000);
+        assert_eq!((red.kmin_bytes, red.kmax_bytes), (12_500, 500_000));
+        assert_eq!(red.probability(12_500), 0.0);
+        assert!((red.probability(256_250) - 0.005).abs() < 1e-9);
+        assert_eq!(red.probability(500_001), 1.0);
+        let mut m = LinkModel::new(1_000_000_000, 0);
+        m.queue_limit_bytes = 0;
+        m.ecn = Some(Red {
+            kmin_bytes: 2_000,
+            kmax_bytes: 4_000,
+            pmax: 0.5,
+        });
+        let mut c = Channel::new(m, Xoshiro256PlusPlus::seed_from_u64(3));
+        // Ten 1000-byte frames at once: the n-th finds (n · 1024) bytes ahead of it.
+        let marks: Vec<bool> = (0..10).map(|_| c.offer(0, 1000).mark_ce).collect();
+        assert!(!marks[0] && !marks[1], "{marks:?}");
+        assert!(marks[4..].iter().all(|&m| m), "beyond Kmax: {marks:?}");
+    }
 
     /// A slowdown stretches serialization only inside its window, loses nothing, and the
     /// lowest of overlapping ones holds.

@@ -26,7 +26,7 @@ use ferroce_stack::wire::{Checks, MacAddr};
 use rand::SeedableRng;
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-pub use link::{LinkModel, LinkStats, Loss, WIRE_OVERHEAD};
+pub use link::{LinkModel, LinkStats, Loss, Red, WIRE_OVERHEAD};
 pub use switch::{EcmpHash, FlowKey, SwitchStats};
 
 use crate::{LinkState, Port, PortCapabilities, TxError};
@@ -749,6 +749,9 @@ impl Core {
                 *b ^= 1 << (bit % 8);
             }
         }
+        if fate.mark_ce && mark_ce(&mut frame) {
+            self.links[link].dirs[dir].stats.ecn_marked += 1;
+        }
         if let Some(t) = fate.duplicate_at {
             let mut copy = self.pool.pop().unwrap_or_default();
             copy.clear();
@@ -933,4 +936,110 @@ fn splitmix64(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     x ^ (x >> 31)
+}
+
+/// Marks an IP frame's ECN field Congestion Experienced if it is ECN-capable (ECT(0) or
+/// ECT(1)), as a switch's egress queue does: IPv4's header checksum is written again (the
+/// RoCE ICRC masks the TOS byte and the checksum, so it stays valid); IPv6 has none. A
+/// Not-ECT or CE frame, or one that is not IP, is left alone. True when it marked.
+pub fn mark_ce(frame: &mut [u8]) -> bool {
+    let Some(mut ethertype) = frame.get(12..14).map(|b| u16::from_be_bytes([b[0], b[1]])) else {
+        return false;
+    };
+    let mut l3 = 14;
+    if ethertype == 0x8100 {
+        let Some(b) = frame.get(16..18) else {
+            return false;
+        };
+        ethertype = u16::from_be_bytes([b[0], b[1]]);
+        l3 = 18;
+    }
+    match ethertype {
+        0x0800 => {
+            let Some(&vihl) = frame.get(l3) else {
+                return false;
+            };
+            let hlen = usize::from(vihl & 0x0f) * 4;
+            let Some(h) = frame.get_mut(l3..l3 + hlen) else {
+                return false;
+            };
+            if hlen < 20 || !matches!(h[1] & 0b11, 0b01 | 0b10) {
+                return false;
+            }
+            h[1] |= 0b11;
+            h[10] = 0;
+            h[11] = 0;
+            let c = ferroce_stack::wire::internet_checksum(h);
+            h[10..12].copy_from_slice(&c.to_be_bytes());
+            true
+        }
+        0x86dd => {
+            let Some(b1) = frame.get_mut(l3 + 1) else {
+                return false;
+            };
+            if !matches!((*b1 >> 4) & 0b11, 0b01 | 0b10) {
+                return false;
+            }
+            *b1 |= 0b11 << 4;
+            true
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroce_stack::wire::{
+        internet_checksum, BthRepr, Checks, Ecn, EthernetRepr, ExtHeaders, IpRepr, Ipv4Repr,
+        Opcode, Psn, Qpn, RoceRepr, ETHERTYPE_IPV4,
+    };
+
+    fn frame(ecn: Ecn) -> Vec<u8> {
+        let repr = RoceRepr {
+            eth: EthernetRepr {
+                dst: MacAddr([2, 0, 0, 0, 0, 2]),
+                src: MacAddr([2, 0, 0, 0, 0, 1]),
+                vlan: None,
+                ethertype: ETHERTYPE_IPV4,
+            },
+            ip: IpRepr::V4(Ipv4Repr {
+                src: "10.0.0.1".parse().unwrap(),
+                dst: "10.0.0.2".parse().unwrap(),
+                dscp: 26,
+                ecn,
+                ident: 7,
+                dont_frag: true,
+                ttl: 64,
+            }),
+            udp_src_port: 0xc000,
+            bth: BthRepr::new(Opcode::RC_SEND_ONLY, Qpn::new(0x12), Psn::new(5)),
+            ext: ExtHeaders::default(),
+            payload_len: 8,
+        };
+        let mut buf = vec![0u8; 128];
+        let n = repr.emit(&mut buf, |p| p.fill(0xab)).unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    /// ECT(0) and ECT(1) become CE with a valid IPv4 checksum and a still-valid ICRC (it
+    /// masks the TOS byte); Not-ECT and CE are left as they are.
+    #[test]
+    fn mark_ce_marks_only_ecn_capable_frames() {
+        for ecn in [Ecn::Ect0, Ecn::Ect1] {
+            let mut f = frame(ecn);
+            assert!(mark_ce(&mut f));
+            assert_eq!(internet_checksum(&f[14..34]), 0, "checksum valid");
+            let p = RoceRepr::parse(&f, Checks::ALL).expect("ICRC still valid");
+            assert_eq!(p.repr.ip.ecn(), Ecn::Ce);
+        }
+        for ecn in [Ecn::NotEct, Ecn::Ce] {
+            let mut f = frame(ecn);
+            let before = f.clone();
+            assert!(!mark_ce(&mut f));
+            assert_eq!(f, before);
+        }
+        assert!(!mark_ce(&mut [0u8; 10]), "too short");
+    }
 }

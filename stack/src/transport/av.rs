@@ -23,7 +23,10 @@ pub struct AddressVector {
     pub src: IpAddr,
     /// The peer's IP address (the destination GID).
     pub dst: IpAddr,
-    /// GRH traffic class: DSCP in the top six bits, ECN in the low two.
+    /// GRH traffic class: DSCP in the top six bits, ECN in the low two. Data leaves
+    /// ECN-capable whatever they say — ECT(1) when they say so, ECT(0) otherwise — because a
+    /// RoCE fabric's congestion control works through switches marking ECN-capable packets
+    /// (a ConnectX with RoCE congestion control on does the same).
     pub traffic_class: u8,
     /// Hop limit / TTL.
     pub hop_limit: u8,
@@ -55,7 +58,10 @@ impl AddressVector {
     /// headers are filled per packet).
     pub(crate) fn template(&self, dest_qpn: Qpn, udp_src_port: u16) -> Template {
         let dscp = self.traffic_class >> 2;
-        let ecn = Ecn::from_bits(self.traffic_class);
+        let ecn = match Ecn::from_bits(self.traffic_class) {
+            Ecn::Ect1 => Ecn::Ect1,
+            _ => Ecn::Ect0,
+        };
         let ip = match (self.src, self.dst) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => IpRepr::V4(Ipv4Repr {
                 src,

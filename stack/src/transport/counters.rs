@@ -92,5 +92,10 @@ crate::counter_set! {
         /// Requester: congestion notification packets handed to congestion control (mlx5's
         /// reaction-point name).
         rp_cnp_handled,
+        /// Packets that arrived with ECN Congestion Experienced (mlx5's notification-point
+        /// name).
+        np_ecn_marked_roce_packets,
+        /// CNPs sent for them, at most one per QP per `min_time_between_cnps`.
+        np_cnp_sent,
     }
 }

@@ -30,6 +30,7 @@ pub(crate) mod failover;
 pub mod hostile;
 pub mod loopback;
 pub mod mr;
+pub mod notify;
 pub mod path;
 pub mod qp;
 pub mod recovery;
@@ -48,6 +49,7 @@ pub use mr::{
     Access, AccessError, MemSpan, MrKeys, MrTable, PdId, RegionShare, RegisterError, SlotTarget,
     Slotted,
 };
+pub use notify::NpConfig;
 pub use path::{Ecmp, Path, PathSelector};
 pub use qp::{
     bring_up, AddressVector, Mtu, PathControlStats, Policies, Qp, QpAttr, QpCaps, QpConfig,

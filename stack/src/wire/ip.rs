@@ -407,6 +407,14 @@ impl IpRepr {
         }
     }
 
+    /// Sets the DSCP (six bits).
+    pub fn set_dscp(&mut self, dscp: u8) {
+        match self {
+            Self::V4(r) => r.dscp = dscp & 0x3f,
+            Self::V6(r) => r.dscp = dscp & 0x3f,
+        }
+    }
+
     /// Sets the ECN field.
     pub fn set_ecn(&mut self, ecn: Ecn) {
         match self {
