@@ -11,10 +11,11 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use ferroce::reliability::dcqcn::{Dcqcn, DcqcnConfig};
 use ferroce::stack::transport::loopback::{connect, Loopback};
 use ferroce::stack::transport::{
-    Access, AddressVector, MrKeys, MrTable, Mtu, Payload, PdId, Qp, QpAttr, QpConfig, QpType,
-    SendFlags, SendWr, Sge, WcStatus, WrOpcode,
+    Access, AddressVector, MrKeys, MrTable, Mtu, Payload, PdId, Policies, Qp, QpAttr, QpConfig,
+    QpType, SendFlags, SendWr, Sge, WcStatus, WrOpcode,
 };
 use ferroce::stack::wire::{MacAddr, Psn, Qpn};
 
@@ -166,6 +167,18 @@ fn bench(c: &mut Criterion) {
     g.finish();
     let per_qp = idle_qp_bytes_with_alternate();
     println!("idle connected RC QP with an alternate path: {per_qp} bytes (target: <= 2 KiB more than without)");
+
+    // DCQCN on both ends and no congestion (no CNP, so no rate limit yet): what running
+    // the rate machine costs per packet (issue 24: 64 B rate ≥ 0.95× of `--cc none`).
+    let mut g = c.benchmark_group("transport_rc_write_dcqcn");
+    let mut r = rig(Mtu::Mtu1024, 64);
+    for qp in [&mut r.lo.a, &mut r.lo.b] {
+        let cc = Dcqcn::new(DcqcnConfig::mlx5(100_000_000_000));
+        qp.set_policies(Policies::default().with_congestion(Box::new(cc)));
+    }
+    g.throughput(Throughput::Elements(SMALL));
+    g.bench_function("64B_messages", |b| b.iter(|| writes(&mut r, SMALL, 64)));
+    g.finish();
 }
 
 fn idle_qp_bytes_with_alternate() -> usize {

@@ -5,6 +5,8 @@ mod allreduce;
 mod allreduce_report;
 mod failover;
 mod heatmap;
+mod incast;
+mod incast_report;
 mod plot;
 mod r2ccl_side;
 mod sdr;
@@ -47,6 +49,10 @@ enum Which {
     /// localized by probe triangulation and repaired by migration and rollback; plain ring
     /// against R2CCL's bandwidth-aware decomposition.
     Allreduce(allreduce_report::Args),
+    /// Congestion control (issue 24): N senders into one receiver through one switch with a
+    /// shallow, ECN-marking buffer, beside a long-lived flow; utilization, fairness, queue,
+    /// drops and CNPs per scheme (DCQCN with ferroce's and ConnectX's parameters, none).
+    Incast(incast_report::Args),
 }
 
 #[derive(clap::Args)]
@@ -249,6 +255,7 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
         Which::Failover(f) => run_failover(f),
         Which::Varuna(v) => run_varuna(v),
         Which::Allreduce(a) => allreduce_report::run_cli(a),
+        Which::Incast(a) => incast_report::run_cli(a),
     }
 }
 

@@ -426,6 +426,13 @@ impl Channel {
     pub(super) fn rate_at(&self, t: u64) -> u64 {
         self.model.rate_at(t)
     }
+
+    /// Bytes waiting to be serialized at `now` (what a frame offered now finds ahead of it).
+    pub(super) fn backlog_bytes(&self, now: u64) -> usize {
+        let bps = self.model.rate_at(now);
+        let wait = self.busy_until.saturating_sub(now);
+        (u128::from(wait) * u128::from(bps) / 8_000_000_000) as usize
+    }
 }
 
 #[cfg(test)]

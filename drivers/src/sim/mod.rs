@@ -390,6 +390,17 @@ impl Fabric {
         }
     }
 
+    /// Bytes queued now in direction `dir` of link `link` (`dir` 0 carries frames from the
+    /// link's first end, as it was built, to its second): a switch port's egress queue when
+    /// the second end is a host.
+    pub fn queue_bytes(&self, link: LinkId, dir: usize) -> usize {
+        let core = self.lock();
+        core.links
+            .get(link.0)
+            .and_then(|l| l.dirs.get(dir))
+            .map_or(0, |d| d.backlog_bytes(core.now))
+    }
+
     /// Fails switch `s` in `[from, until)`: every link it has goes down.
     pub fn fail_switch(&self, s: SwitchId, from: u64, until: u64) {
         for l in self.links_of_switch(s) {

@@ -1,0 +1,263 @@
+//! `ferroce scenario incast`: `n` senders WRITE into one receiver through one switch, beside
+//! a long-lived flow from one more sender that runs the whole time; the switch's port
+//! towards the receiver is the bottleneck — a shallow buffer (tail drop beyond it) with RED
+//! ECN marking (the DCQCN paper's thresholds scaled to the link). The incast senders start
+//! together after the long flow has the link to itself. Per scheme: how much of the
+//! bottleneck the flows use and how fairly (Jain's index) once converged, how long the
+//! queue gets, what is dropped, how many CNPs the receiver sends, and when every incast
+//! sender has delivered its first `burst` bytes. Every byte is checked.
+
+use ferroce_drivers::sim::{LinkModel, Red};
+use ferroce_reliability::dcqcn::{Dcqcn, DcqcnConfig};
+use ferroce_stack::transport::{
+    Mtu, Payload, Policies, QpType, SendFlags, SendWr, Sge, WcStatus, WrOpcode,
+};
+use ferroce_testbed::{star, ConnOpts};
+
+/// Congestion control of every sender.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Scheme {
+    /// DCQCN with ferroce's parameters.
+    Dcqcn,
+    /// DCQCN with ConnectX's defaults.
+    #[value(name = "dcqcn-mlx5")]
+    DcqcnMlx5,
+    /// None (a restart window after a rewind only).
+    None,
+}
+
+impl Scheme {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Dcqcn => "dcqcn",
+            Self::DcqcnMlx5 => "dcqcn-mlx5",
+            Self::None => "none",
+        }
+    }
+
+    fn config(self, line: u64) -> Option<DcqcnConfig> {
+        match self {
+            Self::Dcqcn => Some(DcqcnConfig::ferroce(line)),
+            Self::DcqcnMlx5 => Some(DcqcnConfig::mlx5(line)),
+            Self::None => None,
+        }
+    }
+}
+
+/// One run.
+#[derive(Clone, Debug)]
+pub(crate) struct Setup {
+    pub(crate) senders: usize,
+    pub(crate) scheme: Scheme,
+    pub(crate) gbps: f64,
+    pub(crate) delay_ns: u64,
+    /// The bottleneck's buffer.
+    pub(crate) buffer: usize,
+    /// WRITE size and WRs outstanding per sender.
+    pub(crate) msg: usize,
+    pub(crate) depth: u64,
+    /// When the incast senders start, and when everyone stops.
+    pub(crate) start_ns: u64,
+    pub(crate) end_ns: u64,
+    /// Bytes an incast sender's completion time counts.
+    pub(crate) burst: u64,
+    pub(crate) bin_ns: u64,
+    pub(crate) seed: u64,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Outcome {
+    /// Goodput over the bottleneck's rate, in the second half of the incast.
+    pub(crate) utilization: f64,
+    /// Jain's index over every flow's goodput then.
+    pub(crate) jain: f64,
+    /// The bottleneck queue, sampled every microsecond over the same half (bytes).
+    pub(crate) queue_p50: usize,
+    pub(crate) queue_p99: usize,
+    /// And its maximum over the whole run.
+    pub(crate) queue_max: usize,
+    pub(crate) drops: u64,
+    pub(crate) marked: u64,
+    pub(crate) cnps: u64,
+    /// When the last incast sender had delivered `burst` bytes, from the start (ns).
+    pub(crate) fct_ns: Option<u64>,
+    pub(crate) verified: bool,
+    /// Goodput per flow per bin, Gbit/s (the long flow last).
+    pub(crate) bins: Vec<Vec<f64>>,
+}
+
+const SRC: usize = 0;
+const REGION: usize = 1 << 20;
+
+fn pattern(s: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 13 + s * 29 + 1) as u8).collect()
+}
+
+/// Runs `s`.
+pub(crate) fn run(s: &Setup) -> Outcome {
+    let line = (s.gbps * 1e9) as u64;
+    let mut m = LinkModel::new(line, s.delay_ns);
+    m.queue_limit_bytes = s.buffer;
+    m.ecn = Some(Red::dcqcn(line));
+    let flows = s.senders + 1;
+    let mem = REGION * (flows + 1);
+    let (mut w, sw) = star(s.seed, flows + 1, m, mem);
+    let o = ConnOpts {
+        mtu: Mtu::Mtu4096,
+        timeout: 12,
+        ..ConnOpts::default()
+    };
+    let cfg = s.scheme.config(line);
+    for f in 1..=flows {
+        w.connect(
+            QpType::Rc,
+            ((f, 0x100 + f as u32), (0, 0x200 + f as u32)),
+            (1, 1),
+            &o,
+            None,
+        );
+        if let Some(c) = cfg {
+            let p = Policies::default().with_congestion(Box::new(Dcqcn::new(c)));
+            w.hosts[f].qp(0x100 + f as u32).set_policies(p);
+        }
+        w.hosts[f].write(SRC, &pattern(f, s.msg));
+    }
+    let bottleneck = w
+        .fabric
+        .link_of_port(ferroce_drivers::sim::HostId(0), 0)
+        .expect("the receiver's link");
+    let n_bins = (s.end_ns / s.bin_ns + 1) as usize;
+    let mut bins = vec![vec![0u64; n_bins]; flows];
+    let mut delivered = vec![0u64; flows];
+    let mut fct: Vec<Option<u64>> = vec![None; flows];
+    let (mut posted, mut done, mut seen) = (vec![0u64; flows], vec![0u64; flows], vec![0; flows]);
+    let half = s.start_ns + (s.end_ns - s.start_ns) / 2;
+    let mut in_half = vec![0u64; flows];
+    let mut samples: Vec<usize> = Vec::new();
+    let mut queue_max = 0;
+    let mut next_sample = 0u64;
+    let mut ok = true;
+    let deadline = s.end_ns + 50_000_000;
+    let mut idle = false;
+    loop {
+        let now = w.now();
+        while next_sample <= now {
+            let q = w.fabric.queue_bytes(bottleneck, 1);
+            queue_max = queue_max.max(q);
+            if next_sample >= half && next_sample < s.end_ns {
+                samples.push(q);
+            }
+            next_sample += 1_000;
+        }
+        for (i, f) in (1..=flows).enumerate() {
+            let long = f == flows;
+            let active = now < s.end_ns && (long || now >= s.start_ns);
+            while active && posted[i] - done[i] < s.depth {
+                let sge = [Sge {
+                    addr: SRC as u64,
+                    length: s.msg as u32,
+                    lkey: w.hosts[f].keys.lkey,
+                }];
+                let slot = (posted[i] as usize * s.msg) % REGION;
+                let at = REGION * f + slot.min(REGION - s.msg);
+                let rkey = w.hosts[0].keys.rkey;
+                let wr = SendWr::new(posted[i], WrOpcode::Write, Payload::Sges(&sge))
+                    .remote(at as u64, rkey)
+                    .flags(SendFlags::SIGNALED);
+                if w.hosts[f].qp(0x100 + f as u32).post_send(&wr).is_err() {
+                    break;
+                }
+                posted[i] += 1;
+            }
+            let host = &w.hosts[f];
+            for (c, &t) in host.completions[seen[i]..]
+                .iter()
+                .zip(&host.completed_at[seen[i]..])
+            {
+                ok &= c.status == WcStatus::Success;
+                done[i] += 1;
+                delivered[i] += s.msg as u64;
+                if let Some(b) = bins[i].get_mut((t / s.bin_ns) as usize) {
+                    *b += s.msg as u64;
+                }
+                if t >= half && t < s.end_ns {
+                    in_half[i] += s.msg as u64;
+                }
+                if !long && fct[i].is_none() && delivered[i] >= s.burst {
+                    fct[i] = Some(t - s.start_ns);
+                }
+            }
+            seen[i] = host.completions.len();
+        }
+        let finished = now >= s.end_ns && (0..flows).all(|i| done[i] == posted[i]);
+        if finished || now > deadline || idle {
+            break;
+        }
+        let until = if now < s.end_ns {
+            next_sample.min(if now < s.start_ns {
+                s.start_ns
+            } else {
+                s.end_ns
+            })
+        } else {
+            deadline
+        };
+        idle = match w.step(until) {
+            ferroce_testbed::Step::Idle | ferroce_testbed::Step::Beyond => {
+                if now < s.end_ns {
+                    w.fabric.advance_to(until.max(now + 1));
+                    false
+                } else {
+                    true
+                }
+            }
+            _ => false,
+        };
+    }
+    let mut out = Outcome {
+        queue_max,
+        verified: ok
+            && (1..=flows).all(|f| w.hosts[0].read(REGION * f, s.msg) == pattern(f, s.msg)),
+        ..Outcome::default()
+    };
+    for l in w.fabric.links_of_switch(sw) {
+        for d in w.fabric.link_stats(l) {
+            out.drops += d.dropped_queue;
+            out.marked += d.ecn_marked;
+        }
+    }
+    out.cnps = w.hosts[0].counters().np_cnp_sent;
+    let span = (s.end_ns - half) as f64;
+    let total: u64 = in_half.iter().sum();
+    out.utilization = total as f64 * 8.0 / (s.gbps * span);
+    let sq: f64 = in_half.iter().map(|&x| (x as f64).powi(2)).sum();
+    out.jain = if sq > 0.0 {
+        (total as f64).powi(2) / (flows as f64 * sq)
+    } else {
+        0.0
+    };
+    samples.sort_unstable();
+    let pct = |p: f64| {
+        samples
+            .get(((samples.len().max(1) - 1) as f64 * p).round() as usize)
+            .copied()
+            .unwrap_or(0)
+    };
+    out.queue_p50 = pct(0.5);
+    out.queue_p99 = pct(0.99);
+    out.fct_ns = fct[..s.senders]
+        .iter()
+        .copied()
+        .collect::<Option<Vec<u64>>>()
+        .and_then(|v| v.into_iter().max());
+    out.bins = bins
+        .iter()
+        .map(|b| {
+            b.iter()
+                .map(|&x| x as f64 * 8.0 / s.bin_ns as f64)
+                .collect()
+        })
+        .collect();
+    out
+}

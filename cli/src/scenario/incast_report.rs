@@ -1,0 +1,193 @@
+//! The table, JSON and plot of `ferroce scenario incast` (the runs are [`super::incast`]).
+
+use std::process::ExitCode;
+
+use serde_json::json;
+
+use super::incast::{run, Scheme, Setup};
+use crate::Failure;
+
+#[derive(clap::Args)]
+pub(crate) struct Args {
+    /// Incast senders, comma-separated (each run adds one long-lived flow).
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8,16")]
+    senders: Vec<usize>,
+    /// Schemes, comma-separated (default: dcqcn, dcqcn-mlx5, none).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    scheme: Vec<Scheme>,
+    /// The bottleneck's buffer (suffixes KiB, MiB).
+    #[arg(long, default_value = "1MiB", value_parser = super::parse_size)]
+    buffer: usize,
+    /// Link rate, Gbit/s.
+    #[arg(long, default_value_t = 100.0)]
+    gbps: f64,
+    /// One-way delay of every link, µs.
+    #[arg(long, default_value_t = 1.0)]
+    delay_us: f64,
+    /// How long the flows run, virtual ms (the incast starts at a tenth of it).
+    #[arg(long, default_value_t = 4.0)]
+    duration_ms: f64,
+    /// WRITE size (suffixes KiB, MiB).
+    #[arg(long, default_value = "64KiB", value_parser = super::parse_size)]
+    msg: usize,
+    /// WRs outstanding per sender.
+    #[arg(long, default_value_t = 8)]
+    depth: u64,
+    /// Bytes each incast sender's completion time counts (suffixes KiB, MiB).
+    #[arg(long, default_value = "2MiB", value_parser = super::parse_size)]
+    burst: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the goodput of every flow over time (the largest --senders, a panel per
+    /// scheme) as an SVG here.
+    #[arg(long)]
+    plot: Option<std::path::PathBuf>,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run_cli(a: &Args) -> Result<ExitCode, Failure> {
+    if a.senders.iter().any(|&n| !(1..=64).contains(&n)) {
+        return Err(Failure("--senders must each be 1..64".into()));
+    }
+    if a.gbps <= 0.0 || a.delay_us < 0.0 || a.duration_ms <= 0.0 || a.depth == 0 {
+        return Err(Failure(
+            "--gbps, --duration-ms and --depth must be above zero, --delay-us not negative".into(),
+        ));
+    }
+    if a.msg > 1 << 20 {
+        return Err(Failure("--msg must be at most 1MiB".into()));
+    }
+    let schemes = if a.scheme.is_empty() {
+        vec![Scheme::Dcqcn, Scheme::DcqcnMlx5, Scheme::None]
+    } else {
+        a.scheme.clone()
+    };
+    let end_ns = (a.duration_ms * 1e6) as u64;
+    let bin_ns = (end_ns / 80).max(1_000);
+    let mut points = Vec::new();
+    let mut panels_data = Vec::new();
+    let mut ok = true;
+    let largest = a.senders.iter().copied().max().unwrap_or(1);
+    for &scheme in &schemes {
+        for &senders in &a.senders {
+            let s = Setup {
+                senders,
+                scheme,
+                gbps: a.gbps,
+                delay_ns: (a.delay_us * 1000.0) as u64,
+                buffer: a.buffer,
+                msg: a.msg,
+                depth: a.depth,
+                start_ns: end_ns / 10,
+                end_ns,
+                burst: a.burst as u64,
+                bin_ns,
+                seed: a.seed,
+            };
+            let o = run(&s);
+            ok &= o.verified;
+            if senders == largest {
+                panels_data.push((scheme, o.bins.clone()));
+            }
+            points.push(json!({
+                "scheme": scheme.name(),
+                "senders": senders,
+                "utilization": o.utilization,
+                "jain": o.jain,
+                "queue_p50_bytes": o.queue_p50,
+                "queue_p99_bytes": o.queue_p99,
+                "queue_max_bytes": o.queue_max,
+                "drops": o.drops,
+                "marked": o.marked,
+                "cnps": o.cnps,
+                "fct_us": o.fct_ns.map(|t| t as f64 / 1e3),
+                "verified": o.verified,
+            }));
+        }
+    }
+    if let Some(path) = &a.plot {
+        let names: Vec<String> = (1..=largest)
+            .map(|f| format!("sender {f}"))
+            .chain(std::iter::once("long flow".to_string()))
+            .collect();
+        let titles: Vec<String> = panels_data
+            .iter()
+            .map(|(scheme, _)| format!("{} ({largest} senders + a long flow)", scheme.name()))
+            .collect();
+        let panels: Vec<super::timeline::Panel<'_>> = panels_data
+            .iter()
+            .zip(&titles)
+            .map(|((_, bins), t)| {
+                let lines = bins
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| (names[i].as_str(), b.clone()))
+                    .collect();
+                (t.as_str(), lines)
+            })
+            .collect();
+        let title = format!(
+            "Incast into one receiver at {} Gbit/s, {} buffer: goodput per flow",
+            a.gbps, a.buffer
+        );
+        let start_ms = a.duration_ms / 10.0;
+        std::fs::write(
+            path,
+            super::timeline::svg(&title, &panels, bin_ns as f64 / 1e6, &[start_ms], a.gbps),
+        )
+        .map_err(|e| Failure(format!("cannot write {}: {e}", path.display())))?;
+    }
+    if a.json {
+        println!(
+            "{}",
+            json!({
+                "scenario": "incast",
+                "gbps": a.gbps,
+                "buffer_bytes": a.buffer,
+                "points": points,
+            })
+        );
+    } else {
+        println!(
+            "{:>10} {:>7} {:>6} {:>6} {:>9} {:>9} {:>9} {:>7} {:>7} {:>6} {:>9} {:>8}",
+            "scheme",
+            "senders",
+            "util",
+            "jain",
+            "q_p50_B",
+            "q_p99_B",
+            "q_max_B",
+            "drops",
+            "marked",
+            "cnps",
+            "fct_us",
+            "verified"
+        );
+        for p in &points {
+            println!(
+                "{:>10} {:>7} {:>6.3} {:>6.3} {:>9} {:>9} {:>9} {:>7} {:>7} {:>6} {:>9} {:>8}",
+                p["scheme"].as_str().unwrap_or(""),
+                p["senders"].as_u64().unwrap_or(0),
+                p["utilization"].as_f64().unwrap_or(0.0),
+                p["jain"].as_f64().unwrap_or(0.0),
+                p["queue_p50_bytes"].as_u64().unwrap_or(0),
+                p["queue_p99_bytes"].as_u64().unwrap_or(0),
+                p["queue_max_bytes"].as_u64().unwrap_or(0),
+                p["drops"].as_u64().unwrap_or(0),
+                p["marked"].as_u64().unwrap_or(0),
+                p["cnps"].as_u64().unwrap_or(0),
+                p["fct_us"]
+                    .as_f64()
+                    .map_or("-".to_string(), |x| format!("{x:.1}")),
+                p["verified"].as_bool().unwrap_or(false),
+            );
+        }
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
