@@ -90,7 +90,18 @@ pub(crate) fn svg(
                 r##"<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{}"/>"##,
                 pts.join(" ")
             );
+            // As many legend rows as the panel holds; the rest are named in the last one.
+            let rows = ((PANEL_H - 20.0) / 16.0) as usize;
+            if i + 1 > rows {
+                continue;
+            }
             let ly = top + 20.0 + i as f64 * 16.0;
+            let more = lines.len() - i;
+            let scheme = if i + 1 == rows && more > 1 {
+                format!("… and {} more", more)
+            } else {
+                (*scheme).to_string()
+            };
             let _ = write!(
                 s,
                 r##"<line x1="{0}" x2="{1}" y1="{ly}" y2="{ly}" stroke="{colour}" stroke-width="2"/><text x="{2}" y="{3}">{scheme}</text>"##,
