@@ -641,7 +641,8 @@ fn scenario_allreduce_localizes_repairs_and_decomposes() {
 }
 
 /// `scenario incast`, short form: four senders and a long flow into one receiver through a
-/// 1 MB marking buffer — every byte arrives under every scheme, the receiver sends CNPs, and
+/// 1 MB marking buffer — every byte arrives under every scheme (DCQCN twice, TIMELY, none),
+/// the receiver sends CNPs, and
 /// DCQCN (ferroce's parameters) drops less than no congestion control; the JSON carries the
 /// issue's keys per point. (The utilization and fairness targets are not met yet:
 /// docs/congestion.md.)
@@ -663,7 +664,7 @@ fn scenario_incast_runs_and_dcqcn_drops_less() {
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let points = v["points"].as_array().unwrap();
-    assert_eq!(points.len(), 3, "three schemes");
+    assert_eq!(points.len(), 4, "four schemes");
     for p in points {
         for key in [
             "scheme",
@@ -678,7 +679,9 @@ fn scenario_incast_runs_and_dcqcn_drops_less() {
             assert!(p.get(key).is_some(), "{key} missing in {p}");
         }
         assert_eq!(p["verified"], true, "{p}");
-        assert!(p["cnps"].as_u64().unwrap() > 0, "{p}");
+        if p["scheme"] != "timely" {
+            assert!(p["cnps"].as_u64().unwrap() > 0, "the queue marks: {p}");
+        }
     }
     let drops = |s: &str| {
         points

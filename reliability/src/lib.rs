@@ -27,7 +27,8 @@
 //!   `ferroce_stack::transport::failover`).
 //!
 //! - [`varuna`], [`r2ccl`]: Varuna mode and R2CCL's failure handling (issue 23).
-//! - [`dcqcn`]: DCQCN's reaction point behind the `CongestionControl` seam (issue 24).
+//! - [`dcqcn`]: DCQCN's reaction point behind the `CongestionControl` seam (issue 24);
+//!   [`timely`]: TIMELY, delay-based, on the same seam.
 
 pub mod baselines;
 pub mod dcqcn;
@@ -37,6 +38,7 @@ pub mod shift;
 pub mod spray;
 pub mod sr;
 pub mod themis;
+pub mod timely;
 pub mod varuna;
 
 pub use ferroce_stack::transport::congestion::{AckEvent, CongestionControl, Loss, NoControl};

@@ -16,6 +16,7 @@ use ferroce_drivers::sim::{LinkModel, Loss};
 use ferroce_reliability::dcqcn::{Dcqcn, DcqcnConfig};
 use ferroce_reliability::spray::Spray;
 use ferroce_reliability::sr::{SelectiveRepeat, SrConfig};
+use ferroce_reliability::timely::{Timely, TimelyConfig};
 use ferroce_reliability::Policies;
 use ferroce_verbs::connect::{
     capability, connect_qp, negotiate, Capabilities, ConnectOpts, Endpoint, Negotiated,
@@ -63,6 +64,8 @@ pub(crate) enum Cc {
     None,
     /// DCQCN's reaction point with ConnectX's defaults at the link rate (`--gbps`).
     Dcqcn,
+    /// TIMELY (delay-based, from the transport's RTT samples), ferroce's parameters.
+    Timely,
 }
 
 #[derive(clap::Args, Clone, Debug)]
@@ -333,9 +336,11 @@ fn use_scheme(qp: &QueuePair, agreed: Negotiated, a: &Args) -> Result<(), Failur
         let recovery = SelectiveRepeat::new(SrConfig::default());
         p = Policies::recovery(Box::new(recovery)).with_path(Box::new(spray));
     }
-    if a.cc == Cc::Dcqcn {
-        let line = (a.gbps * 1e9) as u64;
-        p = p.with_congestion(Box::new(Dcqcn::new(DcqcnConfig::mlx5(line))));
+    let line = (a.gbps * 1e9) as u64;
+    match a.cc {
+        Cc::None => {}
+        Cc::Dcqcn => p = p.with_congestion(Box::new(Dcqcn::new(DcqcnConfig::mlx5(line)))),
+        Cc::Timely => p = p.with_congestion(Box::new(Timely::new(TimelyConfig::ferroce(line)))),
     }
     qp.set_reliability(p)?;
     Ok(())
@@ -919,6 +924,7 @@ fn report(
             "cc": match a.cc {
                 Cc::None => "none",
                 Cc::Dcqcn => "dcqcn",
+                Cc::Timely => "timely",
             },
         });
         if a.kind == Kind::Lat {

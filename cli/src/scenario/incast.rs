@@ -9,6 +9,7 @@
 
 use ferroce_drivers::sim::{LinkModel, Red};
 use ferroce_reliability::dcqcn::{Dcqcn, DcqcnConfig};
+use ferroce_reliability::timely::{Timely, TimelyConfig};
 use ferroce_stack::transport::{
     Mtu, Payload, Policies, QpType, SendFlags, SendWr, Sge, WcStatus, WrOpcode,
 };
@@ -22,6 +23,8 @@ pub(crate) enum Scheme {
     /// DCQCN with ConnectX's defaults.
     #[value(name = "dcqcn-mlx5")]
     DcqcnMlx5,
+    /// TIMELY (delay-based), ferroce's parameters.
+    Timely,
     /// None (a restart window after a rewind only).
     None,
 }
@@ -31,16 +34,19 @@ impl Scheme {
         match self {
             Self::Dcqcn => "dcqcn",
             Self::DcqcnMlx5 => "dcqcn-mlx5",
+            Self::Timely => "timely",
             Self::None => "none",
         }
     }
 
-    fn config(self, line: u64) -> Option<DcqcnConfig> {
-        match self {
-            Self::Dcqcn => Some(DcqcnConfig::ferroce(line)),
-            Self::DcqcnMlx5 => Some(DcqcnConfig::mlx5(line)),
-            Self::None => None,
-        }
+    fn policies(self, line: u64) -> Option<Policies> {
+        let cc: Box<dyn ferroce_stack::transport::CongestionControl> = match self {
+            Self::Dcqcn => Box::new(Dcqcn::new(DcqcnConfig::ferroce(line))),
+            Self::DcqcnMlx5 => Box::new(Dcqcn::new(DcqcnConfig::mlx5(line))),
+            Self::Timely => Box::new(Timely::new(TimelyConfig::ferroce(line))),
+            Self::None => return None,
+        };
+        Some(Policies::default().with_congestion(cc))
     }
 }
 
@@ -108,7 +114,6 @@ pub(crate) fn run(s: &Setup) -> Outcome {
         timeout: 12,
         ..ConnOpts::default()
     };
-    let cfg = s.scheme.config(line);
     for f in 1..=flows {
         w.connect(
             QpType::Rc,
@@ -117,8 +122,7 @@ pub(crate) fn run(s: &Setup) -> Outcome {
             &o,
             None,
         );
-        if let Some(c) = cfg {
-            let p = Policies::default().with_congestion(Box::new(Dcqcn::new(c)));
+        if let Some(p) = s.scheme.policies(line) {
             w.hosts[f].qp(0x100 + f as u32).set_policies(p);
         }
         w.hosts[f].write(SRC, &pattern(f, s.msg));

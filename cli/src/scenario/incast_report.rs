@@ -12,7 +12,7 @@ pub(crate) struct Args {
     /// Incast senders, comma-separated (each run adds one long-lived flow).
     #[arg(long, value_delimiter = ',', default_value = "2,4,8,16")]
     senders: Vec<usize>,
-    /// Schemes, comma-separated (default: dcqcn, dcqcn-mlx5, none).
+    /// Schemes, comma-separated (default: dcqcn, dcqcn-mlx5, timely, none).
     #[arg(long, value_delimiter = ',', value_enum)]
     scheme: Vec<Scheme>,
     /// The bottleneck's buffer (suffixes KiB, MiB).
@@ -60,7 +60,12 @@ pub(crate) fn run_cli(a: &Args) -> Result<ExitCode, Failure> {
         return Err(Failure("--msg must be at most 1MiB".into()));
     }
     let schemes = if a.scheme.is_empty() {
-        vec![Scheme::Dcqcn, Scheme::DcqcnMlx5, Scheme::None]
+        vec![
+            Scheme::Dcqcn,
+            Scheme::DcqcnMlx5,
+            Scheme::Timely,
+            Scheme::None,
+        ]
     } else {
         a.scheme.clone()
     };
