@@ -640,7 +640,7 @@ fn scenario_allreduce_localizes_repairs_and_decomposes() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
-/// `scenario incast`, short form: four senders and a long flow into one receiver through a
+/// `scenario incast`, short form: sixteen senders and a long flow into one receiver through a
 /// 1 MB marking buffer — every byte arrives under every scheme (DCQCN twice, TIMELY, none),
 /// the receiver sends CNPs, and
 /// DCQCN (ferroce's parameters) drops less than no congestion control; the JSON carries the
@@ -652,7 +652,7 @@ fn scenario_incast_runs_and_dcqcn_drops_less() {
         "scenario",
         "incast",
         "--senders",
-        "4",
+        "16",
         "--duration-ms",
         "2",
         "--json",

@@ -28,10 +28,11 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 4.0)]
     duration_ms: f64,
     /// WRITE size (suffixes KiB, MiB).
-    #[arg(long, default_value = "64KiB", value_parser = super::parse_size)]
+    #[arg(long, default_value = "32KiB", value_parser = super::parse_size)]
     msg: usize,
-    /// WRs outstanding per sender.
-    #[arg(long, default_value_t = 8)]
+    /// WRs outstanding per sender (with --msg, what a sender can put in flight before any
+    /// feedback: 64 KiB by default, so 16 senders' first burst fits the 1 MB buffer).
+    #[arg(long, default_value_t = 2)]
     depth: u64,
     /// Bytes each incast sender's completion time counts (suffixes KiB, MiB).
     #[arg(long, default_value = "2MiB", value_parser = super::parse_size)]
