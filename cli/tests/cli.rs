@@ -691,6 +691,34 @@ fn scenario_incast_runs_and_dcqcn_drops_less() {
             .unwrap()
     };
     assert!(drops("dcqcn") < drops("none"), "{v}");
+    // The staggered run: three joins and three leaves, each with its fair share.
+    let out = ferroce(&[
+        "scenario",
+        "incast",
+        "--staggered-ms",
+        "1",
+        "--depth",
+        "4",
+        "--scheme",
+        "dcqcn",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let events = v["events"].as_array().unwrap();
+    let active: Vec<u64> = events
+        .iter()
+        .map(|e| e["active"].as_u64().unwrap())
+        .collect();
+    assert_eq!(active, [2, 3, 4, 3, 2, 1], "{v}");
+    for e in events {
+        assert_eq!(e["verified"], true, "{e}");
+        assert!(e.get("converge_us").is_some(), "{e}");
+    }
     let bad = ferroce(&["scenario", "incast", "--senders", "0"]);
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);

@@ -69,6 +69,9 @@ pub(crate) struct Setup {
     pub(crate) burst: u64,
     pub(crate) bin_ns: u64,
     pub(crate) seed: u64,
+    /// Instead of `senders` incast flows and a long one: these flows, each sending in
+    /// `[join, leave)` (the staggered run).
+    pub(crate) windows: Option<Vec<(u64, u64)>>,
 }
 
 /// What a run measured.
@@ -106,7 +109,14 @@ pub(crate) fn run(s: &Setup) -> Outcome {
     let mut m = LinkModel::new(line, s.delay_ns);
     m.queue_limit_bytes = s.buffer;
     m.ecn = Some(Red::dcqcn(line));
-    let flows = s.senders + 1;
+    // Each flow sends in [join, leave): the incast senders from the start, the long flow
+    // all along — or the staggered run's windows.
+    let windows: Vec<(u64, u64)> = s.windows.clone().unwrap_or_else(|| {
+        let mut v = vec![(s.start_ns, s.end_ns); s.senders];
+        v.push((0, s.end_ns));
+        v
+    });
+    let flows = windows.len();
     let mem = REGION * (flows + 1);
     let (mut w, sw) = star(s.seed, flows + 1, m, mem);
     let o = ConnOpts {
@@ -155,8 +165,9 @@ pub(crate) fn run(s: &Setup) -> Outcome {
             next_sample += 1_000;
         }
         for (i, f) in (1..=flows).enumerate() {
-            let long = f == flows;
-            let active = now < s.end_ns && (long || now >= s.start_ns);
+            let long = s.windows.is_none() && f == flows;
+            let (join, leave) = windows[i];
+            let active = now < s.end_ns && now >= join && now < leave;
             while active && posted[i] - done[i] < s.depth {
                 let sge = [Sge {
                     addr: SRC as u64,
@@ -199,11 +210,13 @@ pub(crate) fn run(s: &Setup) -> Outcome {
             break;
         }
         let until = if now < s.end_ns {
-            next_sample.min(if now < s.start_ns {
-                s.start_ns
-            } else {
-                s.end_ns
-            })
+            let edge = windows
+                .iter()
+                .flat_map(|&(a, b)| [a, b])
+                .filter(|&t| t > now)
+                .min()
+                .unwrap_or(s.end_ns);
+            next_sample.min(edge).min(s.end_ns)
         } else {
             deadline
         };
@@ -264,4 +277,103 @@ pub(crate) fn run(s: &Setup) -> Outcome {
         })
         .collect();
     out
+}
+
+/// One event of the staggered run: when, how many flows send after it, their fair share,
+/// and how long until every one of them was within 20 % of it for three bins in a row.
+#[derive(Clone, Debug)]
+pub(crate) struct Event {
+    pub(crate) at_ns: u64,
+    pub(crate) joined: bool,
+    pub(crate) active: usize,
+    pub(crate) fair_gbps: f64,
+    pub(crate) converge_ns: Option<u64>,
+}
+
+/// The events of `windows` (joins and leaves after the first join, before `end`) and their
+/// convergence in `bins` (Gbit/s per flow per `bin_ns`).
+pub(crate) fn convergence(
+    windows: &[(u64, u64)],
+    bins: &[Vec<f64>],
+    bin_ns: u64,
+    end: u64,
+    gbps: f64,
+) -> Vec<Event> {
+    let first = windows.iter().map(|w| w.0).min().unwrap_or(0);
+    let mut times: Vec<(u64, bool)> = windows
+        .iter()
+        .flat_map(|&(a, b)| [(a, true), (b, false)])
+        .filter(|&(t, _)| t > first && t < end)
+        .collect();
+    times.sort_unstable();
+    times.dedup();
+    let mut out = Vec::new();
+    for (k, &(at, joined)) in times.iter().enumerate() {
+        let next = times.get(k + 1).map_or(end, |t| t.0);
+        let active: Vec<usize> = (0..windows.len())
+            .filter(|&f| windows[f].0 <= at && at < windows[f].1)
+            .collect();
+        let fair = gbps / active.len().max(1) as f64;
+        let (b0, b1) = (at.div_ceil(bin_ns) as usize, (next / bin_ns) as usize);
+        let near = |b: usize| {
+            active.iter().all(|&f| {
+                let x = bins[f].get(b).copied().unwrap_or(0.0);
+                (x - fair).abs() <= 0.2 * fair
+            })
+        };
+        let converge_ns = (b0..b1.saturating_sub(2))
+            .find(|&b| near(b) && near(b + 1) && near(b + 2))
+            .map(|b| (b as u64 * bin_ns).saturating_sub(at));
+        out.push(Event {
+            at_ns: at,
+            joined,
+            active: active.len(),
+            fair_gbps: fair,
+            converge_ns,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two flows, the second joining at 1 ms (bins of 100 µs): fair share 50 Gbit/s, reached
+    /// by both from bin 13 on — 300 µs after the join; the first leaving at 2 ms leaves the
+    /// second alone, at 100 Gbit/s from bin 20: 0 µs. A flow that never gets there: never.
+    #[test]
+    fn convergence_by_hand() {
+        let windows = [(0, 2_000_000), (1_000_000, 3_000_000)];
+        let mut bins = vec![vec![0.0; 31]; 2];
+        for b in 0..31 {
+            bins[0][b] = if b < 10 {
+                100.0
+            } else if b < 13 {
+                80.0
+            } else if b < 20 {
+                50.0
+            } else {
+                0.0
+            };
+            bins[1][b] = if b < 10 {
+                0.0
+            } else if b < 13 {
+                20.0
+            } else if b < 20 {
+                50.0
+            } else {
+                100.0
+            };
+        }
+        let ev = convergence(&windows, &bins, 100_000, 3_000_000, 100.0);
+        assert_eq!(ev.len(), 2);
+        assert!(ev[0].joined && ev[0].active == 2 && ev[0].fair_gbps == 50.0);
+        assert_eq!(ev[0].converge_ns, Some(300_000));
+        assert!(!ev[1].joined && ev[1].active == 1);
+        assert_eq!(ev[1].converge_ns, Some(0));
+        bins[1] = vec![10.0; 31];
+        let ev = convergence(&windows, &bins, 100_000, 3_000_000, 100.0);
+        assert_eq!(ev[0].converge_ns, None);
+    }
 }

@@ -39,6 +39,11 @@ pub(crate) struct Args {
     burst: usize,
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Instead: the staggered run — four flows join one receiver this many ms apart, then
+    /// leave in the same order; how long each scheme takes to come back to the fair share
+    /// after each event.
+    #[arg(long)]
+    staggered_ms: Option<f64>,
     /// Write the goodput of every flow over time (the largest --senders, a panel per
     /// scheme) as an SVG here.
     #[arg(long)]
@@ -70,6 +75,9 @@ pub(crate) fn run_cli(a: &Args) -> Result<ExitCode, Failure> {
     } else {
         a.scheme.clone()
     };
+    if let Some(t) = a.staggered_ms {
+        return staggered(a, &schemes, t);
+    }
     let end_ns = (a.duration_ms * 1e6) as u64;
     let bin_ns = (end_ns / 80).max(1_000);
     let mut points = Vec::new();
@@ -91,6 +99,7 @@ pub(crate) fn run_cli(a: &Args) -> Result<ExitCode, Failure> {
                 burst: a.burst as u64,
                 bin_ns,
                 seed: a.seed,
+                windows: None,
             };
             let o = run(&s);
             ok &= o.verified;
@@ -188,6 +197,80 @@ pub(crate) fn run_cli(a: &Args) -> Result<ExitCode, Failure> {
                     .as_f64()
                     .map_or("-".to_string(), |x| format!("{x:.1}")),
                 p["verified"].as_bool().unwrap_or(false),
+            );
+        }
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Four flows joining `t_ms` apart, then leaving in the same order.
+fn staggered(a: &Args, schemes: &[Scheme], t_ms: f64) -> Result<ExitCode, Failure> {
+    if !(t_ms > 0.0 && t_ms <= 100.0) {
+        return Err(Failure(
+            "--staggered-ms must be above 0 and at most 100".into(),
+        ));
+    }
+    let t = (t_ms * 1e6) as u64;
+    let windows: Vec<(u64, u64)> = (0..4).map(|k| (k * t, (4 + k) * t)).collect();
+    let end = 7 * t;
+    let bin_ns = (t / 20).max(1_000);
+    let mut rows = Vec::new();
+    let mut ok = true;
+    for &scheme in schemes {
+        let s = Setup {
+            senders: 4,
+            scheme,
+            gbps: a.gbps,
+            delay_ns: (a.delay_us * 1000.0) as u64,
+            buffer: a.buffer,
+            msg: a.msg,
+            depth: a.depth,
+            start_ns: 0,
+            end_ns: end,
+            burst: a.burst as u64,
+            bin_ns,
+            seed: a.seed,
+            windows: Some(windows.clone()),
+        };
+        let o = run(&s);
+        ok &= o.verified;
+        for e in super::incast::convergence(&windows, &o.bins, bin_ns, end, a.gbps) {
+            rows.push(json!({
+                "scheme": scheme.name(),
+                "event": if e.joined { "join" } else { "leave" },
+                "at_ms": e.at_ns as f64 / 1e6,
+                "active": e.active,
+                "fair_gbps": e.fair_gbps,
+                "converge_us": e.converge_ns.map(|n| n as f64 / 1e3),
+                "verified": o.verified,
+            }));
+        }
+    }
+    if a.json {
+        println!(
+            "{}",
+            json!({"scenario": "incast", "mode": "staggered", "interval_ms": t_ms, "events": rows})
+        );
+    } else {
+        println!(
+            "{:>10} {:>6} {:>7} {:>7} {:>9} {:>12}",
+            "scheme", "event", "at_ms", "active", "fair_gbps", "converge_us"
+        );
+        for r in &rows {
+            println!(
+                "{:>10} {:>6} {:>7.2} {:>7} {:>9.1} {:>12}",
+                r["scheme"].as_str().unwrap_or(""),
+                r["event"].as_str().unwrap_or(""),
+                r["at_ms"].as_f64().unwrap_or(0.0),
+                r["active"].as_u64().unwrap_or(0),
+                r["fair_gbps"].as_f64().unwrap_or(0.0),
+                r["converge_us"]
+                    .as_f64()
+                    .map_or("never".to_string(), |x| format!("{x:.0}")),
             );
         }
     }
