@@ -345,27 +345,22 @@ mod tests {
     #[test]
     fn convergence_by_hand() {
         let windows = [(0, 2_000_000), (1_000_000, 3_000_000)];
-        let mut bins = vec![vec![0.0; 31]; 2];
-        for b in 0..31 {
-            bins[0][b] = if b < 10 {
-                100.0
-            } else if b < 13 {
-                80.0
-            } else if b < 20 {
-                50.0
-            } else {
-                0.0
-            };
-            bins[1][b] = if b < 10 {
-                0.0
-            } else if b < 13 {
-                20.0
-            } else if b < 20 {
-                50.0
-            } else {
-                100.0
-            };
-        }
+        let first = |b: usize| match b {
+            0..10 => 100.0,
+            10..13 => 80.0,
+            13..20 => 50.0,
+            _ => 0.0,
+        };
+        let second = |b: usize| match b {
+            0..10 => 0.0,
+            10..13 => 20.0,
+            13..20 => 50.0,
+            _ => 100.0,
+        };
+        let mut bins = vec![
+            (0..31).map(first).collect::<Vec<f64>>(),
+            (0..31).map(second).collect::<Vec<f64>>(),
+        ];
         let ev = convergence(&windows, &bins, 100_000, 3_000_000, 100.0);
         assert_eq!(ev.len(), 2);
         assert!(ev[0].joined && ev[0].active == 2 && ev[0].fair_gbps == 50.0);
