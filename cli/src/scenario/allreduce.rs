@@ -271,6 +271,8 @@ struct Loc {
     rail: usize,
     a: usize,
     b: usize,
+    /// The node both ends probe besides each other.
+    third: usize,
     /// a's probe QPs: to b, to the third node; b's likewise.
     a_probes: [u32; 2],
     b_probes: [u32; 2],
@@ -937,9 +939,8 @@ impl Run<'_> {
             .find(|&t| t != b)
             .expect("three nodes or more");
         let (ab_a, ab_b) = self.probe_pair(a, b, rail);
-        let (at_a, at_t) = self.probe_pair(a, third, rail);
-        let (bt_b, bt_t) = self.probe_pair(b, third, rail);
-        let _ = (at_t, bt_t);
+        let (at_a, _) = self.probe_pair(a, third, rail);
+        let (bt_b, _) = self.probe_pair(b, third, rail);
         self.probe(a, ab_a, b);
         self.probe(a, at_a, third);
         self.out.localized.push(Localized {
@@ -952,6 +953,7 @@ impl Run<'_> {
             rail,
             a,
             b,
+            third,
             a_probes: [ab_a, at_a],
             b_probes: [ab_b, bt_b],
             b_started: false,
@@ -994,12 +996,8 @@ impl Run<'_> {
                 OobMsg::ConnError { .. } => {
                     // The receiver learns its connection failed: it probes too.
                     self.locs[l].b_started = true;
-                    let (b, a) = (self.locs[l].b, self.locs[l].a);
+                    let (b, a, third) = (self.locs[l].b, self.locs[l].a, self.locs[l].third);
                     let [to_a, to_third] = self.locs[l].b_probes;
-                    let third = (1..self.s.nodes)
-                        .map(|d| (a + d) % self.s.nodes)
-                        .find(|&t| t != b)
-                        .expect("three nodes or more");
                     self.probe(b, to_a, a);
                     self.probe(b, to_third, third);
                 }
@@ -1102,8 +1100,7 @@ pub(crate) fn run(s: &Setup) -> Outcome {
             }
             hooked = true;
         }
-        if let Some(t) = next_start.filter(|&t| t <= now) {
-            let _ = t;
+        if next_start.is_some_and(|t| t <= now) {
             if !x.start_collective(iter) {
                 x.out.stuck = true;
                 break;

@@ -53,6 +53,25 @@ pub(crate) struct Args {
     json: bool,
 }
 
+/// A run of `scheme` with the arguments' fabric and workload, `end_ns` long.
+fn setup(a: &Args, scheme: Scheme, end_ns: u64, bin_ns: u64) -> Setup {
+    Setup {
+        senders: 0,
+        scheme,
+        gbps: a.gbps,
+        delay_ns: (a.delay_us * 1000.0) as u64,
+        buffer: a.buffer,
+        msg: a.msg,
+        depth: a.depth,
+        start_ns: 0,
+        end_ns,
+        burst: a.burst as u64,
+        bin_ns,
+        seed: a.seed,
+        windows: None,
+    }
+}
+
 pub(crate) fn run_cli(a: &Args) -> Result<ExitCode, Failure> {
     if a.senders.iter().any(|&n| !(1..=64).contains(&n)) {
         return Err(Failure("--senders must each be 1..64".into()));
@@ -88,18 +107,8 @@ pub(crate) fn run_cli(a: &Args) -> Result<ExitCode, Failure> {
         for &senders in &a.senders {
             let s = Setup {
                 senders,
-                scheme,
-                gbps: a.gbps,
-                delay_ns: (a.delay_us * 1000.0) as u64,
-                buffer: a.buffer,
-                msg: a.msg,
-                depth: a.depth,
                 start_ns: end_ns / 10,
-                end_ns,
-                burst: a.burst as u64,
-                bin_ns,
-                seed: a.seed,
-                windows: None,
+                ..setup(a, scheme, end_ns, bin_ns)
             };
             let o = run(&s);
             ok &= o.verified;
@@ -223,18 +232,8 @@ fn staggered(a: &Args, schemes: &[Scheme], t_ms: f64) -> Result<ExitCode, Failur
     for &scheme in schemes {
         let s = Setup {
             senders: 4,
-            scheme,
-            gbps: a.gbps,
-            delay_ns: (a.delay_us * 1000.0) as u64,
-            buffer: a.buffer,
-            msg: a.msg,
-            depth: a.depth,
-            start_ns: 0,
-            end_ns: end,
-            burst: a.burst as u64,
-            bin_ns,
-            seed: a.seed,
             windows: Some(windows.clone()),
+            ..setup(a, scheme, end, bin_ns)
         };
         let o = run(&s);
         ok &= o.verified;
