@@ -138,3 +138,51 @@ fn dcqcn_paces_an_incast_that_overflows_without_it() {
     );
     assert!(dc.drops < none.drops, "none {none:?}, dcqcn {dc:?}");
 }
+
+fn dcqcn_windowed() -> Policies {
+    Policies::default().with_congestion(Box::new(Dcqcn::new(DcqcnConfig::ferroce(G100))))
+}
+
+/// A window narrower than the AckReq spacing (ferroce's DCQCN: one BDP, 15 frames of 4 KiB
+/// at 100 Gbit/s and 5 µs) asks for an ACK every half window as well as at its edge, so
+/// it opens again before it is spent; asking only at the edge would answer once per
+/// window (about 64 / 15 ACKs for 64 packets), the flow stopping for a round trip each
+/// time.
+#[test]
+fn a_narrow_window_asks_for_acks_every_half_window() {
+    let mut w = ferroce::testbed::pair(7, LinkModel::new(G100, 1_000), MEM);
+    let o = ConnOpts {
+        mtu: Mtu::Mtu4096,
+        ..ConnOpts::default()
+    };
+    w.connect(
+        QpType::Rc,
+        ((0, 0x11), (1, 0x22)),
+        (0, 0),
+        &o,
+        Some(dcqcn_windowed),
+    );
+    let len = 64 * 4096;
+    let pattern: Vec<u8> = (0..len).map(|i| (i * 5 + 3) as u8).collect();
+    w.hosts[0].write(SRC, &pattern);
+    let sge = [Sge {
+        addr: SRC as u64,
+        length: len as u32,
+        lkey: w.hosts[0].keys.lkey,
+    }];
+    let rkey = w.hosts[1].keys.rkey;
+    let wr = SendWr::new(1, WrOpcode::Write, Payload::Sges(&sge))
+        .remote(DST as u64, rkey)
+        .flags(SendFlags::SIGNALED);
+    w.hosts[0].qp(0x11).post_send(&wr).unwrap();
+    assert!(w.drive());
+    assert_eq!(w.hosts[0].completions.len(), 1);
+    assert_eq!(w.hosts[0].completions[0].status, WcStatus::Success);
+    assert_eq!(w.hosts[1].read(DST, len), pattern);
+    let sender = w.hosts[0].qp(0x11).counters();
+    assert_eq!(sender.tx_packets, 64, "no packet sent twice");
+    assert_eq!(sender.local_ack_timeout_err, 0);
+    // AckReq every 7 PSNs (half of 15) and on the last: PSNs 6, 13, …, 62, 63.
+    let acks = w.hosts[1].qp(0x22).counters().acks_sent;
+    assert!(acks >= 9, "{acks} ACKs: asked only at the window's edge");
+}

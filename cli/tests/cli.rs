@@ -647,14 +647,14 @@ fn scenario_allreduce_localizes_repairs_and_decomposes() {
 /// issue's keys per point. (The issue's utilization and fairness targets are not met yet:
 /// docs/congestion.md.)
 #[test]
-fn scenario_incast_runs_and_dcqcn_drops_less() {
+fn scenario_incast_meets_its_targets_with_dcqcn() {
     let out = ferroce(&[
         "scenario",
         "incast",
         "--senders",
         "16",
         "--duration-ms",
-        "2",
+        "4",
         "--json",
     ]);
     assert!(
@@ -690,7 +690,18 @@ fn scenario_incast_runs_and_dcqcn_drops_less() {
             .and_then(|p| p["drops"].as_u64())
             .unwrap()
     };
-    assert!(drops("dcqcn") < drops("none"), "{v}");
+    // Issue 24's targets at 16:1 with ferroce's DCQCN, as it ships: the link kept busy and
+    // shared fairly once converged (the second half of the incast), the queue below Kmax,
+    // nothing lost from a 1 MB buffer. Without congestion control the buffer overflows.
+    let kmax = v["kmax_bytes"].as_u64().unwrap();
+    assert_eq!(kmax, 500_000, "{v}");
+    let d = points.iter().find(|p| p["scheme"] == "dcqcn").unwrap();
+    assert!(d["utilization"].as_f64().unwrap() >= 0.95, "{d}");
+    assert!(d["jain"].as_f64().unwrap() >= 0.95, "{d}");
+    assert!(d["queue_p99_bytes"].as_u64().unwrap() < kmax, "{d}");
+    assert_eq!(d["drops"], 0, "{d}");
+    assert_eq!(d["errors"], 0, "{d}");
+    assert!(drops("none") > 0, "{v}");
     // The staggered run: three joins and three leaves, each with its fair share.
     let out = ferroce(&[
         "scenario",

@@ -64,6 +64,12 @@ pub struct DcqcnConfig {
     pub rpg_ai_rate_bps: u64,
     /// Hyper increase step, bit/s (50 Mbit/s).
     pub rpg_hai_rate_bps: u64,
+    /// Not a ConnectX parameter (0 there: no window). If not 0, the fabric's base RTT
+    /// (ns): the QP keeps at most one bandwidth-delay product (`line_rate_bps` × this) in
+    /// flight, as the windowed DCQCN ("DCQCN+win") the HPCC paper compares against. A rate
+    /// cannot take back what left before the first CNP came back; the window bounds it, so
+    /// `n` flows starting together put at most `n` BDPs into the bottleneck's buffer.
+    pub window_rtt_ns: u64,
 }
 
 impl DcqcnConfig {
@@ -85,19 +91,26 @@ impl DcqcnConfig {
             rpg_threshold: 1,
             rpg_ai_rate_bps: 5_000_000,
             rpg_hai_rate_bps: 50_000_000,
+            window_rtt_ns: 0,
         }
     }
 }
 
 impl DcqcnConfig {
     /// ferroce's defaults, chosen on the incast scenario (docs/congestion.md): ConnectX's,
-    /// with the DCQCN paper's structure — at most one cut per 50 µs (the paper's CNP
-    /// interval), α updated every 55 µs with g = 1/256, `F` = 5 — its 40 Gbit/s steps scaled
-    /// to 100 (100 Mbit/s additive, 500 hyper, a 25 MB byte counter), and a 15 µs recovery
-    /// timer: of the sets tried, the one that kept 16:1 at 0.98 of the link with Jain 0.997.
+    /// with the DCQCN paper's structure — α updated every 55 µs with g = 1/256, `F` = 5 —
+    /// its 40 Gbit/s steps scaled to 100 (100 Mbit/s additive, 500 hyper, a 25 MB byte
+    /// counter), a 15 µs recovery timer, and at most one cut per 35 µs (the paper's 50 µs
+    /// CNP interval takes 2.5 ms to bring sixteen flows down to their share: each cut is
+    /// mostly undone by fast recovery before the next).
+    /// And a window of one bandwidth-delay product at a 5 µs base RTT (a 100 G fabric of
+    /// two 1 µs hops, as the simulated one, has 4.7): without it, whatever a QP has
+    /// outstanding leaves at line rate before the first CNP can come back. Set
+    /// `window_rtt_ns` to the fabric's base RTT, or 0 where RTTs are not known.
     pub const fn ferroce(line_rate_bps: u64) -> Self {
         Self {
-            rate_reduce_monitor_period_ns: 50_000,
+            window_rtt_ns: 5_000,
+            rate_reduce_monitor_period_ns: 35_000,
             dce_tcp_rtt_ns: 55_000,
             dce_tcp_g: 1020,
             rpg_time_reset_ns: 15_000,
@@ -160,6 +173,8 @@ pub struct Dcqcn {
     bytes: u64,
     /// Events are caught up to here.
     now: u64,
+    /// The largest frame sent: the window's unit.
+    frame: u32,
     restart: NoControl,
     stats: DcqcnStats,
 }
@@ -184,6 +199,7 @@ impl Dcqcn {
             timer_next: 0,
             bytes: 0,
             now: 0,
+            frame: 0,
             restart: NoControl::default(),
             stats: DcqcnStats::default(),
         }
@@ -313,6 +329,17 @@ impl Dcqcn {
         self.timer_next = at + self.cfg.rpg_time_reset_ns.max(1);
     }
 
+    /// Packets one window holds (at least one), if the window is on.
+    fn rate_window(&self) -> Option<u32> {
+        if self.cfg.window_rtt_ns == 0 {
+            return None;
+        }
+        let bytes =
+            u128::from(self.cfg.line_rate_bps) * u128::from(self.cfg.window_rtt_ns) / 8_000_000_000;
+        let frame = u128::from(self.frame.max(64));
+        Some(bytes.div_ceil(frame).clamp(1, u128::from(u32::MAX)) as u32)
+    }
+
     /// A CNP at `now`.
     pub fn cnp(&mut self, now: u64) {
         self.advance(now);
@@ -372,6 +399,7 @@ impl CongestionControl for Dcqcn {
     }
 
     fn on_sent(&mut self, now: u64, _psn: Psn, bytes: usize, _retransmission: bool) {
+        self.frame = self.frame.max(bytes.min(1 << 16) as u32);
         self.sent(now, bytes);
     }
 
@@ -390,7 +418,11 @@ impl CongestionControl for Dcqcn {
     }
 
     fn window(&self) -> Option<u32> {
-        self.restart.window()
+        let own = self.rate_window();
+        match (own, self.restart.window()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn pacing_rate(&self) -> Option<u64> {
@@ -571,6 +603,41 @@ mod tests {
         assert_eq!(
             d.window(),
             Some(ferroce_stack::transport::congestion::RESTART_WINDOW + 10)
+        );
+    }
+
+    /// ferroce's window: one BDP at the line rate, in frames of the largest size sent,
+    /// whatever the rate; under the restart window's after a rewind.
+    #[test]
+    fn the_window_is_one_bdp_of_frames() {
+        let mut d = Dcqcn::new(DcqcnConfig::ferroce(100_000_000_000));
+        // 100 Gbit/s × 5 µs = 62 500 bytes: 15 frames of 4 170 bytes (14.99), 977 of 64.
+        assert_eq!(d.window(), Some(977));
+        d.on_sent(0, Psn::new(0), 4170, false);
+        assert_eq!(d.window(), Some(15));
+        d.on_sent(1, Psn::new(1), 100, false);
+        assert_eq!(d.window(), Some(15));
+        d.on_cnp(2);
+        assert!(d.state().rc < 100_000_000_000);
+        assert_eq!(d.window(), Some(15), "the rate does not move it");
+        d.on_loss(3, Loss::GoBack);
+        assert_eq!(d.window(), Some(15), "smaller than the restart window");
+        let off = DcqcnConfig {
+            window_rtt_ns: 0,
+            ..DcqcnConfig::ferroce(100_000_000_000)
+        };
+        assert_eq!(Dcqcn::new(off).window(), None);
+        let long = DcqcnConfig {
+            window_rtt_ns: 200_000,
+            ..DcqcnConfig::ferroce(100_000_000_000)
+        };
+        let mut d = Dcqcn::new(long);
+        d.on_sent(0, Psn::new(0), 4170, false);
+        assert_eq!(d.window(), Some(600));
+        d.on_loss(3, Loss::GoBack);
+        assert_eq!(
+            d.window(),
+            Some(ferroce_stack::transport::congestion::RESTART_WINDOW)
         );
     }
 }

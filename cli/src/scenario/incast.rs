@@ -59,6 +59,10 @@ pub(crate) struct Setup {
     pub(crate) delay_ns: u64,
     /// The bottleneck's buffer.
     pub(crate) buffer: usize,
+    /// The bottleneck's marking probability at Kmax (Kmin and Kmax the DCQCN paper's, scaled).
+    pub(crate) pmax: f64,
+    /// Every QP's local ACK timeout exponent (4.096 µs × 2^timeout).
+    pub(crate) timeout: u8,
     /// WRITE size and WRs outstanding per sender.
     pub(crate) msg: usize,
     pub(crate) depth: u64,
@@ -87,6 +91,9 @@ pub(crate) struct Outcome {
     /// And its maximum over the whole run.
     pub(crate) queue_max: usize,
     pub(crate) drops: u64,
+    /// Flows whose QP completed a WR in error (retries exhausted): they stop there. An
+    /// outcome, not a failure of the run: an RC QP gives up after `retry_cnt` timeouts.
+    pub(crate) errors: u64,
     pub(crate) marked: u64,
     pub(crate) cnps: u64,
     /// When the last incast sender had delivered `burst` bytes, from the start (ns).
@@ -108,7 +115,10 @@ pub(crate) fn run(s: &Setup) -> Outcome {
     let line = (s.gbps * 1e9) as u64;
     let mut m = LinkModel::new(line, s.delay_ns);
     m.queue_limit_bytes = s.buffer;
-    m.ecn = Some(Red::dcqcn(line));
+    m.ecn = Some(Red {
+        pmax: s.pmax,
+        ..Red::dcqcn(line)
+    });
     // Each flow sends in [join, leave): the incast senders from the start, the long flow
     // all along — or the staggered run's windows.
     let windows: Vec<(u64, u64)> = s.windows.clone().unwrap_or_else(|| {
@@ -121,7 +131,7 @@ pub(crate) fn run(s: &Setup) -> Outcome {
     let (mut w, sw) = star(s.seed, flows + 1, m, mem);
     let o = ConnOpts {
         mtu: Mtu::Mtu4096,
-        timeout: 12,
+        timeout: s.timeout,
         ..ConnOpts::default()
     };
     for f in 1..=flows {
@@ -151,7 +161,7 @@ pub(crate) fn run(s: &Setup) -> Outcome {
     let mut samples: Vec<usize> = Vec::new();
     let mut queue_max = 0;
     let mut next_sample = 0u64;
-    let mut ok = true;
+    let mut failed = vec![false; flows];
     let deadline = s.end_ns + 50_000_000;
     let mut idle = false;
     loop {
@@ -167,7 +177,7 @@ pub(crate) fn run(s: &Setup) -> Outcome {
         for (i, f) in (1..=flows).enumerate() {
             let long = s.windows.is_none() && f == flows;
             let (join, leave) = windows[i];
-            let active = now < s.end_ns && now >= join && now < leave;
+            let active = now < s.end_ns && now >= join && now < leave && !failed[i];
             while active && posted[i] - done[i] < s.depth {
                 let sge = [Sge {
                     addr: SRC as u64,
@@ -190,8 +200,12 @@ pub(crate) fn run(s: &Setup) -> Outcome {
                 .iter()
                 .zip(&host.completed_at[seen[i]..])
             {
-                ok &= c.status == WcStatus::Success;
                 done[i] += 1;
+                if c.status != WcStatus::Success {
+                    // The QP is in error; what it flushes was not delivered.
+                    failed[i] = true;
+                    continue;
+                }
                 delivered[i] += s.msg as u64;
                 if let Some(b) = bins[i].get_mut((t / s.bin_ns) as usize) {
                     *b += s.msg as u64;
@@ -234,8 +248,12 @@ pub(crate) fn run(s: &Setup) -> Outcome {
     }
     let mut out = Outcome {
         queue_max,
-        verified: ok
-            && (1..=flows).all(|f| w.hosts[0].read(REGION * f, s.msg) == pattern(f, s.msg)),
+        errors: failed.iter().filter(|&&f| f).count() as u64,
+        // Every flow that completed a WRITE put its bytes where they belong (a flow that
+        // failed before its first is counted in `errors`, not here).
+        verified: (1..=flows).all(|f| {
+            delivered[f - 1] == 0 || w.hosts[0].read(REGION * f, s.msg) == pattern(f, s.msg)
+        }),
         ..Outcome::default()
     };
     for l in w.fabric.links_of_switch(sw) {

@@ -18,6 +18,13 @@ pub(crate) struct Args {
     /// The bottleneck's buffer (suffixes KiB, MiB).
     #[arg(long, default_value = "1MiB", value_parser = super::parse_size)]
     buffer: usize,
+    /// The bottleneck's ECN marking probability at Kmax (Kmin 12.5 KB and Kmax 500 KB at
+    /// 100 Gbit/s: the DCQCN paper's 5 KB and 200 KB at 40, scaled).
+    #[arg(long, default_value_t = 0.2)]
+    pmax: f64,
+    /// Every QP's local ACK timeout exponent (4.096 µs × 2^N; 8: 1 ms).
+    #[arg(long, default_value_t = 8)]
+    timeout: u8,
     /// Link rate, Gbit/s.
     #[arg(long, default_value_t = 100.0)]
     gbps: f64,
@@ -53,6 +60,14 @@ pub(crate) struct Args {
     json: bool,
 }
 
+/// The bottleneck's marking profile.
+fn red(a: &Args) -> ferroce_drivers::sim::Red {
+    ferroce_drivers::sim::Red {
+        pmax: a.pmax,
+        ..ferroce_drivers::sim::Red::dcqcn((a.gbps * 1e9) as u64)
+    }
+}
+
 /// A run of `scheme` with the arguments' fabric and workload, `end_ns` long.
 fn setup(a: &Args, scheme: Scheme, end_ns: u64, bin_ns: u64) -> Setup {
     Setup {
@@ -61,6 +76,8 @@ fn setup(a: &Args, scheme: Scheme, end_ns: u64, bin_ns: u64) -> Setup {
         gbps: a.gbps,
         delay_ns: (a.delay_us * 1000.0) as u64,
         buffer: a.buffer,
+        pmax: a.pmax,
+        timeout: a.timeout,
         msg: a.msg,
         depth: a.depth,
         start_ns: 0,
@@ -79,6 +96,11 @@ pub(crate) fn run_cli(a: &Args) -> Result<ExitCode, Failure> {
     if a.gbps <= 0.0 || a.delay_us < 0.0 || a.duration_ms <= 0.0 || a.depth == 0 {
         return Err(Failure(
             "--gbps, --duration-ms and --depth must be above zero, --delay-us not negative".into(),
+        ));
+    }
+    if !(0.0..=1.0).contains(&a.pmax) || !(1..=31).contains(&a.timeout) {
+        return Err(Failure(
+            "--pmax must be within 0..1 and --timeout within 1..31".into(),
         ));
     }
     if a.msg > 1 << 20 {
@@ -124,6 +146,7 @@ pub(crate) fn run_cli(a: &Args) -> Result<ExitCode, Failure> {
                 "queue_p99_bytes": o.queue_p99,
                 "queue_max_bytes": o.queue_max,
                 "drops": o.drops,
+                "errors": o.errors,
                 "marked": o.marked,
                 "cnps": o.cnps,
                 "fct_us": o.fct_ns.map(|t| t as f64 / 1e3),
@@ -170,12 +193,14 @@ pub(crate) fn run_cli(a: &Args) -> Result<ExitCode, Failure> {
                 "scenario": "incast",
                 "gbps": a.gbps,
                 "buffer_bytes": a.buffer,
+                "kmax_bytes": red(a).kmax_bytes,
+                "pmax": a.pmax,
                 "points": points,
             })
         );
     } else {
         println!(
-            "{:>10} {:>7} {:>6} {:>6} {:>9} {:>9} {:>9} {:>7} {:>7} {:>6} {:>9} {:>8}",
+            "{:>10} {:>7} {:>6} {:>6} {:>9} {:>9} {:>9} {:>7} {:>6} {:>7} {:>6} {:>9} {:>8}",
             "scheme",
             "senders",
             "util",
@@ -184,6 +209,7 @@ pub(crate) fn run_cli(a: &Args) -> Result<ExitCode, Failure> {
             "q_p99_B",
             "q_max_B",
             "drops",
+            "errors",
             "marked",
             "cnps",
             "fct_us",
@@ -191,7 +217,7 @@ pub(crate) fn run_cli(a: &Args) -> Result<ExitCode, Failure> {
         );
         for p in &points {
             println!(
-                "{:>10} {:>7} {:>6.3} {:>6.3} {:>9} {:>9} {:>9} {:>7} {:>7} {:>6} {:>9} {:>8}",
+                "{:>10} {:>7} {:>6.3} {:>6.3} {:>9} {:>9} {:>9} {:>7} {:>6} {:>7} {:>6} {:>9} {:>8}",
                 p["scheme"].as_str().unwrap_or(""),
                 p["senders"].as_u64().unwrap_or(0),
                 p["utilization"].as_f64().unwrap_or(0.0),
@@ -200,6 +226,7 @@ pub(crate) fn run_cli(a: &Args) -> Result<ExitCode, Failure> {
                 p["queue_p99_bytes"].as_u64().unwrap_or(0),
                 p["queue_max_bytes"].as_u64().unwrap_or(0),
                 p["drops"].as_u64().unwrap_or(0),
+                p["errors"].as_u64().unwrap_or(0),
                 p["marked"].as_u64().unwrap_or(0),
                 p["cnps"].as_u64().unwrap_or(0),
                 p["fct_us"]

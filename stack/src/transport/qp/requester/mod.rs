@@ -527,8 +527,11 @@ impl Requester {
         let (idx, pkt) = (self.cur, self.cur_pkt);
         // A window narrower than the AckReq spacing may hold no packet that asks for an
         // acknowledgement, and would stall until the timer fired: the packet that fills it
-        // asks. (Wider windows always hold one.)
-        let fills = window < ACK_REQ_EVERY as i32 && psn.distance(self.una) + 1 >= window;
+        // asks, and so does one every half window, so the window opens again before it is
+        // spent rather than once per round trip. (Wider windows always hold one.)
+        let half = (window / 2).max(1) as u32;
+        let fills = window < ACK_REQ_EVERY as i32
+            && (psn.distance(self.una) + 1 >= window || psn.value() % half == half - 1);
         let n = match self.emit_request(cx, now, idx, (pkt, u32::MAX, fills), buf, mem, split_min) {
             Ok(n) => n,
             Err(status) => {
