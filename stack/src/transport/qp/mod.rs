@@ -303,11 +303,8 @@ pub(crate) struct QpContext {
     pub(crate) caps: QpCaps,
     pub(crate) state: QpState,
     pub(crate) attr: QpAttr,
-    pub(crate) mtu: u32,
     /// Header template of every packet to the peer (connected QPs, from RTR on).
     pub(crate) template: Template,
-    /// The local ACK timeout (never zero; `None`: wait forever), kept in 8 bytes.
-    pub(crate) ack_timeout_ns: Option<core::num::NonZeroU64>,
     pub(crate) path: PathSlot,
     pub(crate) recovery: Box<dyn Recovery>,
     pub(crate) congestion: CongestionSlot,
@@ -406,9 +403,7 @@ impl Qp {
                 caps: config.caps,
                 state: QpState::Reset,
                 attr,
-                mtu: attr.path_mtu.bytes(),
                 template: attr.ah_attr.template(Qpn::new(0), 0),
-                ack_timeout_ns: None,
                 path,
                 recovery,
                 congestion,
@@ -482,7 +477,6 @@ impl Qp {
     pub fn set_port_mtu(&mut self, mtu: Mtu) {
         if self.cx.qp_type == QpType::Ud {
             self.cx.attr.path_mtu = mtu;
-            self.cx.mtu = mtu.bytes();
         }
     }
 
@@ -641,7 +635,6 @@ impl Qp {
         }
         if m(AttrMask::PATH_MTU) {
             self.cx.attr.path_mtu = a.path_mtu;
-            self.cx.mtu = a.path_mtu.bytes();
         }
         if m(AttrMask::TIMEOUT) {
             self.cx.attr.timeout = a.timeout;
@@ -670,8 +663,6 @@ impl Qp {
         if m(AttrMask::DEST_QPN) {
             self.cx.attr.dest_qp_num = a.dest_qp_num;
         }
-        self.cx.ack_timeout_ns =
-            local_ack_timeout_ns(self.cx.attr.timeout).and_then(core::num::NonZeroU64::new);
         if m(AttrMask::AV) || m(AttrMask::DEST_QPN) {
             self.connect_path();
         }
@@ -1010,7 +1001,7 @@ impl Qp {
     }
 
     fn damping_ns(&self) -> u64 {
-        self.cx.ack_timeout_ns.map_or(1_000_000, |t| t.get())
+        self.cx.ack_timeout_ns().unwrap_or(1_000_000)
     }
 
     /// Moves to the standby path; with `restart`, everything outstanding goes again from the
@@ -1560,7 +1551,19 @@ impl QpContext {
     /// The retransmission deadline for a request sent, or progress made, at `now` (`None`
     /// when the local ACK timeout is infinite).
     pub(crate) fn ack_deadline(&self, now: u64) -> Option<u64> {
-        self.ack_timeout_ns.map(|t| now + t.get())
+        self.ack_timeout_ns().map(|t| now + t)
+    }
+
+    /// The local ACK timeout (`None`: wait forever). Computed from the attribute rather
+    /// than kept: an idle QP's bytes count (issue 19).
+    pub(crate) fn ack_timeout_ns(&self) -> Option<u64> {
+        local_ack_timeout_ns(self.attr.timeout)
+    }
+
+    /// Payload bytes per packet: the path MTU (a UD QP's, the port's).
+    #[inline]
+    pub(crate) fn mtu(&self) -> u32 {
+        self.attr.path_mtu.bytes()
     }
 
     /// The path the QP sends on: its active port (0 with one path) and UDP source port.

@@ -502,14 +502,14 @@ impl Requester {
                     return None;
                 }
             }
-            if cx.qp_type == QpType::Ud && w.len > cx.mtu {
+            if cx.qp_type == QpType::Ud && w.len > cx.mtu() {
                 let at = self.cur;
                 self.send_queue_error(cx, at, WcStatus::LocLenErr);
                 return None;
             }
             let npkts = match w.op {
                 WrOpcode::CmpSwp | WrOpcode::FetchAdd => 1,
-                _ => w.len.div_ceil(cx.mtu).max(1),
+                _ => w.len.div_ceil(cx.mtu()).max(1),
             };
             let (rd, cons) = (w.op.is_read_or_atomic(), w.op.consumes_recv());
             let w = &mut self.sq[self.cur];
@@ -527,11 +527,13 @@ impl Requester {
         let (idx, pkt) = (self.cur, self.cur_pkt);
         // A window narrower than the AckReq spacing may hold no packet that asks for an
         // acknowledgement, and would stall until the timer fired: the packet that fills it
-        // asks, and so does one every half window, so the window opens again before it is
-        // spent rather than once per round trip. (Wider windows always hold one.)
+        // asks, and from four packets on so does one every half window, so the window opens
+        // again before it is spent rather than once per round trip. (Wider windows always
+        // hold one.)
         let half = (window / 2).max(1) as u32;
         let fills = window < ACK_REQ_EVERY as i32
-            && (psn.distance(self.una) + 1 >= window || psn.value() % half == half - 1);
+            && (psn.distance(self.una) + 1 >= window
+                || half >= 2 && psn.value() % half == half - 1);
         let n = match self.emit_request(cx, now, idx, (pkt, u32::MAX, fills), buf, mem, split_min) {
             Ok(n) => n,
             Err(status) => {
@@ -585,7 +587,7 @@ impl Requester {
         mem: &'m MrTable,
         split_min: usize,
     ) -> Result<TxOut<'m>, WcStatus> {
-        let mtu = cx.mtu;
+        let mtu = cx.mtu();
         let (first_psn, npkts) = {
             let w = &self.sq[idx];
             (w.first_psn, w.npkts)
@@ -1191,7 +1193,7 @@ impl Requester {
         any_position: bool,
     ) -> bool {
         let w = &self.sq[idx];
-        let off = i * cx.mtu;
+        let off = i * cx.mtu();
         // The caller checked the opcode is a READ response.
         let pos = pkt.repr.bth.opcode.position();
         let fits = if i + 1 == w.npkts {
@@ -1200,7 +1202,7 @@ impl Requester {
         } else {
             let position_ok =
                 any_position || matches!(pos, Some(Position::First | Position::Middle));
-            position_ok && pkt.payload.len() as u32 == cx.mtu
+            position_ok && pkt.payload.len() as u32 == cx.mtu()
         };
         // FIRST, LAST and ONLY carry an AETH, which must say ACK: a responder refuses a
         // READ with an ACKNOWLEDGE packet, never inside the response stream.

@@ -513,9 +513,9 @@ impl Responder {
         }
         let plen = pkt.payload.len() as u32;
         let len_ok = match pos {
-            Position::First | Position::Middle => plen == cx.mtu,
-            Position::Last => plen > 0 && plen <= cx.mtu,
-            Position::Only => plen <= cx.mtu,
+            Position::First | Position::Middle => plen == cx.mtu(),
+            Position::Last => plen > 0 && plen <= cx.mtu(),
+            Position::Only => plen <= cx.mtu(),
         };
         if !len_ok {
             cx.counters.resp_local_length_error += 1;
@@ -646,7 +646,7 @@ impl Responder {
                 let consistent = if last {
                     reth.dma_len == plen
                 } else {
-                    reth.dma_len > cx.mtu
+                    reth.dma_len > cx.mtu()
                 };
                 if !consistent {
                     return Err(Fault::Fatal(NakCode::InvalidRequest, None));
@@ -777,7 +777,7 @@ impl Responder {
                 },
                 duplicate: false,
             });
-            self.epsn = psn.add(reth.dma_len.div_ceil(cx.mtu).max(1));
+            self.epsn = psn.add(reth.dma_len.div_ceil(cx.mtu()).max(1));
             cx.counters.rx_read_requests += 1;
         } else {
             let Some(a) = pkt.repr.ext.atomic_eth else {
@@ -829,7 +829,7 @@ impl Responder {
                 let Some(reth) = pkt.repr.ext.reth else {
                     return;
                 };
-                let npkts = reth.dma_len.div_ceil(cx.mtu).max(1);
+                let npkts = reth.dma_len.div_ceil(cx.mtu()).max(1);
                 let inside = self.epsn.distance(psn.add(npkts)) >= 0;
                 let allowed = mem
                     .check_access(
@@ -970,7 +970,7 @@ impl Responder {
                 len,
                 sent,
             } => {
-                let mtu = cx.mtu;
+                let mtu = cx.mtu();
                 let remaining = len - sent;
                 let plen = remaining.min(mtu);
                 let opcode = match (sent == 0, remaining <= mtu) {

@@ -130,9 +130,9 @@ impl Responder {
         let pos = pkt.repr.bth.opcode.position().unwrap_or(Position::Only);
         let plen = pkt.payload.len() as u32;
         let len_ok = match pos {
-            Position::First | Position::Middle => plen == cx.mtu && reth.dma_len > cx.mtu,
-            Position::Last => plen > 0 && plen <= cx.mtu && reth.dma_len > cx.mtu,
-            Position::Only => plen <= cx.mtu && reth.dma_len == plen,
+            Position::First | Position::Middle => plen == cx.mtu() && reth.dma_len > cx.mtu(),
+            Position::Last => plen > 0 && plen <= cx.mtu() && reth.dma_len > cx.mtu(),
+            Position::Only => plen <= cx.mtu() && reth.dma_len == plen,
         };
         if !len_ok || reth.dma_len > 1 << 31 {
             cx.counters.resp_local_length_error += 1;
