@@ -371,6 +371,9 @@ struct Outcome {
     wall_s: f64,
     verified: bool,
     failed: Option<String>,
+    /// bw over real ports: messages each QP had completed when the run's time was up (the
+    /// share of the link each got; how fairly congestion control divides it).
+    per_qp_messages: Vec<u64>,
 }
 
 pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
@@ -927,6 +930,17 @@ fn report(
                 Cc::Timely => "timely",
             },
         });
+        if !o.per_qp_messages.is_empty() {
+            let m = &o.per_qp_messages;
+            let sum: f64 = m.iter().map(|&x| x as f64).sum();
+            let sq: f64 = m.iter().map(|&x| (x as f64).powi(2)).sum();
+            obj["per_qp_messages"] = json!(m);
+            obj["jain"] = json!(if sq > 0.0 {
+                sum * sum / (m.len() as f64 * sq)
+            } else {
+                0.0
+            });
+        }
         if a.kind == Kind::Lat {
             let m = obj.as_object_mut().expect("object");
             m.insert("lat_min_us".into(), json!(pct(&sorted, 0.0)));

@@ -327,6 +327,7 @@ fn client_bw(a: &Args, me: &Side) -> Outcome {
         let now = me.ctx.now();
         if stop_at.is_none() && limit.is_some_and(|l| now - start >= l) {
             stop_at = Some(posted.clone());
+            out.per_qp_messages = done.clone();
         }
         for i in 0..qps {
             let cap = stop_at
@@ -372,6 +373,9 @@ fn client_bw(a: &Args, me: &Side) -> Outcome {
             None => limit.is_none() && done.iter().all(|&d| d >= iters),
         };
         if finished {
+            if out.per_qp_messages.is_empty() {
+                out.per_qp_messages = done.clone();
+            }
             out.iterations = total;
             out.bytes = total * a.size as u64;
             out.seconds = (me.ctx.now() - start) as f64 / 1e9;
