@@ -11,6 +11,7 @@ mod model;
 mod perf;
 mod scenario;
 mod stats;
+mod switch;
 
 use std::process::ExitCode;
 
@@ -40,6 +41,9 @@ enum Command {
     Scenario(scenario::Args),
     /// Analytic models beside their Monte Carlo: `model sdr` (SDR's completion time).
     Model(model::Args),
+    /// A two-port switch in user space with a shaped, ECN-marking egress queue (RED), for
+    /// congestion-control runs over real ports.
+    Switch(switch::Args),
 }
 
 /// A failure the user can act on, printed as one line.
@@ -80,6 +84,7 @@ fn main() -> ExitCode {
         Command::Stats(args) => stats::run(&args),
         Command::Scenario(args) => scenario::run(&args),
         Command::Model(args) => model::run(&args),
+        Command::Switch(args) => switch::run(&args),
     };
     match result {
         Ok(code) => code,

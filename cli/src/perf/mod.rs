@@ -64,6 +64,9 @@ pub(crate) enum Cc {
     None,
     /// DCQCN's reaction point with ConnectX's defaults at the link rate (`--gbps`).
     Dcqcn,
+    /// DCQCN with ferroce's parameters, its window one BDP at `--gbps` and `--base-rtt-us`.
+    #[value(name = "dcqcn-ferroce")]
+    DcqcnFerroce,
     /// TIMELY (delay-based, from the transport's RTT samples), ferroce's parameters.
     Timely,
 }
@@ -143,6 +146,9 @@ pub(crate) struct Args {
     /// with CNPs either way).
     #[arg(long, value_enum, default_value = "none")]
     cc: Cc,
+    /// `--cc dcqcn-ferroce`: the path's base round trip, µs (its window is `--gbps` × this).
+    #[arg(long, default_value_t = 5.0)]
+    base_rtt_us: f64,
     /// `perf sdr`: the reliability scheme on the bitmap.
     #[arg(long = "scheme", value_enum, default_value = "sr-nack")]
     sdr_scheme: sdr::SdrScheme,
@@ -185,6 +191,11 @@ fn check(a: &Args) -> Result<Mtu, Failure> {
             a.mtu
         ))
     })?;
+    if !(a.base_rtt_us >= 0.0 && a.base_rtt_us <= 1e6) {
+        return Err(Failure(
+            "--base-rtt-us must be within 0..1000000 (0: no window)".into(),
+        ));
+    }
     let two_sided = a.server || a.connect.is_some();
     if a.device == "sim" {
         if two_sided {
@@ -340,6 +351,13 @@ fn use_scheme(qp: &QueuePair, agreed: Negotiated, a: &Args) -> Result<(), Failur
     match a.cc {
         Cc::None => {}
         Cc::Dcqcn => p = p.with_congestion(Box::new(Dcqcn::new(DcqcnConfig::mlx5(line)))),
+        Cc::DcqcnFerroce => {
+            let c = DcqcnConfig {
+                window_rtt_ns: (a.base_rtt_us * 1e3) as u64,
+                ..DcqcnConfig::ferroce(line)
+            };
+            p = p.with_congestion(Box::new(Dcqcn::new(c)));
+        }
         Cc::Timely => p = p.with_congestion(Box::new(Timely::new(TimelyConfig::ferroce(line)))),
     }
     qp.set_reliability(p)?;
@@ -927,6 +945,7 @@ fn report(
             "cc": match a.cc {
                 Cc::None => "none",
                 Cc::Dcqcn => "dcqcn",
+                Cc::DcqcnFerroce => "dcqcn-ferroce",
                 Cc::Timely => "timely",
             },
         });
