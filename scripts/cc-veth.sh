@@ -130,6 +130,7 @@ marked = tc(after, 'marked') - tc(before, 'marked')
 per = c.get('per_qp_messages', [])
 secs = c['virtual_seconds']
 shares = ' '.join(f'{m * 65536 * 8 / secs / 1e9:.2f}' for m in per)
+assert c['verified'], f'{cc}: the client did not verify its run'
 # Each process reports its own end.
 cl, sv = c['counters']['client'], s['counters']['server']
 print(f"{cc:>13} {c['bw_avg_gbps']:7.3f} {c['jain']:6.3f} {drops:7} {marked:7} "

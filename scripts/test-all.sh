@@ -84,6 +84,9 @@ r = json.load(sys.stdin)
 assert r["verified"] and r["iterations"] == 5000 and r["bw_avg_gbps"] > 50, r
 print("perf write bw:", round(r["bw_avg_gbps"], 2), "Gb/s virtual,", round(r["wall_gbps"], 2), "Gb/s processed per wall-clock second")'
 
+step "congestion control between two ferroce processes over veth: a tc-shaped bridge and ferroce's switch"
+scripts/cc-veth.sh 1 2 4 dcqcn-ferroce
+
 step "SDR: the cross-continent scenario, short grid, measured against the completion-time model"
 target/release/ferroce scenario sdr --size 8MiB,32MiB --drop 1e-4,1e-3,1e-2 --runs 40 --check --json | "$venv/bin/python" -c '
 import json, sys

@@ -2,8 +2,9 @@
 //!
 //! Subcommands: `decode` (a pcap of RoCEv2 frames as one JSON object per frame), `demo`
 //! (crafted frames through an impaired simulated link), `perf` (perftest's tests), `stats`
-//! (counters of running processes) and `scenario` (the papers' experiments on the simulated
-//! fabric). `model` arrives with the issue that builds what it computes.
+//! (counters of running processes), `scenario` (the papers' experiments on the simulated
+//! fabric) and `switch` (a user-space switch with an ECN-marking queue, for runs over real
+//! ports). `model` arrives with the issue that builds what it computes.
 
 mod decode;
 mod demo;

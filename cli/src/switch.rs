@@ -153,7 +153,8 @@ fn open(dev: &str) -> Result<AfPacketPort, Failure> {
 }
 
 pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
-    if !(a.gbps > 0.0) || a.buffer == 0 || !(0.0..=1.0).contains(&a.pmax) || !(a.duration > 0.0)
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if !positive(a.gbps) || a.buffer == 0 || !(0.0..=1.0).contains(&a.pmax) || !positive(a.duration)
     {
         return Err(Failure(
             "--gbps, --buffer and --duration must be above zero, --pmax within 0..1".into(),

@@ -49,6 +49,41 @@ fn bad_arguments_are_one_line() {
     );
 }
 
+/// `ferroce switch` and `perf --base-rtt-us` refuse what they cannot use in one line.
+#[test]
+fn the_switch_and_the_base_rtt_refuse_bad_arguments_in_one_line() {
+    one_line_error(
+        &ferroce(&["switch", "--from", "eth0", "--to", "afpacket:lo"]),
+        "ferroce: 'eth0' is not a port the switch can use; give afpacket:IFACE",
+    );
+    one_line_error(
+        &ferroce(&[
+            "switch",
+            "--from",
+            "afpacket:a",
+            "--to",
+            "afpacket:b",
+            "--gbps",
+            "0",
+        ]),
+        "ferroce: --gbps, --buffer and --duration must be above zero",
+    );
+    one_line_error(
+        &ferroce(&[
+            "switch",
+            "--from",
+            "afpacket:no-such-if0",
+            "--to",
+            "afpacket:no-such-if1",
+        ]),
+        "ferroce: cannot open no-such-if0: no network interface named 'no-such-if0'",
+    );
+    one_line_error(
+        &ferroce(&["perf", "write", "bw", "--base-rtt-us=-1"]),
+        "ferroce: --base-rtt-us must be within 0..1000000",
+    );
+}
+
 fn demo_json(seed: &str) -> Value {
     let out = ferroce(&[
         "demo",
