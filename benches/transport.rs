@@ -179,6 +179,17 @@ fn bench(c: &mut Criterion) {
     g.throughput(Throughput::Elements(SMALL));
     g.bench_function("64B_messages", |b| b.iter(|| writes(&mut r, SMALL, 64)));
     g.finish();
+
+    // The same with ferroce's set, its one-BDP window counted on every packet.
+    let mut g = c.benchmark_group("transport_rc_write_dcqcn_ferroce");
+    let mut r = rig(Mtu::Mtu1024, 64);
+    for qp in [&mut r.lo.a, &mut r.lo.b] {
+        let cc = Dcqcn::new(DcqcnConfig::ferroce(100_000_000_000));
+        qp.set_policies(Policies::default().with_congestion(Box::new(cc)));
+    }
+    g.throughput(Throughput::Elements(SMALL));
+    g.bench_function("64B_messages", |b| b.iter(|| writes(&mut r, SMALL, 64)));
+    g.finish();
 }
 
 fn idle_qp_bytes_with_alternate() -> usize {

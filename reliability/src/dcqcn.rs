@@ -173,8 +173,10 @@ pub struct Dcqcn {
     bytes: u64,
     /// Events are caught up to here.
     now: u64,
-    /// The largest frame sent: the window's unit.
+    /// The largest frame sent: the window's unit; and the window in those frames, worked
+    /// out when it grows rather than per packet.
     frame: u32,
+    win: Option<u32>,
     restart: NoControl,
     stats: DcqcnStats,
 }
@@ -200,6 +202,7 @@ impl Dcqcn {
             bytes: 0,
             now: 0,
             frame: 0,
+            win: rate_window(&cfg, 0),
             restart: NoControl::default(),
             stats: DcqcnStats::default(),
         }
@@ -329,17 +332,6 @@ impl Dcqcn {
         self.timer_next = at + self.cfg.rpg_time_reset_ns.max(1);
     }
 
-    /// Packets one window holds (at least one), if the window is on.
-    fn rate_window(&self) -> Option<u32> {
-        if self.cfg.window_rtt_ns == 0 {
-            return None;
-        }
-        let bytes =
-            u128::from(self.cfg.line_rate_bps) * u128::from(self.cfg.window_rtt_ns) / 8_000_000_000;
-        let frame = u128::from(self.frame.max(64));
-        Some(bytes.div_ceil(frame).clamp(1, u128::from(u32::MAX)) as u32)
-    }
-
     /// A CNP at `now`.
     pub fn cnp(&mut self, now: u64) {
         self.advance(now);
@@ -393,13 +385,26 @@ impl Dcqcn {
     }
 }
 
+/// Packets of `frame` bytes (at least 64) one window holds (at least one), if it is on.
+fn rate_window(cfg: &DcqcnConfig, frame: u32) -> Option<u32> {
+    if cfg.window_rtt_ns == 0 {
+        return None;
+    }
+    let bytes = u128::from(cfg.line_rate_bps) * u128::from(cfg.window_rtt_ns) / 8_000_000_000;
+    Some(bytes.div_ceil(u128::from(frame.max(64))).clamp(1, u128::from(u32::MAX)) as u32)
+}
+
 impl CongestionControl for Dcqcn {
     fn name(&self) -> &'static str {
         "dcqcn"
     }
 
     fn on_sent(&mut self, now: u64, _psn: Psn, bytes: usize, _retransmission: bool) {
-        self.frame = self.frame.max(bytes.min(1 << 16) as u32);
+        let frame = bytes.min(1 << 16) as u32;
+        if frame > self.frame {
+            self.frame = frame;
+            self.win = rate_window(&self.cfg, frame);
+        }
         self.sent(now, bytes);
     }
 
@@ -418,7 +423,7 @@ impl CongestionControl for Dcqcn {
     }
 
     fn window(&self) -> Option<u32> {
-        let own = self.rate_window();
+        let own = self.win;
         match (own, self.restart.window()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
