@@ -180,6 +180,24 @@ fn bench(c: &mut Criterion) {
     g.bench_function("64B_messages", |b| b.iter(|| writes(&mut r, SMALL, 64)));
     g.finish();
 
+    // A controller that does nothing: what the congestion-control seam itself costs (send
+    // records, the calls per packet and per ACK), apart from any algorithm.
+    #[derive(Debug)]
+    struct Nothing;
+    impl ferroce::stack::transport::CongestionControl for Nothing {
+        fn name(&self) -> &'static str {
+            "nothing"
+        }
+    }
+    let mut g = c.benchmark_group("transport_rc_write_seam");
+    let mut r = rig(Mtu::Mtu1024, 64);
+    for qp in [&mut r.lo.a, &mut r.lo.b] {
+        qp.set_policies(Policies::default().with_congestion(Box::new(Nothing)));
+    }
+    g.throughput(Throughput::Elements(SMALL));
+    g.bench_function("64B_messages", |b| b.iter(|| writes(&mut r, SMALL, 64)));
+    g.finish();
+
     // The same with ferroce's set, its one-BDP window counted on every packet.
     let mut g = c.benchmark_group("transport_rc_write_dcqcn_ferroce");
     let mut r = rig(Mtu::Mtu1024, 64);
