@@ -391,7 +391,11 @@ fn rate_window(cfg: &DcqcnConfig, frame: u32) -> Option<u32> {
         return None;
     }
     let bytes = u128::from(cfg.line_rate_bps) * u128::from(cfg.window_rtt_ns) / 8_000_000_000;
-    Some(bytes.div_ceil(u128::from(frame.max(64))).clamp(1, u128::from(u32::MAX)) as u32)
+    Some(
+        bytes
+            .div_ceil(u128::from(frame.max(64)))
+            .clamp(1, u128::from(u32::MAX)) as u32,
+    )
 }
 
 impl CongestionControl for Dcqcn {
