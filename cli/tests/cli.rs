@@ -278,7 +278,7 @@ fn help_names_every_command_and_none_to_come() {
         .collect();
     assert_eq!(
         commands,
-        ["decode", "demo", "perf", "stats", "scenario", "model"]
+        ["decode", "demo", "perf", "stats", "scenario", "model", "switch"]
     );
     for c in commands {
         let out = ferroce(&[c, "--help"]);
