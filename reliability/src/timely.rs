@@ -74,6 +74,21 @@ impl TimelyConfig {
             ..Self::paper(line_rate_bps)
         }
     }
+
+    /// These thresholds moved to a path whose base RTT is `base_rtt_ns` instead of
+    /// [`ferroce`](Self::ferroce)'s 4 µs: the minimum RTT becomes it, and `t_low` and
+    /// `t_high` keep their ratios to it (1.25× and 12.5×). A software path's RTT (a
+    /// millisecond through a user-space switch) sits far above a fabric's `t_high`, and
+    /// TIMELY would cut for ever.
+    pub fn with_base_rtt(self, base_rtt_ns: u64) -> Self {
+        let base = base_rtt_ns.max(1);
+        Self {
+            min_rtt_ns: base,
+            t_low_ns: base + base / 4,
+            t_high_ns: base * 25 / 2,
+            ..self
+        }
+    }
 }
 
 /// TIMELY for one QP (see the module documentation).
@@ -232,5 +247,27 @@ mod tests {
             t.rtt(50_000_000);
         }
         assert_eq!(t.rate_bps(), 10_000_000);
+    }
+
+    #[test]
+    fn thresholds_move_with_the_base_rtt() {
+        let c = TimelyConfig::ferroce(G100).with_base_rtt(4_000);
+        assert_eq!(
+            (c.min_rtt_ns, c.t_low_ns, c.t_high_ns),
+            (4_000, 5_000, 50_000)
+        );
+        let c = TimelyConfig::ferroce(G100).with_base_rtt(2_000_000);
+        assert_eq!(
+            (c.min_rtt_ns, c.t_low_ns, c.t_high_ns),
+            (2_000_000, 2_500_000, 25_000_000)
+        );
+        // A 1 ms sample is below t_low there and changes nothing at the line rate; at
+        // ferroce's 4 µs it is twenty times t_high, a cut.
+        let mut t = Timely::new(c);
+        t.rtt(1_000_000);
+        assert_eq!(t.rate_bps(), G100);
+        let mut t = Timely::new(TimelyConfig::ferroce(G100));
+        t.rtt(1_000_000);
+        assert!(t.rate_bps() < G100 / 2, "{}", t.rate_bps());
     }
 }

@@ -146,9 +146,11 @@ pub(crate) struct Args {
     /// with CNPs either way).
     #[arg(long, value_enum, default_value = "none")]
     cc: Cc,
-    /// `--cc dcqcn-ferroce`: the path's base round trip, µs (its window is `--gbps` × this).
-    #[arg(long, default_value_t = 5.0)]
-    base_rtt_us: f64,
+    /// The path's base round trip, µs: `--cc dcqcn-ferroce`'s window is `--gbps` × this
+    /// (5 µs if not given), and `--cc timely` moves its thresholds to it (ferroce's 100 G
+    /// fabric set, 4 µs, if not given).
+    #[arg(long)]
+    base_rtt_us: Option<f64>,
     /// `perf sdr`: the reliability scheme on the bitmap.
     #[arg(long = "scheme", value_enum, default_value = "sr-nack")]
     sdr_scheme: sdr::SdrScheme,
@@ -191,7 +193,7 @@ fn check(a: &Args) -> Result<Mtu, Failure> {
             a.mtu
         ))
     })?;
-    if !(a.base_rtt_us >= 0.0 && a.base_rtt_us <= 1e6) {
+    if a.base_rtt_us.is_some_and(|us| !(0.0..=1e6).contains(&us)) {
         return Err(Failure(
             "--base-rtt-us must be within 0..1000000 (0: no window)".into(),
         ));
@@ -353,12 +355,18 @@ fn use_scheme(qp: &QueuePair, agreed: Negotiated, a: &Args) -> Result<(), Failur
         Cc::Dcqcn => p = p.with_congestion(Box::new(Dcqcn::new(DcqcnConfig::mlx5(line)))),
         Cc::DcqcnFerroce => {
             let c = DcqcnConfig {
-                window_rtt_ns: (a.base_rtt_us * 1e3) as u64,
+                window_rtt_ns: (a.base_rtt_us.unwrap_or(5.0) * 1e3) as u64,
                 ..DcqcnConfig::ferroce(line)
             };
             p = p.with_congestion(Box::new(Dcqcn::new(c)));
         }
-        Cc::Timely => p = p.with_congestion(Box::new(Timely::new(TimelyConfig::ferroce(line)))),
+        Cc::Timely => {
+            let mut c = TimelyConfig::ferroce(line);
+            if let Some(us) = a.base_rtt_us {
+                c = c.with_base_rtt((us * 1e3) as u64);
+            }
+            p = p.with_congestion(Box::new(Timely::new(c)));
+        }
     }
     qp.set_reliability(p)?;
     Ok(())
