@@ -66,6 +66,8 @@ pub(crate) struct Egress {
     buffer: usize,
     red: Option<Red>,
     q: VecDeque<Vec<u8>>,
+    /// Buffers of frames sent, for the next ones.
+    spare: Vec<Vec<u8>>,
     bytes: usize,
     /// When the frame being serialized is done.
     busy_until: u64,
@@ -88,6 +90,7 @@ impl Egress {
             buffer,
             red,
             q: VecDeque::new(),
+            spare: Vec::new(),
             bytes: 0,
             busy_until: 0,
             rng: seed | 1,
@@ -109,7 +112,10 @@ impl Egress {
             self.stats.dropped += 1;
             return Offer::Dropped;
         }
-        let mut f = frame.to_vec();
+        // A buffer a frame already left in, if there is one: no allocation per frame.
+        let mut f = self.spare.pop().unwrap_or_default();
+        f.clear();
+        f.extend_from_slice(frame);
         let p = self.red.map_or(0.0, |r| r.probability(self.bytes));
         let marked = p > 0.0 && self.uniform() < p && mark_ce(&mut f);
         self.bytes += f.len();
@@ -136,6 +142,19 @@ impl Egress {
         self.busy_until = now + wire;
         self.stats.forwarded += 1;
         Some(f)
+    }
+
+    /// Gives back the buffer of a frame [`take`](Self::take) returned, once sent.
+    pub(crate) fn recycle(&mut self, buf: Vec<u8>) {
+        if self.spare.len() < 4096 {
+            self.spare.push(buf);
+        }
+    }
+
+    /// A frame taken that could not be sent after all: a drop, not a forward.
+    pub(crate) fn lost(&mut self) {
+        self.stats.forwarded -= 1;
+        self.stats.dropped += 1;
     }
 
     pub(crate) fn queued_bytes(&self) -> usize {
@@ -172,18 +191,21 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
     let epoch = Instant::now();
     let end = Duration::from_secs_f64(a.duration);
     let (mut next_sample, mut next_report) = (0u64, 1_000_000_000u64);
-    let mut frames: Vec<Vec<u8>> = Vec::new();
     while epoch.elapsed() < end {
         let now = epoch.elapsed().as_nanos() as u64;
-        frames.clear();
-        from.rx_burst(64, |f| frames.push(f.to_vec()));
-        for f in &frames {
+        from.rx_burst(64, |f| {
             egress.offer(f);
-        }
+        });
         while let Some(f) = egress.take(now) {
-            if to.tx(f.len(), |b| b.copy_from_slice(&f)).is_err() {
-                break;
+            // A full transmit ring: send what is queued and try once more.
+            let sent = to.tx(f.len(), |b| b.copy_from_slice(&f)).is_ok() || {
+                to.flush();
+                to.tx(f.len(), |b| b.copy_from_slice(&f)).is_ok()
+            };
+            if !sent {
+                egress.lost();
             }
+            egress.recycle(f);
         }
         to.rx_burst(64, |f| {
             // ACKs, NAKs, CNPs and the connection's TCP go back unshaped.

@@ -66,7 +66,7 @@ pub struct DcqcnConfig {
     pub rpg_hai_rate_bps: u64,
     /// Not a ConnectX parameter (0 there: no window). If not 0, the fabric's base RTT
     /// (ns): the QP keeps at most one bandwidth-delay product (`line_rate_bps` × this) in
-    /// flight, as the windowed DCQCN ("DCQCN+win") the HPCC paper compares against. A rate
+    /// flight, as the HPCC simulator runs DCQCN with its window option (`HAS_WIN`). A rate
     /// cannot take back what left before the first CNP came back; the window bounds it, so
     /// `n` flows starting together put at most `n` BDPs into the bottleneck's buffer.
     pub window_rtt_ns: u64,

@@ -958,15 +958,8 @@ fn report(
             },
         });
         if !o.per_qp_messages.is_empty() {
-            let m = &o.per_qp_messages;
-            let sum: f64 = m.iter().map(|&x| x as f64).sum();
-            let sq: f64 = m.iter().map(|&x| (x as f64).powi(2)).sum();
-            obj["per_qp_messages"] = json!(m);
-            obj["jain"] = json!(if sq > 0.0 {
-                sum * sum / (m.len() as f64 * sq)
-            } else {
-                0.0
-            });
+            obj["per_qp_messages"] = json!(o.per_qp_messages);
+            obj["jain"] = json!(crate::scenario::jain(&o.per_qp_messages));
         }
         if a.kind == Kind::Lat {
             let m = obj.as_object_mut().expect("object");

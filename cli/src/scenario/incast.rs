@@ -266,12 +266,7 @@ pub(crate) fn run(s: &Setup) -> Outcome {
     let span = (s.end_ns - half) as f64;
     let total: u64 = in_half.iter().sum();
     out.utilization = total as f64 * 8.0 / (s.gbps * span);
-    let sq: f64 = in_half.iter().map(|&x| (x as f64).powi(2)).sum();
-    out.jain = if sq > 0.0 {
-        (total as f64).powi(2) / (flows as f64 * sq)
-    } else {
-        0.0
-    };
+    out.jain = super::jain(&in_half);
     samples.sort_unstable();
     let pct = |p: f64| {
         samples

@@ -232,6 +232,18 @@ struct SprayArgs {
     json: bool,
 }
 
+/// Jain's fairness index of `shares`: 1 when all are equal, 1/n when one has everything
+/// (0 when nothing was shared).
+pub(crate) fn jain(shares: &[u64]) -> f64 {
+    let sum: f64 = shares.iter().map(|&x| x as f64).sum();
+    let sq: f64 = shares.iter().map(|&x| (x as f64).powi(2)).sum();
+    if sq > 0.0 {
+        sum * sum / (shares.len() as f64 * sq)
+    } else {
+        0.0
+    }
+}
+
 pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
     let t = s.trim();
     let (num, mult) = [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)]
