@@ -23,13 +23,6 @@ const NODES: &[&str] = &[
     "IBVERBS_1.14",
 ];
 
-/// Version nodes of libmlx5, libefa and librdmacm that perftest's imports name.
-const SHADOW_NODES: &[&[&str]] = &[
-    &["MLX5_1.3", "MLX5_1.7", "MLX5_1.8", "MLX5_1.10", "MLX5_1.21"],
-    &["EFA_1.1"],
-    &["RDMACM_1.0"],
-];
-
 fn main() {
     println!("cargo:rerun-if-changed=wrapper.h");
     println!("cargo:rerun-if-changed=build.rs");
@@ -44,7 +37,7 @@ fn main() {
     }
     bindgen::Builder::default()
         .header("wrapper.h")
-        .allowlist_type("ibv_.*|_ibv_.*|_compat_ibv_.*|verbs_.*")
+        .allowlist_type("ibv_.*|_ibv_.*|_compat_ibv_.*|verbs_.*|ib_uverbs_qp_attr|ib_uverbs_ah_attr|ib_user_path_rec")
         .allowlist_var("IBV_.*|IBV_WC_.*")
         .derive_default(true)
         .derive_debug(false)
@@ -66,18 +59,6 @@ fn main() {
         prev = Some(node);
     }
     map.push_str("IBVERBS_PRIVATE_34 { };\n");
-    // The version nodes of the libraries perftest links beside libibverbs, which the test
-    // directory shadows with links to this library (src/shadow.rs).
-    for chain in SHADOW_NODES {
-        let mut prev: Option<&str> = None;
-        for node in *chain {
-            match prev {
-                Some(p) => map.push_str(&format!("{node} {{ }} {p};\n")),
-                None => map.push_str(&format!("{node} {{ }};\n")),
-            }
-            prev = Some(node);
-        }
-    }
     let path = out.join("ibverbs.map");
     std::fs::write(&path, map).expect("cannot write the version script");
     println!(

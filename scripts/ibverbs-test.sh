@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Unmodified rdma-core and perftest programs over ferroce's libibverbs.so.1 (issue 7): builds
-# the library, puts it in target/ibverbs/ with links named after the libraries perftest also
-# loads (libmlx5, libefa, librdmacm: see ibverbs/src/shadow.rs), creates two namespaces
+# the library, puts it in target/ibverbs/ (alone: the providers perftest also loads, rdma-core's
+# libmlx5, libefa and librdmacm, load beside it and find no device of theirs), creates two namespaces
 # joined by a veth pair and runs each program as a server in one and a client in the other,
 # with LD_LIBRARY_PATH pointing at the library and FERROCE_DEVICES naming the veth end.
 # Every program must exit 0 on both sides; any failure fails the script (and CI). Prints
@@ -21,8 +21,8 @@ cd "$(dirname "$0")/.."
 cargo build -q --release -p ferroce-ibverbs -p ferroce-cli
 lib=$PWD/target/ibverbs
 mkdir -p "$lib"
+rm -f "$lib"/*.so.1
 cp target/release/libibverbs.so "$lib/libibverbs.so.1"
-for n in libmlx5.so.1 libefa.so.1 librdmacm.so.1; do ln -sf libibverbs.so.1 "$lib/$n"; done
 ferroce=$PWD/target/release/ferroce
 
 p=fribv

@@ -1,25 +1,34 @@
 //! Opening a device (`struct ibv_context`) and querying it.
 //!
-//! The context is not "extended" (`abi_compat` is null), so the header's inline wrappers take
-//! their legacy paths: `ibv_query_port` reaches the exported function, which writes the
-//! legacy 48-byte attributes after the wrapper zeroed the rest. Opening a device starts its
-//! engine thread: a perftest server blocks in a TCP read for the whole test, so nothing of the
-//! program's drives the transport.
+//! The context is an *extended* one, as every rdma-core provider's: `struct verbs_context`
+//! with the program's `struct ibv_context` as its last field and `abi_compat` set to
+//! libibverbs' marker, so the header's inline wrappers find the extended entry points
+//! (`ibv_query_port` with the whole attribute structure, `ibv_query_device_ex`,
+//! `ibv_create_cq_ex`, `ibv_create_qp_ex`, thread and parent domains, flow steering) in it.
+//! An entry left null makes its inline wrapper fail with `EOPNOTSUPP`, as libibverbs does
+//! for a provider without the feature. Opening a device starts its engine thread: a
+//! perftest server blocks in a TCP read for the whole test, so nothing of the program's
+//! drives the transport.
 
-use std::ffi::{c_int, c_uint};
+use std::ffi::{c_int, c_uint, c_void};
+use std::mem::offset_of;
 
 use ferroce_verbs::{Context as VerbsContext, PortState};
 
 use crate::device::{lookup, set_errno, Device};
+use crate::events::AsyncEvents;
 use crate::ffi;
 
-/// An open device as programs see it (`ibv_context` first) and the ferroce context behind it.
+/// An open device as programs see it (`verbs_context`, whose last field is the program's
+/// `ibv_context`) and the ferroce context behind it.
 #[repr(C)]
 pub struct Context {
-    pub(crate) ibv: ffi::ibv_context,
+    pub(crate) vctx: ffi::verbs_context,
     /// The ferroce context.
     pub verbs: VerbsContext,
     pub(crate) dev: &'static Device,
+    /// Asynchronous events (`ibv_get_async_event`) and the objects they name.
+    pub(crate) events: AsyncEvents,
 }
 
 /// Bytes of `struct ibv_port_attr` a program compiled against the legacy layout reserves (up
@@ -29,18 +38,53 @@ pub const LEGACY_PORT_ATTR_LEN: usize = 48;
 /// Firmware version string `ibv_devinfo` prints.
 const FW_VER: &str = concat!("ferroce ", env!("CARGO_PKG_VERSION"));
 
+/// The vendor id ferroce reports: not an IEEE OUI, the value Linux's software RoCE device
+/// (rxe) reports too. Programs key vendor-specific paths on known ids (mlx5's 0x02c9,
+/// Amazon's, Chelsio's, Intel's) and take the generic verbs for any other.
+pub const VENDOR_ID: u32 = 0x00ff_ffff;
+
+/// libibverbs' marker in `ibv_context.abi_compat` for an extended context
+/// (`__VERBS_ABI_IS_EXTENDED`, `(void *)UINTPTR_MAX`).
+const ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
+
 /// The context behind a pointer a program holds.
 ///
 /// # Safety
 /// `ctx` is null or came from `ibv_open_device` and was not closed.
 pub(crate) unsafe fn context<'a>(ctx: *mut ffi::ibv_context) -> Option<&'a Context> {
-    // SAFETY: per the contract, a non-null `ctx` is the first field of a live `Context`.
-    unsafe { (ctx as *const Context).as_ref() }
+    if ctx.is_null() {
+        return None;
+    }
+    // SAFETY: per the contract, a non-null `ctx` is the `context` field of the
+    // `verbs_context` that starts a live `Context`.
+    unsafe {
+        let vctx = (ctx as *mut u8).sub(offset_of!(ffi::verbs_context, context));
+        (vctx as *const Context).as_ref()
+    }
 }
 
-fn eventfd() -> c_int {
+impl Context {
+    /// The pointer programs hold.
+    pub(crate) fn ibv(&self) -> *mut ffi::ibv_context {
+        &self.vctx.context as *const ffi::ibv_context as *mut ffi::ibv_context
+    }
+}
+
+fn eventfd(flags: c_int) -> c_int {
     // SAFETY: plain system call; a failure returns -1, which programs see as a closed fd.
-    unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) }
+    unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | flags) }
+}
+
+/// The extended entry points of every context.
+fn extended_ops(ibv: ffi::ibv_context) -> ffi::verbs_context {
+    ffi::verbs_context {
+        query_port: Some(query_port_ex),
+        query_device_ex: Some(query_device_ex),
+        query_rt_values: Some(query_rt_values),
+        sz: size_of::<ffi::verbs_context>(),
+        context: ibv,
+        ..Default::default()
+    }
 }
 
 /// `ibv_open_device`: opens the ferroce device and starts its engine thread. Null with
@@ -70,23 +114,42 @@ pub unsafe extern "C" fn ferroce_ibv_open_device(
         set_errno(libc::EIO);
         return std::ptr::null_mut();
     }
-    let mut ibv = ffi::ibv_context {
+    let events = match AsyncEvents::new(&verbs) {
+        Ok(e) => e,
+        Err(errno) => {
+            verbs.stop_engine_thread();
+            set_errno(errno);
+            return std::ptr::null_mut();
+        }
+    };
+    let ibv = ffi::ibv_context {
         device: dev,
-        cmd_fd: eventfd(),
-        async_fd: eventfd(),
+        cmd_fd: eventfd(libc::EFD_NONBLOCK),
+        async_fd: events.fd(),
         num_comp_vectors: 1,
         ops: crate::ops::table(),
+        abi_compat: ABI_IS_EXTENDED,
         ..Default::default()
     };
+    let mut vctx = extended_ops(ibv);
+    crate::extended::install(&mut vctx);
     // SAFETY: initializing a zeroed mutex in place before anyone can see it.
     unsafe {
         libc::pthread_mutex_init(
-            &mut ibv.mutex as *mut _ as *mut libc::pthread_mutex_t,
+            &mut vctx.context.mutex as *mut _ as *mut libc::pthread_mutex_t,
             std::ptr::null(),
         )
     };
-    let ctx = Box::new(Context { ibv, verbs, dev: d });
-    Box::into_raw(ctx) as *mut ffi::ibv_context
+    let ctx = Box::into_raw(Box::new(Context {
+        vctx,
+        verbs,
+        dev: d,
+        events,
+    }));
+    // SAFETY: just made; it lives until `ibv_close_device`.
+    let ctx = unsafe { &*ctx };
+    ctx.events.attach(ctx.ibv());
+    ctx.ibv()
 }
 symver!(ferroce_ibv_open_device => "ibv_open_device" @ "IBVERBS_1.1");
 
@@ -96,21 +159,31 @@ symver!(ferroce_ibv_open_device => "ibv_open_device" @ "IBVERBS_1.1");
 /// `ctx` came from `ibv_open_device` and is not used again.
 #[no_mangle]
 pub unsafe extern "C" fn ferroce_ibv_close_device(ctx: *mut ffi::ibv_context) -> c_int {
-    if ctx.is_null() {
+    // SAFETY: per the contract.
+    let Some(c) = (unsafe { context(ctx) }) else {
         return libc::EINVAL;
-    }
-    // SAFETY: per the contract, `ctx` is a `Context` from `Box::into_raw`, closed once.
-    let ctx = unsafe { Box::from_raw(ctx as *mut Context) };
-    ctx.verbs.stop_engine_thread();
-    for fd in [ctx.ibv.cmd_fd, ctx.ibv.async_fd] {
-        if fd >= 0 {
-            // SAFETY: our own eventfds, closed once.
-            unsafe { libc::close(fd) };
-        }
+    };
+    // SAFETY: per the contract, `c` is a `Context` from `Box::into_raw`, closed once.
+    let c = unsafe { Box::from_raw(c as *const Context as *mut Context) };
+    c.events.detach();
+    c.verbs.stop_engine_thread();
+    if c.vctx.context.cmd_fd >= 0 {
+        // SAFETY: our own eventfd, closed once (the async fd is closed with `events`).
+        unsafe { libc::close(c.vctx.context.cmd_fd) };
     }
     0
 }
 symver!(ferroce_ibv_close_device => "ibv_close_device" @ "IBVERBS_1.1");
+
+/// What the device offers beyond the basic verbs (`device_cap_flags`).
+fn device_cap_flags() -> u64 {
+    u64::from(
+        ffi::IBV_DEVICE_RC_RNR_NAK_GEN
+            | ffi::IBV_DEVICE_PORT_ACTIVE_EVENT
+            | ffi::IBV_DEVICE_SYS_IMAGE_GUID
+            | ffi::IBV_DEVICE_N_NOTIFY_CQ,
+    ) | crate::extended::device_cap_flags()
+}
 
 /// The device attributes of a context.
 pub(crate) fn device_attr(ctx: &Context) -> ffi::ibv_device_attr {
@@ -120,10 +193,10 @@ pub(crate) fn device_attr(ctx: &Context) -> ffi::ibv_device_attr {
         sys_image_guid: ctx.dev.guid,
         max_mr_size: a.max_mr_size,
         page_size_cap: 0xffff_f000,
-        vendor_id: a.vendor_id,
+        vendor_id: VENDOR_ID,
         max_qp: a.max_qp as c_int,
         max_qp_wr: a.max_qp_wr as c_int,
-        device_cap_flags: ffi::IBV_DEVICE_RC_RNR_NAK_GEN as c_uint,
+        device_cap_flags: device_cap_flags() as c_uint,
         max_sge: a.max_sge as c_int,
         max_sge_rd: a.max_sge as c_int,
         max_cq: 1 << 16,
@@ -134,6 +207,7 @@ pub(crate) fn device_attr(ctx: &Context) -> ffi::ibv_device_attr {
         max_res_rd_atom: (a.max_qp_rd_atom * 1024) as c_int,
         max_qp_init_rd_atom: a.max_qp_rd_atom as c_int,
         atomic_cap: ffi::IBV_ATOMIC_HCA,
+        max_mw: crate::extended::max_mw(),
         max_srq: 1 << 16,
         max_srq_wr: a.max_qp_wr as c_int,
         max_srq_sge: a.max_sge as c_int,
@@ -168,7 +242,77 @@ pub unsafe extern "C" fn ferroce_ibv_query_device(
 }
 symver!(ferroce_ibv_query_device => "ibv_query_device" @ "IBVERBS_1.1");
 
-/// The attributes of port 1.
+/// The extended device attributes.
+pub(crate) fn device_attr_ex(c: &Context) -> ffi::ibv_device_attr_ex {
+    let orig = device_attr(c);
+    let mut out = ffi::ibv_device_attr_ex {
+        orig_attr: orig,
+        completion_timestamp_mask: u64::MAX,
+        // The completion timestamps are the engine's clock, in nanoseconds: 1 GHz.
+        hca_core_clock: 1_000_000,
+        device_cap_flags_ex: device_cap_flags(),
+        phys_port_cnt_ex: u32::from(orig.phys_port_cnt),
+        ..Default::default()
+    };
+    crate::extended::fill_device_attr_ex(&mut out);
+    out
+}
+
+/// `verbs_context.query_device_ex`: the extended attributes, as much of the program's
+/// structure as it has room for (`attr_size`; older programs pass a shorter one).
+unsafe extern "C" fn query_device_ex(
+    ctx: *mut ffi::ibv_context,
+    input: *const ffi::ibv_query_device_ex_input,
+    attr: *mut ffi::ibv_device_attr_ex,
+    attr_size: usize,
+) -> c_int {
+    // SAFETY: the inline wrapper passes the program's context.
+    let Some(c) = (unsafe { context(ctx) }) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: null or the program's input.
+    if unsafe { input.as_ref() }.is_some_and(|i| i.comp_mask != 0) {
+        return libc::EINVAL;
+    }
+    if attr.is_null() || attr_size < size_of::<ffi::ibv_device_attr>() {
+        return libc::EINVAL;
+    }
+    let a = device_attr_ex(c);
+    let n = attr_size.min(size_of::<ffi::ibv_device_attr_ex>());
+    // SAFETY: `attr` has `attr_size` writable bytes per the header's contract; `a` is a
+    // whole structure of at least `n` bytes; the two do not overlap.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            &a as *const ffi::ibv_device_attr_ex as *const u8,
+            attr as *mut u8,
+            n,
+        )
+    };
+    0
+}
+
+/// `verbs_context.query_rt_values`: the device's clock now (what completion timestamps
+/// count), in `raw_clock` as seconds and nanoseconds.
+unsafe extern "C" fn query_rt_values(
+    ctx: *mut ffi::ibv_context,
+    values: *mut ffi::ibv_values_ex,
+) -> c_int {
+    // SAFETY: the inline wrapper passes the program's context and structure.
+    let (Some(c), Some(v)) = (unsafe { context(ctx) }, unsafe { values.as_mut() }) else {
+        return libc::EINVAL;
+    };
+    if v.comp_mask & !ffi::IBV_VALUES_MASK_RAW_CLOCK != 0 {
+        return libc::EINVAL;
+    }
+    if v.comp_mask & ffi::IBV_VALUES_MASK_RAW_CLOCK != 0 {
+        let now = c.verbs.now();
+        v.raw_clock.tv_sec = (now / 1_000_000_000) as _;
+        v.raw_clock.tv_nsec = (now % 1_000_000_000) as _;
+    }
+    0
+}
+
+/// The attributes of port `port`.
 pub(crate) fn port_attr(ctx: &Context, port: u8) -> Option<ffi::ibv_port_attr> {
     let p = ctx.verbs.query_port_num(port).ok()?;
     let active = p.state == PortState::Active;
@@ -181,7 +325,8 @@ pub(crate) fn port_attr(ctx: &Context, port: u8) -> Option<ffi::ibv_port_attr> {
         max_mtu: p.max_mtu as ffi::ibv_mtu,
         active_mtu: p.active_mtu as ffi::ibv_mtu,
         gid_tbl_len: p.gid_tbl_len as c_int,
-        port_cap_flags: 0,
+        // A RoCE port: no subnet manager, IP-based GIDs, capability mask 2 present.
+        port_cap_flags: ffi::IBV_PORT_CM_SUP | ffi::IBV_PORT_IP_BASED_GIDS,
         max_msg_sz: 1 << 31,
         pkey_tbl_len: 1,
         max_vl_num: 1,
@@ -195,8 +340,8 @@ pub(crate) fn port_attr(ctx: &Context, port: u8) -> Option<ffi::ibv_port_attr> {
     })
 }
 
-/// `ibv_query_port`: writes the legacy 48 bytes (the header's inline wrapper zeroes the
-/// rest of a newer caller's structure first).
+/// `ibv_query_port` (the exported, legacy entry): writes the legacy 48 bytes (the header's
+/// inline wrapper of an old program zeroed the rest of its structure first).
 ///
 /// # Safety
 /// `ctx` is an open context, `attr` points to at least 48 writable bytes.
@@ -225,6 +370,37 @@ pub unsafe extern "C" fn ferroce_ibv_query_port(
     0
 }
 symver!(ferroce_ibv_query_port => "ibv_query_port" @ "IBVERBS_1.1");
+
+/// `verbs_context.query_port`: what the header's `ibv_query_port` calls on an extended
+/// context, with the size of the program's structure (at least the legacy 48 bytes).
+unsafe extern "C" fn query_port_ex(
+    ctx: *mut ffi::ibv_context,
+    port: u8,
+    attr: *mut ffi::ibv_port_attr,
+    len: usize,
+) -> c_int {
+    // SAFETY: the inline wrapper passes the program's context.
+    let (Some(c), false) = (unsafe { context(ctx) }, attr.is_null()) else {
+        return libc::EINVAL;
+    };
+    if len < LEGACY_PORT_ATTR_LEN {
+        return libc::EINVAL;
+    }
+    let Some(a) = port_attr(c, port) else {
+        return libc::EINVAL;
+    };
+    let n = len.min(size_of::<ffi::ibv_port_attr>());
+    // SAFETY: `attr` has `len` writable bytes per the header's contract.
+    unsafe {
+        std::ptr::write_bytes(attr as *mut u8, 0, len);
+        std::ptr::copy_nonoverlapping(
+            &a as *const ffi::ibv_port_attr as *const u8,
+            attr as *mut u8,
+            n,
+        )
+    };
+    0
+}
 
 /// `ibv_query_gid`: index 0 is the RoCEv2 GID of the port's address.
 ///
@@ -293,8 +469,17 @@ mod tests {
         // `union ibv_gid` forces 8-byte alignment into `ibv_ah_attr`, so `ibv_qp_attr` is
         // 144 bytes.
         assert_eq!(size_of::<ffi::ibv_qp_attr>(), 144);
-        // A program's `ibv_context *` is ours.
-        assert_eq!(offset_of!(Context, ibv), 0);
+        // The program's `ibv_context` ends the extended context, whose size field sits just
+        // before it, and the extended context starts ours.
+        assert_eq!(offset_of!(Context, vctx), 0);
+        assert_eq!(
+            offset_of!(ffi::verbs_context, context) + size_of::<ffi::ibv_context>(),
+            size_of::<ffi::verbs_context>()
+        );
+        assert_eq!(
+            offset_of!(ffi::verbs_context, sz) + 8,
+            offset_of!(ffi::verbs_context, context)
+        );
         // The ops programs call through inline, at the header's offsets.
         assert_eq!(offset_of!(ffi::ibv_context, ops), 8);
         assert_eq!(

@@ -185,6 +185,28 @@ pub unsafe extern "C" fn ferroce_ibv_read_sysfs_file(
 }
 symver!(ferroce_ibv_read_sysfs_file => "ibv_read_sysfs_file" @ "IBVERBS_1.0");
 
+/// `ibv_get_device_index`: the device's index, its place in `FERROCE_DEVICES` (what the
+/// kernel's device index is to rdma-core); -1 for a device that is not ours.
+///
+/// # Safety
+/// `dev` is null or a device from the list.
+#[no_mangle]
+pub unsafe extern "C" fn ferroce_ibv_get_device_index(dev: *mut ffi::ibv_device) -> c_int {
+    devices()
+        .iter()
+        .position(|d| std::ptr::eq(&d.ibv, dev))
+        .map_or(-1, |i| i as c_int)
+}
+symver!(ferroce_ibv_get_device_index => "ibv_get_device_index" @ "IBVERBS_1.9");
+
+/// `ibv_get_sysfs_path`: where sysfs is mounted (what libibverbs reports; ferroce's devices
+/// have no entries there, see `ibv_read_sysfs_file`).
+#[no_mangle]
+pub extern "C" fn ferroce_ibv_get_sysfs_path() -> *const c_char {
+    c"/sys".as_ptr()
+}
+symver!(ferroce_ibv_get_sysfs_path => "ibv_get_sysfs_path" @ "IBVERBS_1.0");
+
 /// Sets the calling thread's `errno`.
 pub(crate) fn set_errno(e: c_int) {
     // SAFETY: `__errno_location` returns this thread's errno slot.

@@ -15,11 +15,20 @@ pub mod ffi;
 #[macro_use]
 mod symver;
 
+pub mod compat;
 pub mod context;
+pub mod cq;
 pub mod device;
+pub mod domain;
+pub mod events;
+pub mod extended;
 pub mod misc;
+pub mod mr;
+pub mod mw;
 pub mod neigh;
 pub mod objects;
 pub mod ops;
+pub mod private;
 pub mod qp;
-pub mod shadow;
+pub mod qpex;
+pub mod srq;

@@ -2,7 +2,7 @@
 //! P_Key query, fork support, and the extended-QP entry point (which a non-extended context
 //! answers with NULL, sending programs down the legacy `ibv_post_send` path).
 
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
 
 use crate::context::context;
 use crate::device::set_errno;
@@ -156,12 +156,21 @@ pub extern "C" fn ferroce_ibv_fork_init() -> c_int {
 }
 symver!(ferroce_ibv_fork_init => "ibv_fork_init" @ "IBVERBS_1.1");
 
-/// `ibv_qp_to_qp_ex`: NULL — contexts are not extended, so programs post with
-/// `ibv_post_send` (perftest decides this from the vendor id before it asks).
+/// `ibv_qp_to_qp_ex`: the extended QP, for a QP created with `send_ops_flags` (NULL for
+/// any other, as libibverbs answers).
+///
+/// # Safety
+/// `qp` is null or a live QP.
 #[no_mangle]
-pub extern "C" fn ferroce_ibv_qp_to_qp_ex(_qp: *mut ffi::ibv_qp) -> *mut ffi::ibv_qp_ex {
-    set_errno(libc::EOPNOTSUPP);
-    std::ptr::null_mut()
+pub unsafe extern "C" fn ferroce_ibv_qp_to_qp_ex(qp: *mut ffi::ibv_qp) -> *mut ffi::ibv_qp_ex {
+    // SAFETY: per the contract.
+    match unsafe { crate::objects::object::<crate::qp::Qp, _>(qp) } {
+        Some(q) if q.extended => qp as *mut ffi::ibv_qp_ex,
+        _ => {
+            set_errno(libc::EOPNOTSUPP);
+            std::ptr::null_mut()
+        }
+    }
 }
 symver!(ferroce_ibv_qp_to_qp_ex => "ibv_qp_to_qp_ex" @ "IBVERBS_1.6");
 
@@ -186,3 +195,196 @@ pub extern "C" fn ferroce_ibv_detach_mcast(
     libc::EOPNOTSUPP
 }
 symver!(ferroce_ibv_detach_mcast => "ibv_detach_mcast" @ "IBVERBS_1.1");
+
+/// `ibv_get_pkey_index`: the index of `pkey` in the port's table (one entry, the default
+/// partition), or a negative errno.
+///
+/// # Safety
+/// `ctx` is an open context.
+#[no_mangle]
+pub unsafe extern "C" fn ferroce_ibv_get_pkey_index(
+    ctx: *mut ffi::ibv_context,
+    port: u8,
+    pkey: u16,
+) -> c_int {
+    // SAFETY: per the contract.
+    let Some(c) = (unsafe { context(ctx) }) else {
+        return -libc::EINVAL;
+    };
+    if c.verbs.query_port_num(port).is_err() {
+        return -libc::EINVAL;
+    }
+    if u16::from_be(pkey) == 0xffff {
+        0
+    } else {
+        -libc::ENOENT
+    }
+}
+symver!(ferroce_ibv_get_pkey_index => "ibv_get_pkey_index" @ "IBVERBS_1.5");
+
+/// `ibv_is_fork_initialized`: `IBV_FORK_UNNEEDED`. No kernel pins registered memory for a
+/// ferroce device, so a child's copy-on-write pages never detach a region from the device
+/// (the engine reads and writes the parent's pages through its own mappings).
+#[no_mangle]
+pub extern "C" fn ferroce_ibv_is_fork_initialized() -> ffi::ibv_fork_status {
+    ffi::IBV_FORK_UNNEEDED
+}
+symver!(ferroce_ibv_is_fork_initialized => "ibv_is_fork_initialized" @ "IBVERBS_1.13");
+
+/// `ibv_dontfork_range`: nothing to do (see `ibv_is_fork_initialized`).
+#[no_mangle]
+pub extern "C" fn ferroce_ibv_dontfork_range(_base: *mut c_void, _size: usize) -> c_int {
+    0
+}
+symver!(ferroce_ibv_dontfork_range => "ibv_dontfork_range" @ "IBVERBS_1.1");
+
+/// `ibv_dofork_range`: nothing to do (see `ibv_is_fork_initialized`).
+#[no_mangle]
+pub extern "C" fn ferroce_ibv_dofork_range(_base: *mut c_void, _size: usize) -> c_int {
+    0
+}
+symver!(ferroce_ibv_dofork_range => "ibv_dofork_range" @ "IBVERBS_1.1");
+
+/// `ibv_query_ece`: enhanced connection establishment is a vendor option ferroce does not
+/// have; `EOPNOTSUPP`, as libibverbs answers for a provider without it.
+#[no_mangle]
+pub extern "C" fn ferroce_ibv_query_ece(_qp: *mut ffi::ibv_qp, _ece: *mut ffi::ibv_ece) -> c_int {
+    set_errno(libc::EOPNOTSUPP);
+    libc::EOPNOTSUPP
+}
+symver!(ferroce_ibv_query_ece => "ibv_query_ece" @ "IBVERBS_1.10");
+
+/// `ibv_set_ece`: as `ibv_query_ece`.
+#[no_mangle]
+pub extern "C" fn ferroce_ibv_set_ece(_qp: *mut ffi::ibv_qp, _ece: *mut ffi::ibv_ece) -> c_int {
+    set_errno(libc::EOPNOTSUPP);
+    libc::EOPNOTSUPP
+}
+symver!(ferroce_ibv_set_ece => "ibv_set_ece" @ "IBVERBS_1.10");
+
+/// `ibv_reg_dmabuf_mr`: a dma-buf is another device's memory (a GPU's), which a software
+/// RNIC cannot reach; NULL with `errno` `EOPNOTSUPP`.
+#[no_mangle]
+pub extern "C" fn ferroce_ibv_reg_dmabuf_mr(
+    _pd: *mut ffi::ibv_pd,
+    _offset: u64,
+    _length: usize,
+    _iova: u64,
+    _fd: c_int,
+    _access: c_int,
+) -> *mut ffi::ibv_mr {
+    set_errno(libc::EOPNOTSUPP);
+    std::ptr::null_mut()
+}
+symver!(ferroce_ibv_reg_dmabuf_mr => "ibv_reg_dmabuf_mr" @ "IBVERBS_1.12");
+
+/// `ibv_import_dm`: no device memory to import; NULL, `errno` `EOPNOTSUPP`.
+#[no_mangle]
+pub extern "C" fn ferroce_ibv_import_dm(
+    _ctx: *mut ffi::ibv_context,
+    _handle: u32,
+) -> *mut ffi::ibv_dm {
+    set_errno(libc::EOPNOTSUPP);
+    std::ptr::null_mut()
+}
+symver!(ferroce_ibv_import_dm => "ibv_import_dm" @ "IBVERBS_1.13");
+
+/// `ibv_unimport_dm`: nothing was imported.
+#[no_mangle]
+pub extern "C" fn ferroce_ibv_unimport_dm(_dm: *mut ffi::ibv_dm) {}
+symver!(ferroce_ibv_unimport_dm => "ibv_unimport_dm" @ "IBVERBS_1.13");
+
+/// `_ibv_query_gid_table` (what the header's `ibv_query_gid_table` calls): every port's
+/// GIDs, as many as fit in `max_entries`; the count, or a negative errno (`-EINVAL` when
+/// they do not fit).
+///
+/// # Safety
+/// `ctx` is an open context; `entries` points to `max_entries` entries of `entry_size`.
+#[no_mangle]
+pub unsafe extern "C" fn ferroce__ibv_query_gid_table(
+    ctx: *mut ffi::ibv_context,
+    entries: *mut ffi::ibv_gid_entry,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    // SAFETY: per the contract.
+    let Some(c) = (unsafe { context(ctx) }) else {
+        return -(libc::EINVAL as isize);
+    };
+    if flags != 0 || entry_size < size_of::<ffi::ibv_gid_entry>() {
+        return -(libc::EINVAL as isize);
+    }
+    let ports = c.verbs.query_device().phys_port_cnt;
+    let mut n = 0usize;
+    for port in 1..=ports {
+        let Ok(p) = c.verbs.query_port_num(port) else {
+            continue;
+        };
+        for index in 0..p.gid_tbl_len {
+            let mut e = ffi::ibv_gid_entry::default();
+            // SAFETY: a live local entry of the right size.
+            let r = unsafe {
+                ferroce__ibv_query_gid_ex(
+                    ctx,
+                    u32::from(port),
+                    index,
+                    &mut e,
+                    0,
+                    size_of::<ffi::ibv_gid_entry>(),
+                )
+            };
+            if r != 0 {
+                continue;
+            }
+            if n == max_entries {
+                return -(libc::EINVAL as isize);
+            }
+            // SAFETY: `n < max_entries` entries of `entry_size` bytes per the contract.
+            unsafe {
+                let at = (entries as *mut u8).add(n * entry_size) as *mut ffi::ibv_gid_entry;
+                at.write_unaligned(e);
+            }
+            n += 1;
+        }
+    }
+    n as isize
+}
+symver!(ferroce__ibv_query_gid_table => "_ibv_query_gid_table" @ "IBVERBS_1.11");
+
+/// `ibv_import_device`: not yet offered (see docs/ibverbs.md); NULL, `errno` `EOPNOTSUPP`.
+#[no_mangle]
+pub extern "C" fn ferroce_ibv_import_device(_cmd_fd: c_int) -> *mut ffi::ibv_context {
+    set_errno(libc::EOPNOTSUPP);
+    std::ptr::null_mut()
+}
+symver!(ferroce_ibv_import_device => "ibv_import_device" @ "IBVERBS_1.10");
+
+/// `ibv_import_pd`: as `ibv_import_device`.
+#[no_mangle]
+pub extern "C" fn ferroce_ibv_import_pd(
+    _ctx: *mut ffi::ibv_context,
+    _handle: u32,
+) -> *mut ffi::ibv_pd {
+    set_errno(libc::EOPNOTSUPP);
+    std::ptr::null_mut()
+}
+symver!(ferroce_ibv_import_pd => "ibv_import_pd" @ "IBVERBS_1.10");
+
+/// `ibv_unimport_pd`: nothing was imported.
+#[no_mangle]
+pub extern "C" fn ferroce_ibv_unimport_pd(_pd: *mut ffi::ibv_pd) {}
+symver!(ferroce_ibv_unimport_pd => "ibv_unimport_pd" @ "IBVERBS_1.10");
+
+/// `ibv_import_mr`: as `ibv_import_device`.
+#[no_mangle]
+pub extern "C" fn ferroce_ibv_import_mr(_pd: *mut ffi::ibv_pd, _handle: u32) -> *mut ffi::ibv_mr {
+    set_errno(libc::EOPNOTSUPP);
+    std::ptr::null_mut()
+}
+symver!(ferroce_ibv_import_mr => "ibv_import_mr" @ "IBVERBS_1.10");
+
+/// `ibv_unimport_mr`: nothing was imported.
+#[no_mangle]
+pub extern "C" fn ferroce_ibv_unimport_mr(_mr: *mut ffi::ibv_mr) {}
+symver!(ferroce_ibv_unimport_mr => "ibv_unimport_mr" @ "IBVERBS_1.10");

@@ -11,15 +11,17 @@ use ferroce_stack::transport::{
 };
 use ferroce_stack::wire::Qpn;
 
+use crate::cq::Cq;
 use crate::ffi;
-use crate::objects::{object, Ah, Cq, Srq};
+use crate::objects::{object, Ah};
 use crate::qp::{Qp, MAX_INLINE};
+use crate::srq::Srq;
 
 /// Most scatter/gather elements in one WR (the device's `max_sge`).
 const MAX_SGE: usize = 30;
 
 /// The errno for a refused WR: a full queue is ENOMEM, as in libibverbs' providers.
-fn errno(e: PostError) -> c_int {
+pub(crate) fn errno(e: PostError) -> c_int {
     match e {
         PostError::QueueFull(_) => libc::ENOMEM,
         _ => libc::EINVAL,
@@ -36,6 +38,8 @@ fn opcode(op: ffi::ibv_wr_opcode) -> Option<WrOpcode> {
         ffi::IBV_WR_ATOMIC_CMP_AND_SWP => WrOpcode::CmpSwp,
         ffi::IBV_WR_ATOMIC_FETCH_AND_ADD => WrOpcode::FetchAdd,
         ffi::IBV_WR_SEND_WITH_INV => WrOpcode::SendWithInv,
+        ffi::IBV_WR_LOCAL_INV => WrOpcode::LocalInv,
+        ffi::IBV_WR_BIND_MW => WrOpcode::BindMw,
         _ => return None,
     })
 }
@@ -66,8 +70,18 @@ unsafe fn sges(list: *const ffi::ibv_sge, n: c_int, out: &mut [Sge; MAX_SGE]) ->
 /// # Safety
 /// `w` is a WR the program built: its gather list valid, its AH (UD) live, and for an
 /// inline WR each element's bytes readable.
-unsafe fn post_one(q: &Qp, w: &ffi::ibv_send_wr) -> Result<(), c_int> {
+pub(crate) unsafe fn post_one(q: &Qp, w: &ffi::ibv_send_wr) -> Result<(), c_int> {
     let op = opcode(w.opcode).ok_or(libc::EINVAL)?;
+    if op == WrOpcode::BindMw {
+        // SAFETY: the union's bind member for a bind request.
+        let b = unsafe { w.__bindgen_anon_2.bind_mw };
+        let bind = crate::mw::Bind {
+            mw: b.mw,
+            rkey: b.rkey,
+            info: b.bind_info,
+        };
+        return crate::mw::post_bind(q, w, &bind);
+    }
     let mut list = [Sge::default(); MAX_SGE];
     // SAFETY: per the contract.
     let n = unsafe { sges(w.sg_list, w.num_sge, &mut list) }.ok_or(libc::EINVAL)?;
@@ -98,7 +112,7 @@ unsafe fn post_one(q: &Qp, w: &ffi::ibv_send_wr) -> Result<(), c_int> {
     // SAFETY: reading the union as the member the opcode selects; all are plain integers.
     let (imm_data, remote_addr, rkey, compare_add, swap) = unsafe {
         let imm = match op {
-            WrOpcode::SendWithInv => w.__bindgen_anon_1.invalidate_rkey,
+            WrOpcode::SendWithInv | WrOpcode::LocalInv => w.__bindgen_anon_1.invalidate_rkey,
             // `imm_data` is big-endian in memory; ferroce carries the value the wire shows.
             _ => u32::from_be(w.__bindgen_anon_1.imm_data),
         };
@@ -290,32 +304,12 @@ unsafe extern "C" fn req_notify_cq(cq: *mut ffi::ibv_cq, solicited_only: c_int) 
     }
 }
 
-/// `ops.alloc_mw`: memory windows are not implemented.
-unsafe extern "C" fn alloc_mw(_pd: *mut ffi::ibv_pd, _t: ffi::ibv_mw_type) -> *mut ffi::ibv_mw {
-    crate::device::set_errno(libc::EOPNOTSUPP);
-    std::ptr::null_mut()
-}
-
-/// `ops.bind_mw`: as `alloc_mw`.
-unsafe extern "C" fn bind_mw(
-    _qp: *mut ffi::ibv_qp,
-    _mw: *mut ffi::ibv_mw,
-    _b: *mut ffi::ibv_mw_bind,
-) -> c_int {
-    libc::EOPNOTSUPP
-}
-
-/// `ops.dealloc_mw`: as `alloc_mw`.
-unsafe extern "C" fn dealloc_mw(_mw: *mut ffi::ibv_mw) -> c_int {
-    libc::EOPNOTSUPP
-}
-
 /// The ops table of every context.
 pub(crate) fn table() -> ffi::ibv_context_ops {
     ffi::ibv_context_ops {
-        alloc_mw: Some(alloc_mw),
-        bind_mw: Some(bind_mw),
-        dealloc_mw: Some(dealloc_mw),
+        alloc_mw: Some(crate::mw::alloc_mw),
+        bind_mw: Some(crate::mw::bind_mw),
+        dealloc_mw: Some(crate::mw::dealloc_mw),
         poll_cq: Some(poll_cq),
         req_notify_cq: Some(req_notify_cq),
         post_srq_recv: Some(post_srq_recv),

@@ -3,27 +3,58 @@
 //! address vector is the one exception (a GID in, a full path out: see
 //! [`path_of`](crate::objects::path_of)).
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 use std::net::IpAddr;
+use std::sync::atomic::Ordering;
 
 use ferroce_stack::transport::{Access, AttrMask, Mtu, QpAttr, QpCaps, QpState, QpType};
 use ferroce_stack::wire::{Psn, Qpn};
 use ferroce_verbs::{Gid, QueuePair, VerbsError};
 
+use crate::context::context;
+use crate::cq::Cq;
 use crate::device::set_errno;
+use crate::events::{Kind, Reported};
 use crate::ffi;
-use crate::objects::{free, init_sync, object, owner, path_of, publish, Cq, Pd, Srq};
+use crate::objects::{free, init_sync, object, owner, path_of, publish, Pd};
+use crate::srq::Srq;
 
 /// The largest inline payload a QP offers (what `ibv_create_qp` grants at most).
 pub const MAX_INLINE: u32 = 1024;
 
-/// A queue pair.
+/// A queue pair. Every QP is an extended one (`struct ibv_qp_ex`, whose first part is
+/// `struct ibv_qp`); `ibv_qp_to_qp_ex` hands out the extended part, with its `ibv_wr_*`
+/// entry points, only for a QP created with `send_ops_flags`, as libibverbs does.
 #[repr(C)]
 pub struct Qp {
-    pub(crate) ibv: ffi::ibv_qp,
+    pub(crate) ibv: ffi::ibv_qp_ex,
     pub(crate) qp: QueuePair,
     pub(crate) caps: ffi::ibv_qp_cap,
     pub(crate) sq_sig_all: bool,
+    /// Created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`: the `ibv_wr_*` API is on.
+    pub(crate) extended: bool,
+    /// The operations `send_ops_flags` allowed (`IBV_QP_EX_WITH_*`).
+    pub(crate) send_ops: u64,
+    /// Asynchronous events that named it and were taken.
+    pub(crate) async_reported: Reported,
+    /// The work requests an `ibv_wr_start` batch builds (see [`crate::qpex`]).
+    pub(crate) batch: std::sync::Mutex<crate::qpex::Batch>,
+}
+
+impl Qp {
+    /// The program's pointer to its `struct ibv_qp`.
+    pub(crate) fn base(&self) -> &ffi::ibv_qp {
+        &self.ibv.qp_base
+    }
+}
+
+/// The QP of a live QP pointer.
+///
+/// # Safety
+/// `qp` is a live QP of this library.
+pub(crate) unsafe fn object_of<'a>(qp: *mut ffi::ibv_qp) -> &'a Qp {
+    // SAFETY: per the contract.
+    unsafe { &*(qp as *const Qp) }
 }
 
 fn qp_type(t: ffi::ibv_qp_type) -> Option<QpType> {
@@ -39,7 +70,7 @@ fn state(s: ffi::ibv_qp_state) -> Option<QpState> {
     QpState::ALL.get(s as usize).copied()
 }
 
-fn state_code(s: QpState) -> ffi::ibv_qp_state {
+pub(crate) fn state_code(s: QpState) -> ffi::ibv_qp_state {
     QpState::ALL.iter().position(|&x| x == s).unwrap_or(0) as ffi::ibv_qp_state
 }
 
@@ -54,6 +85,132 @@ fn mtu(m: ffi::ibv_mtu) -> Option<Mtu> {
     })
 }
 
+/// What creating a QP takes, from `ibv_qp_init_attr` or `ibv_qp_init_attr_ex`.
+pub(crate) struct Create<'a> {
+    pub(crate) pd: *mut ffi::ibv_pd,
+    pub(crate) qp_context: *mut std::ffi::c_void,
+    pub(crate) send_cq: *mut ffi::ibv_cq,
+    pub(crate) recv_cq: *mut ffi::ibv_cq,
+    pub(crate) srq: *mut ffi::ibv_srq,
+    pub(crate) cap: &'a mut ffi::ibv_qp_cap,
+    pub(crate) qp_type: ffi::ibv_qp_type,
+    pub(crate) sq_sig_all: bool,
+    /// `Some(send_ops_flags)` for a QP created with them.
+    pub(crate) send_ops: Option<u64>,
+}
+
+/// Makes a QP; its capabilities are written back with what was granted. Err holds the
+/// errno.
+pub(crate) fn create(a: Create<'_>) -> Result<*mut ffi::ibv_qp, c_int> {
+    // SAFETY: null or live objects, per the callers' contracts.
+    let (p, scq, rcq, srq) = unsafe {
+        (
+            object::<Pd, _>(a.pd),
+            object::<Cq, _>(a.send_cq),
+            object::<Cq, _>(a.recv_cq),
+            object::<Srq, _>(a.srq),
+        )
+    };
+    let p = p.ok_or(libc::EINVAL)?;
+    let Some(t) = qp_type(a.qp_type) else {
+        return Err(match a.qp_type {
+            ffi::IBV_QPT_RC | ffi::IBV_QPT_UC | ffi::IBV_QPT_UD => libc::EINVAL,
+            _ => libc::EOPNOTSUPP,
+        });
+    };
+    let (Some(scq), Some(rcq)) = (scq, rcq) else {
+        return Err(libc::EINVAL);
+    };
+    if !a.srq.is_null() && srq.is_none() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: PDs are made with a live context.
+    let c = unsafe { owner(p.ibv.context) };
+    if scq.ibv.context != p.ibv.context || rcq.ibv.context != p.ibv.context {
+        return Err(libc::EINVAL);
+    }
+    let dev = c.verbs.query_device();
+    let cap = a.cap;
+    if cap.max_send_wr > dev.max_qp_wr
+        || cap.max_recv_wr > dev.max_qp_wr
+        || cap.max_send_sge > dev.max_sge
+        || cap.max_recv_sge > dev.max_sge
+        || cap.max_inline_data > MAX_INLINE
+    {
+        return Err(libc::EINVAL);
+    }
+    if let Some(ops) = a.send_ops {
+        if ops & !crate::qpex::supported_send_ops(t) != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+    }
+    // Grant at least one of everything (a queue of zero is still a queue to post to, as on
+    // mlx5), and the inline size the program asked for.
+    cap.max_send_wr = cap.max_send_wr.max(1);
+    cap.max_send_sge = cap.max_send_sge.max(1);
+    if srq.is_none() {
+        cap.max_recv_wr = cap.max_recv_wr.max(1);
+        cap.max_recv_sge = cap.max_recv_sge.max(1);
+    } else {
+        cap.max_recv_wr = 0;
+        cap.max_recv_sge = 0;
+    }
+    let caps = QpCaps {
+        max_send_wr: cap.max_send_wr,
+        max_recv_wr: cap.max_recv_wr,
+        max_send_sge: cap.max_send_sge,
+        max_recv_sge: cap.max_recv_sge,
+        max_inline_data: cap.max_inline_data,
+        sq_sig_all: a.sq_sig_all,
+    };
+    let made = match srq {
+        Some(s) => p.pd.create_qp_with_srq(t, caps, &scq.cq, &rcq.cq, &s.srq),
+        None => p.pd.create_qp(t, caps, &scq.cq, &rcq.cq),
+    };
+    let qp = made.map_err(|e| {
+        eprintln!("ferroce: ibv_create_qp: {e}");
+        libc::EINVAL
+    })?;
+    let qpn = qp.qpn().value();
+    let mut ibv = ffi::ibv_qp_ex {
+        qp_base: ffi::ibv_qp {
+            context: p.ibv.context,
+            qp_context: a.qp_context,
+            pd: a.pd,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            qp_num: qpn,
+            state: ffi::IBV_QPS_RESET,
+            qp_type: a.qp_type,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    if a.send_ops.is_some() {
+        crate::qpex::install(&mut ibv);
+    }
+    // SAFETY: fresh, unshared storage.
+    unsafe { init_sync(&mut ibv.qp_base.mutex, &mut ibv.qp_base.cond) };
+    scq.users.fetch_add(1, Ordering::AcqRel);
+    rcq.users.fetch_add(1, Ordering::AcqRel);
+    if let Some(s) = srq {
+        s.users.fetch_add(1, Ordering::AcqRel);
+    }
+    let ptr: *mut ffi::ibv_qp = publish(Qp {
+        ibv,
+        qp,
+        caps: *cap,
+        sq_sig_all: a.sq_sig_all,
+        extended: a.send_ops.is_some(),
+        send_ops: a.send_ops.unwrap_or(0),
+        async_reported: Reported::default(),
+        batch: std::sync::Mutex::new(crate::qpex::Batch::default()),
+    });
+    c.events.register(Kind::Qp, qpn, ptr as *mut c_void);
+    Ok(ptr)
+}
+
 /// `ibv_create_qp`: the capabilities are written back with what was granted.
 ///
 /// # Safety
@@ -65,97 +222,124 @@ pub unsafe extern "C" fn ferroce_ibv_create_qp(
     init: *mut ffi::ibv_qp_init_attr,
 ) -> *mut ffi::ibv_qp {
     // SAFETY: per the contract.
-    let (Some(p), Some(a)) = (unsafe { object::<Pd, _>(pd) }, unsafe { init.as_mut() }) else {
+    let Some(a) = (unsafe { init.as_mut() }) else {
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     };
-    // SAFETY: per the contract, null or live.
-    let (scq, rcq, srq) = unsafe {
-        (
-            object::<Cq, _>(a.send_cq),
-            object::<Cq, _>(a.recv_cq),
-            object::<Srq, _>(a.srq),
-        )
-    };
-    let (Some(scq), Some(rcq), Some(t)) = (scq, rcq, qp_type(a.qp_type)) else {
-        set_errno(libc::EINVAL);
-        return std::ptr::null_mut();
-    };
-    // SAFETY: PDs are made with a live context.
-    let c = unsafe { owner(p.ibv.context) };
-    let dev = c.verbs.query_device();
-    let cap = &mut a.cap;
-    if cap.max_send_wr > dev.max_qp_wr
-        || cap.max_recv_wr > dev.max_qp_wr
-        || cap.max_send_sge > dev.max_sge
-        || cap.max_recv_sge > dev.max_sge
-        || cap.max_inline_data > MAX_INLINE
-    {
-        set_errno(libc::ENOMEM);
-        return std::ptr::null_mut();
-    }
-    // Grant at least one of everything (a queue of zero is still a queue to post to, as on
-    // mlx5), and the inline size the program asked for.
-    cap.max_send_wr = cap.max_send_wr.max(1);
-    cap.max_send_sge = cap.max_send_sge.max(1);
-    if srq.is_none() {
-        cap.max_recv_wr = cap.max_recv_wr.max(1);
-        cap.max_recv_sge = cap.max_recv_sge.max(1);
-    }
-    let caps = QpCaps {
-        max_send_wr: cap.max_send_wr,
-        max_recv_wr: cap.max_recv_wr,
-        max_send_sge: cap.max_send_sge,
-        max_recv_sge: cap.max_recv_sge,
-        max_inline_data: cap.max_inline_data,
-        sq_sig_all: a.sq_sig_all != 0,
-    };
-    let made = match srq {
-        Some(s) => p.pd.create_qp_with_srq(t, caps, &scq.cq, &rcq.cq, &s.srq),
-        None => p.pd.create_qp(t, caps, &scq.cq, &rcq.cq),
-    };
-    let qp = match made {
-        Ok(q) => q,
-        Err(e) => {
-            eprintln!("ferroce: ibv_create_qp: {e}");
-            set_errno(libc::EINVAL);
-            return std::ptr::null_mut();
-        }
-    };
-    let mut ibv = ffi::ibv_qp {
-        context: p.ibv.context,
-        qp_context: a.qp_context,
+    let made = create(Create {
         pd,
+        qp_context: a.qp_context,
         send_cq: a.send_cq,
         recv_cq: a.recv_cq,
         srq: a.srq,
-        qp_num: qp.qpn().value(),
-        state: ffi::IBV_QPS_RESET,
+        cap: &mut a.cap,
         qp_type: a.qp_type,
-        ..Default::default()
-    };
-    // SAFETY: fresh, unshared storage.
-    unsafe { init_sync(&mut ibv.mutex, &mut ibv.cond) };
-    publish(Qp {
-        ibv,
-        qp,
-        caps: *cap,
         sq_sig_all: a.sq_sig_all != 0,
-    })
+        send_ops: None,
+    });
+    match made {
+        Ok(p) => p,
+        Err(e) => {
+            set_errno(e);
+            std::ptr::null_mut()
+        }
+    }
 }
 symver!(ferroce_ibv_create_qp => "ibv_create_qp" @ "IBVERBS_1.1");
 
-/// `ibv_destroy_qp`.
+/// `verbs_context.create_qp_ex` (the header's `ibv_create_qp_ex` when more than a PD is
+/// given): the PD is required (XRC is not offered); creation flags, TSO headers, RSS and
+/// indirection tables are `EOPNOTSUPP`; `send_ops_flags` turns the `ibv_wr_*` API on.
+pub(crate) unsafe extern "C" fn create_qp_ex(
+    ctx: *mut ffi::ibv_context,
+    attr: *mut ffi::ibv_qp_init_attr_ex,
+) -> *mut ffi::ibv_qp {
+    // SAFETY: the inline wrapper passes the program's context and attributes.
+    let (Some(_), Some(a)) = (unsafe { context(ctx) }, unsafe { attr.as_mut() }) else {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    let known = ffi::IBV_QP_INIT_ATTR_PD
+        | ffi::IBV_QP_INIT_ATTR_XRCD
+        | ffi::IBV_QP_INIT_ATTR_CREATE_FLAGS
+        | ffi::IBV_QP_INIT_ATTR_MAX_TSO_HEADER
+        | ffi::IBV_QP_INIT_ATTR_IND_TABLE
+        | ffi::IBV_QP_INIT_ATTR_RX_HASH
+        | ffi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    let fail = |e| {
+        set_errno(e);
+        std::ptr::null_mut()
+    };
+    if a.comp_mask & !known != 0 {
+        return fail(libc::EINVAL);
+    }
+    if a.comp_mask & ffi::IBV_QP_INIT_ATTR_PD == 0 {
+        return fail(if a.comp_mask & ffi::IBV_QP_INIT_ATTR_XRCD != 0 {
+            libc::EOPNOTSUPP
+        } else {
+            libc::EINVAL
+        });
+    }
+    let unsupported = ffi::IBV_QP_INIT_ATTR_IND_TABLE
+        | ffi::IBV_QP_INIT_ATTR_RX_HASH
+        | ffi::IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+    if a.comp_mask & unsupported != 0
+        || (a.comp_mask & ffi::IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
+    {
+        return fail(libc::EOPNOTSUPP);
+    }
+    let send_ops =
+        (a.comp_mask & ffi::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
+    match create(Create {
+        pd: a.pd,
+        qp_context: a.qp_context,
+        send_cq: a.send_cq,
+        recv_cq: a.recv_cq,
+        srq: a.srq,
+        cap: &mut a.cap,
+        qp_type: a.qp_type,
+        sq_sig_all: a.sq_sig_all != 0,
+        send_ops,
+    }) {
+        Ok(p) => p,
+        Err(e) => fail(e),
+    }
+}
+
+/// `ibv_destroy_qp`: waits until the program acknowledged every asynchronous event it took
+/// for the QP, as libibverbs does.
 ///
 /// # Safety
 /// `qp` came from `ibv_create_qp` and is not used again.
 #[no_mangle]
 pub unsafe extern "C" fn ferroce_ibv_destroy_qp(qp: *mut ffi::ibv_qp) -> c_int {
-    if !qp.is_null() {
-        // The QP's counters go with it: export the device's first, so `ferroce stats --all`
-        // shows what a finished program's QPs did.
-        // SAFETY: per the contract `qp` is a live QP of ours, made with a live context.
-        let _ = unsafe { owner((*qp).context) }.verbs.export_stats();
+    // SAFETY: per the contract.
+    let Some(q) = (unsafe { object::<Qp, _>(qp) }) else {
+        return libc::EINVAL;
+    };
+    // SAFETY: QPs are made with a live context.
+    let c = unsafe { owner(q.base().context) };
+    // The QP's counters go with it: export the device's first, so `ferroce stats --all`
+    // shows what a finished program's QPs did.
+    let _ = c.verbs.export_stats();
+    c.events.forget(Kind::Qp, q.base().qp_num);
+    // SAFETY: the header's own fields, live until freed below; the CQs and SRQ outlive the
+    // QP (their destroys fail with EBUSY until it is gone).
+    unsafe {
+        let h = &mut (*qp);
+        q.async_reported
+            .wait_acked(&mut h.mutex, &mut h.cond, &h.events_completed);
+        crate::cq::cq_of(h.send_cq)
+            .users
+            .fetch_sub(1, Ordering::AcqRel);
+        crate::cq::cq_of(h.recv_cq)
+            .users
+            .fetch_sub(1, Ordering::AcqRel);
+        if !h.srq.is_null() {
+            crate::srq::srq_of(h.srq)
+                .users
+                .fetch_sub(1, Ordering::AcqRel);
+        }
     }
     // SAFETY: per the contract.
     unsafe { free::<Qp, _>(qp) }
@@ -173,7 +357,7 @@ fn to_attr(q: &Qp, a: &ffi::ibv_qp_attr, mask: AttrMask) -> Result<QpAttr, c_int
     }
     if mask.contains(AttrMask::PORT) {
         // SAFETY: QPs are made with a live context.
-        let c = unsafe { owner(q.ibv.context) };
+        let c = unsafe { owner(q.base().context) };
         if c.verbs.query_port_num(a.port_num).is_err() {
             eprintln!(
                 "ferroce: port {} does not exist (the device has {})",
@@ -186,7 +370,7 @@ fn to_attr(q: &Qp, a: &ffi::ibv_qp_attr, mask: AttrMask) -> Result<QpAttr, c_int
     }
     if mask.contains(AttrMask::AV) {
         // SAFETY: QPs are made with a live context.
-        let c = unsafe { owner(q.ibv.context) };
+        let c = unsafe { owner(q.base().context) };
         out.ah_attr = path_of(c, &a.ah_attr)?;
     }
     out.qp_access_flags = Access(a.qp_access_flags & 0xf);
@@ -214,8 +398,8 @@ pub const FAILOVER_ENV: &str = "FERROCE_FAILOVER";
 /// written for one port (perftest) get native failover with a ferroce peer unchanged.
 fn offer_failover(q: &Qp) {
     // SAFETY: QPs are made with a live context.
-    let c = unsafe { owner(q.ibv.context) };
-    if c.verbs.query_device().phys_port_cnt < 2 || q.ibv.qp_type == ffi::IBV_QPT_UD {
+    let c = unsafe { owner(q.base().context) };
+    if c.verbs.query_device().phys_port_cnt < 2 || q.base().qp_type == ffi::IBV_QPT_UD {
         return;
     }
     match std::env::var(FAILOVER_ENV).as_deref() {
@@ -230,7 +414,7 @@ fn offer_failover(q: &Qp) {
     let primary = q.qp.query().map_or(1, |a| a.port_num.max(1));
     let other = if primary == 1 { 2 } else { 1 };
     if let Err(e) = q.qp.offer_alternate_port(other) {
-        eprintln!("ferroce: QP {:#x}: no failover: {e}", q.ibv.qp_num);
+        eprintln!("ferroce: QP {:#x}: no failover: {e}", q.base().qp_num);
     }
 }
 
@@ -266,11 +450,11 @@ pub unsafe extern "C" fn ferroce_ibv_modify_qp(
             0
         }
         Err(VerbsError::Modify(e)) => {
-            eprintln!("ferroce: ibv_modify_qp on QP {:#x}: {e}", q.ibv.qp_num);
+            eprintln!("ferroce: ibv_modify_qp on QP {:#x}: {e}", q.base().qp_num);
             libc::EINVAL
         }
         Err(e) => {
-            eprintln!("ferroce: ibv_modify_qp on QP {:#x}: {e}", q.ibv.qp_num);
+            eprintln!("ferroce: ibv_modify_qp on QP {:#x}: {e}", q.base().qp_num);
             libc::EINVAL
         }
     }
@@ -332,14 +516,37 @@ pub unsafe extern "C" fn ferroce_ibv_query_qp(
     unsafe {
         attr.write(out);
         let i = &mut *init;
-        i.qp_context = q.ibv.qp_context;
-        i.send_cq = q.ibv.send_cq;
-        i.recv_cq = q.ibv.recv_cq;
-        i.srq = q.ibv.srq;
+        i.qp_context = q.base().qp_context;
+        i.send_cq = q.base().send_cq;
+        i.recv_cq = q.base().recv_cq;
+        i.srq = q.base().srq;
         i.cap = q.caps;
-        i.qp_type = q.ibv.qp_type;
+        i.qp_type = q.base().qp_type;
         i.sq_sig_all = c_int::from(q.sq_sig_all);
     }
     0
 }
 symver!(ferroce_ibv_query_qp => "ibv_query_qp" @ "IBVERBS_1.1");
+
+/// `ibv_query_qp_data_in_order`: 1 when the QP's data lands in order (its recovery policy
+/// delivers in PSN order, Go-Back-N by default), 0 when a placement policy writes a message's
+/// packets as they come (selective repeat, spraying).
+///
+/// # Safety
+/// `qp` is a live QP.
+#[no_mangle]
+pub unsafe extern "C" fn ferroce_ibv_query_qp_data_in_order(
+    qp: *mut ffi::ibv_qp,
+    _op: ffi::ibv_wr_opcode,
+    flags: u32,
+) -> c_int {
+    // SAFETY: per the contract.
+    let Some(q) = (unsafe { object::<Qp, _>(qp) }) else {
+        return 0;
+    };
+    if flags != 0 {
+        return 0;
+    }
+    c_int::from(q.qp.data_in_order().unwrap_or(false))
+}
+symver!(ferroce_ibv_query_qp_data_in_order => "ibv_query_qp_data_in_order" @ "IBVERBS_1.14");

@@ -12,7 +12,9 @@ use ferroce_drivers::Port;
 use ferroce_stack::transport::{Counters, MrKeys, MrTable};
 use ferroce_stack::wire::MacAddr;
 
+use crate::engine::looped::{self, LoopInbox};
 use crate::engine::{Engine, PortCounters, QpEngines, QpShared, Steer};
+use crate::events::EventSink;
 use crate::slot::{DeviceEngine, EngineSlot};
 
 /// An engine over `port`, boxed for a device; `real` for a port on the machine's clock
@@ -91,6 +93,11 @@ pub(crate) struct Device {
     pub(crate) control: std::sync::OnceLock<ferroce_drivers::control::tcp::ControlHandle>,
     /// CPUs the engine threads are pinned to, engine i to the i-th (none: not pinned).
     pub(crate) cores: std::sync::OnceLock<Vec<usize>>,
+    /// Where the device's asynchronous events go.
+    pub(crate) events: EventSink,
+    /// On a real port: where other devices of the process loop frames for this device's
+    /// QPs (its first engine's inbox; a multi-engine device hands them on by QPN).
+    pub(crate) looped: std::sync::OnceLock<Arc<LoopInbox>>,
 }
 
 impl Device {
@@ -124,6 +131,10 @@ impl Device {
             }
         }
         let (mac, eth_mtu) = (engines[0].port().mac(), engines[0].port().mtu());
+        let events = EventSink::default();
+        for e in engines.iter_mut() {
+            e.core_mut().events = events.clone();
+        }
         let engines = engines.into_iter().map(EngineSlot::new).collect();
         Arc::new(Self {
             name,
@@ -142,7 +153,24 @@ impl Device {
             threaded: AtomicBool::new(false),
             control: std::sync::OnceLock::new(),
             cores: std::sync::OnceLock::new(),
+            events,
+            looped: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Joins the process's loopback (see [`looped`]): what a device on a real port does when
+    /// it opens, before it has QPs. A simulated host's frames to itself are the fabric's to
+    /// carry, and its QP numbers stay its own (replayable from the seed).
+    pub(crate) fn join_loopback(self: &Arc<Self>) {
+        let lb = LoopInbox::new();
+        let dev = Arc::downgrade(self);
+        lb.set_wake(Box::new(move || {
+            if let Some(d) = dev.upgrade() {
+                d.engines[0].idle.wake();
+            }
+        }));
+        self.engines[0].lock().core_mut().looped = Some(lb.clone());
+        let _ = self.looped.set(lb);
     }
 
     /// A device with several ports on one engine (`ips[i]` is port i+1's address): a QP
@@ -210,10 +238,20 @@ impl Device {
         Ok(())
     }
 
-    /// Destroys QP `qpn`: out of its engine and the engine table.
+    /// Destroys QP `qpn`: out of its engine and the engine table (and loopback's).
     pub(crate) fn destroy_qp(&self, qpn: u32) {
+        if self.looped.get().is_some() {
+            looped::release(qpn);
+        }
         self.slot(qpn).lock().core_mut().remove_qp(qpn);
         self.homes.forget(qpn);
+    }
+
+    /// Enters a new QP where loopback finds it.
+    pub(crate) fn claim_qpn(&self, qpn: u32) {
+        if let Some(lb) = self.looped.get() {
+            looped::claim(qpn, lb);
+        }
     }
 
     /// After a post rang `rung` for QP `sh`: if the QP moved to another engine meanwhile,
@@ -250,6 +288,70 @@ impl Device {
             }
         }
         Ok((keys, out))
+    }
+
+    /// Re-registers `keys` in place in every engine's table (see
+    /// [`MrTable::reregister`]), moving the port's mapping with new memory.
+    ///
+    /// # Safety
+    /// As [`MrTable::reregister`].
+    pub(crate) unsafe fn reregister(
+        &self,
+        keys: MrKeys,
+        pd: Option<ferroce_stack::transport::PdId>,
+        memory: Option<(*mut u8, usize, u64)>,
+        access: Option<ferroce_stack::transport::Access>,
+    ) -> Result<(), crate::error::VerbsError> {
+        {
+            let mut first = self.engine();
+            let old = first.core_mut().mem().extent(keys.lkey);
+            // SAFETY: the caller's promise, passed on.
+            unsafe { first.core_mut().mem().reregister(keys, pd, memory, access) }?;
+            if let (Some((addr, len)), Some((base, new_len, _))) = (old, memory) {
+                first.port_mut().unmap_memory(addr, len);
+                first.port_mut().map_memory(base as usize, new_len)?;
+            }
+        }
+        for slot in &self.engines[1..] {
+            // SAFETY: as above.
+            unsafe {
+                slot.lock()
+                    .core_mut()
+                    .mem()
+                    .reregister(keys, pd, memory, access)
+            }?;
+        }
+        Ok(())
+    }
+
+    /// Allocates a memory window in every engine's table (the first makes the key).
+    pub(crate) fn alloc_window(
+        &self,
+        pd: ferroce_stack::transport::PdId,
+        type2: bool,
+    ) -> Result<u32, crate::error::VerbsError> {
+        let mut first = self.engine();
+        let key = first.core_mut().mem().alloc_window(pd, type2)?;
+        if self.engines.len() > 1 {
+            let keys = MrKeys {
+                lkey: key,
+                rkey: key,
+            };
+            if let Some(share) = first.core_mut().mem().share(keys) {
+                drop(first);
+                for slot in &self.engines[1..] {
+                    slot.lock().core_mut().mem().adopt(&share);
+                }
+            }
+        }
+        Ok(key)
+    }
+
+    /// Deallocates a memory window (under any of its keys) in every engine's table.
+    pub(crate) fn dealloc_window(&self, key: u32) {
+        for slot in self.engines.iter() {
+            slot.lock().core_mut().mem().dealloc_window(key);
+        }
     }
 
     /// Forgets a registration in every engine's table, and the port's mapping of it.
@@ -305,8 +407,12 @@ impl Device {
 
     /// The next QP number. QPN 0 and 1 are the SMI and GSI; 0xFFFFFF is the multicast QPN,
     /// which only UD packets may name (a packet to it is nobody's on RC/UC). None of the
-    /// three is handed out, also when the 24-bit count wraps.
+    /// three is handed out, also when the 24-bit count wraps. On a real port the number is
+    /// the process's (see [`looped`]), so that loopback finds every QP by it.
     pub(crate) fn next_qpn(&self) -> u32 {
+        if self.looped.get().is_some() {
+            return looped::next_qpn();
+        }
         loop {
             let n = self.next_qpn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff;
             if n > 1 && n != 0xff_ffff {

@@ -42,6 +42,14 @@ pub enum VerbsError {
         /// How many the device has.
         engines: usize,
     },
+    /// A CQ resized below the completions waiting in it.
+    #[error("cannot resize the CQ to {cqe} entries: {waiting} completions wait in it")]
+    CqTooSmall {
+        /// The size asked for.
+        cqe: usize,
+        /// Completions waiting.
+        waiting: usize,
+    },
     /// A reliability policy can only be set before the QP reaches RTR.
     #[error("set the reliability policy before RTR; the QP is in {0}")]
     PolicyAfterRtr(QpState),

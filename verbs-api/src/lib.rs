@@ -18,12 +18,14 @@ pub mod timer;
 
 mod device;
 mod error;
+mod events;
 mod slot;
 mod stats;
 mod threads;
 mod verbs;
 
 pub use engine::{Engine, PortCounters};
+pub use events::AsyncEvent;
 pub use ferroce_stack::transport::{
     Access, AddressVector, AttrMask, Counters, Delivery, Mtu, Payload, Policies, PostError, QpAttr,
     QpCaps, QpState, QpType, Recovery, RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode,
@@ -31,5 +33,6 @@ pub use ferroce_stack::transport::{
 };
 pub use verbs::{
     AddressHandle, CompletionChannel, CompletionQueue, Context, DeviceAttr, Gid, MemoryRegion,
-    PortAttr, PortState, PostFailure, ProtectionDomain, QueuePair, SharedReceiveQueue, VerbsError,
+    MemoryWindow, PortAttr, PortState, PostFailure, ProtectionDomain, QueuePair,
+    SharedReceiveQueue, VerbsError,
 };

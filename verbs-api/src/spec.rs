@@ -43,6 +43,7 @@ pub fn open_device_with_pcap(
         if let Some(c) = control {
             let _ = dev.control.set(c);
         }
+        dev.join_loopback();
         Ok(Context { dev })
     }
     match spec.split_once(':') {
@@ -86,9 +87,9 @@ pub fn open_device_with_pcap(
                     "{spec}: a capture of a multi-port device is not supported; capture one interface"
                 )));
             }
-            Ok(Context {
-                dev: Device::multi_port(spec.into(), ports, ips, seed, None),
-            })
+            let dev = Device::multi_port(spec.into(), ports, ips, seed, None);
+            dev.join_loopback();
+            Ok(Context { dev })
         }
         Some(("tap", rest)) if !rest.is_empty() => {
             let (name, ip) = match rest.split_once('@') {
@@ -346,6 +347,7 @@ fn dpdk_device(
         let _ = dev.control.set(c);
     }
     let _ = dev.cores.set(d.cores.clone());
+    dev.join_loopback();
     Ok(Context { dev })
 }
 
@@ -404,6 +406,7 @@ fn dpdk_multi_port(
         dev
     };
     let _ = dev.cores.set(d.cores.clone());
+    dev.join_loopback();
     Ok(Context { dev })
 }
 

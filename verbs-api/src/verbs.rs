@@ -191,6 +191,12 @@ impl Context {
         self.dev.now()
     }
 
+    /// The engine's clock in nanoseconds (its port's): what completion timestamps count
+    /// ([`CompletionQueue::poll_one_stamped`]).
+    pub fn clock_ns(&self) -> u64 {
+        self.dev.engine().port().now_ns()
+    }
+
     /// TCP through the port's own address, when the device's port has a control plane of
     /// its own (a DPDK port): what the out-of-band exchange uses instead of kernel sockets.
     pub fn control(&self) -> Option<&ferroce_drivers::control::tcp::ControlHandle> {
@@ -222,12 +228,22 @@ impl Context {
     pub fn create_cq(&self, cqe: usize, channel: Option<&CompletionChannel>) -> CompletionQueue {
         CompletionQueue {
             ctx: self.clone(),
-            shared: Arc::new(CqShared::new(
-                self.dev.next_id(),
-                cqe.max(1),
-                channel.map(|c| c.shared.clone()),
-            )),
+            shared: Arc::new(
+                CqShared::new(
+                    self.dev.next_id(),
+                    cqe.max(1),
+                    channel.map(|c| c.shared.clone()),
+                )
+                .with_events(self.dev.events.clone()),
+            ),
         }
+    }
+
+    /// Sends this device's asynchronous events (port changes, QP errors the transport
+    /// raised, CQ overruns, SRQ limits) to `f`, which runs on the thread that raised each
+    /// (an engine's). Set once; later calls return false and change nothing.
+    pub fn set_async_handler(&self, f: Box<dyn Fn(crate::AsyncEvent) + Send + Sync>) -> bool {
+        self.dev.events.set(f)
     }
 
     /// Runs the engine once on this thread (run-to-completion mode). Returns false only on a
@@ -386,12 +402,28 @@ impl ProtectionDomain {
         })
     }
 
+    /// `ibv_alloc_mw`: a memory window of this PD, type 2 (bound by
+    /// [`SendWr::bind_mw`](ferroce_stack::transport::SendWr::bind_mw) on a QP, to that QP,
+    /// and invalidated by key) or type 1. Unbound, its key opens nothing.
+    pub fn alloc_mw(&self, type2: bool) -> Result<MemoryWindow, VerbsError> {
+        let key = self.ctx.dev.alloc_window(self.id, type2)?;
+        Ok(MemoryWindow {
+            ctx: self.ctx.clone(),
+            key,
+            type2,
+        })
+    }
+
     /// `ibv_create_srq`: a shared receive queue of `max_wr` receives of up to `max_sge`
     /// elements, for QPs created with [`create_qp_with_srq`](Self::create_qp_with_srq).
     pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> SharedReceiveQueue {
-        SharedReceiveQueue {
-            srq: ferroce_stack::transport::Srq::new(max_wr, max_sge),
-        }
+        let srq = ferroce_stack::transport::Srq::new(max_wr, max_sge);
+        let id = self.ctx.dev.next_id();
+        let events = self.ctx.dev.events.clone();
+        srq.set_limit_handler(Box::new(move || {
+            events.emit(crate::AsyncEvent::SrqLimitReached(id))
+        }));
+        SharedReceiveQueue { srq, id }
     }
 
     /// `ibv_create_qp` with `srq` set: receives come from the shared queue.
@@ -442,6 +474,7 @@ impl ProtectionDomain {
         }
         let mut shared = QpShared::new(qpn, qp_type, caps);
         shared.has_srq = has_srq;
+        shared.events = self.ctx.dev.events.clone();
         let shared = Arc::new(shared);
         self.ctx.dev.slot(qpn).lock().core_mut().add_qp(
             qp,
@@ -449,10 +482,38 @@ impl ProtectionDomain {
             send_cq.shared.clone(),
             recv_cq.shared.clone(),
         );
+        self.ctx.dev.claim_qpn(qpn);
         Ok(QueuePair {
             ctx: self.ctx.clone(),
             shared,
         })
+    }
+}
+
+/// A memory window. Dropping it deallocates it: later accesses with any of its keys fail
+/// with a remote access error.
+#[derive(Debug)]
+pub struct MemoryWindow {
+    ctx: Context,
+    key: u32,
+    type2: bool,
+}
+
+impl MemoryWindow {
+    /// Its key as allocated; a bind moves it to another (in the low eight bits).
+    pub fn rkey(&self) -> u32 {
+        self.key
+    }
+
+    /// True for a type 2 window.
+    pub fn is_type2(&self) -> bool {
+        self.type2
+    }
+}
+
+impl Drop for MemoryWindow {
+    fn drop(&mut self) {
+        self.ctx.dev.dealloc_window(self.key);
     }
 }
 
@@ -517,6 +578,43 @@ impl MemoryRegion {
             length: len as u32,
             lkey: self.lkey,
         }
+    }
+
+    /// `ibv_rereg_mr`: the region keeps its keys and moves to protection domain `pd`, to
+    /// `len` bytes at `addr` addressed as `iova`, and/or to `access`, whichever are given.
+    ///
+    /// # Safety
+    /// New memory is under [`ProtectionDomain::reg_mr`]'s promise from now on.
+    pub unsafe fn rereg(
+        &mut self,
+        pd: Option<&ProtectionDomain>,
+        memory: Option<(*mut u8, usize, u64)>,
+        access: Option<Access>,
+    ) -> Result<(), VerbsError> {
+        if pd.is_some_and(|p| !Arc::ptr_eq(&p.ctx.dev, &self.ctx.dev)) {
+            return Err(VerbsError::WrongDevice("the PD"));
+        }
+        let keys = ferroce_stack::transport::MrKeys {
+            lkey: self.lkey,
+            rkey: self.rkey,
+        };
+        // SAFETY: the caller's promise, passed on.
+        unsafe {
+            self.ctx
+                .dev
+                .reregister(keys, pd.map(|p| p.id), memory, access)
+        }?;
+        if let Some(p) = pd {
+            self.pd = p.id;
+        }
+        if let Some((_, len, iova)) = memory {
+            self.addr = iova;
+            self.len = len;
+        }
+        if let Some(a) = access {
+            self.access = a;
+        }
+        Ok(())
     }
 
     /// Copies out of the region through the same checked accessor the engine uses (for an
@@ -610,7 +708,7 @@ impl CompletionQueue {
         let mut n = 0;
         while n < max {
             match self.shared.queue.pop() {
-                Some(wc) => {
+                Some((wc, _)) => {
                     out.push(wc);
                     n += 1;
                 }
@@ -622,10 +720,43 @@ impl CompletionQueue {
 
     /// One completion, if any.
     pub fn poll_one(&self) -> Option<WorkCompletion> {
+        self.poll_one_stamped().map(|(wc, _)| wc)
+    }
+
+    /// One completion and when the engine made it (its clock, ns: see
+    /// [`Context::clock_ns`]), if any.
+    pub fn poll_one_stamped(&self) -> Option<(WorkCompletion, u64)> {
         if self.shared.queue.is_empty() {
             self.ctx.dev.progress();
         }
         self.shared.queue.pop()
+    }
+
+    /// Completions waiting.
+    pub fn len(&self) -> usize {
+        self.shared.queue.len()
+    }
+
+    /// True when no completion waits.
+    pub fn is_empty(&self) -> bool {
+        self.shared.queue.is_empty()
+    }
+
+    /// Entries the CQ holds at most.
+    pub fn capacity(&self) -> usize {
+        self.shared.capacity.load(Ordering::Relaxed)
+    }
+
+    /// `ibv_resize_cq`: room for `cqe` completions from now on; refused when more than that
+    /// wait (they would be lost).
+    pub fn resize(&self, cqe: usize) -> Result<(), VerbsError> {
+        let cqe = cqe.max(1);
+        let waiting = self.shared.queue.len();
+        if waiting > cqe {
+            return Err(VerbsError::CqTooSmall { cqe, waiting });
+        }
+        self.shared.capacity.store(cqe, Ordering::Relaxed);
+        Ok(())
     }
 
     /// `ibv_req_notify_cq`: the next completion (or the next solicited one) posts an event
@@ -646,9 +777,31 @@ impl CompletionQueue {
 #[derive(Debug, Clone)]
 pub struct SharedReceiveQueue {
     srq: ferroce_stack::transport::Srq,
+    id: u32,
 }
 
 impl SharedReceiveQueue {
+    /// Its id (what an `SrqLimitReached` event names).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// `ibv_query_srq`: its size, elements per receive and armed limit (0: none).
+    pub fn query(&self) -> (u32, u32, u32) {
+        self.srq.attr()
+    }
+
+    /// `ibv_modify_srq`: resize it (not below the receives waiting) and/or arm its limit
+    /// (not above its size; 0 disarms). Crossing an armed limit raises
+    /// [`AsyncEvent::SrqLimitReached`](crate::AsyncEvent) once.
+    pub fn modify(
+        &self,
+        max_wr: Option<u32>,
+        limit: Option<u32>,
+    ) -> Result<(), ferroce_stack::transport::SrqModifyError> {
+        self.srq.modify(max_wr, limit)
+    }
+
     /// `ibv_post_srq_recv` for a list of WRs; the first refused one stops the list.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
         for (index, wr) in wrs.iter().enumerate() {
@@ -737,6 +890,12 @@ impl QueuePair {
         }
         if let Some(s) = state {
             self.shared.state.store(state_code(s), Ordering::Release);
+            // A QP reset leaves nothing of its past in its CQs, as an RNIC's driver cleans
+            // them (mlx5 removes the QP's CQEs when it resets it).
+            if s == QpState::Reset && result.is_ok() && mask.contains(AttrMask::STATE) {
+                let qpn = self.shared.qpn;
+                slot.lock().core_mut().clean_cqs(qpn);
+            }
         }
         Ok(result?)
     }
@@ -839,6 +998,12 @@ impl QueuePair {
         &self,
     ) -> Result<ferroce_stack::transport::PathControlStats, VerbsError> {
         self.with_qp(|qp| qp.path_control_stats())
+    }
+
+    /// `ibv_query_qp_data_in_order`: true when its data lands in order (its recovery policy
+    /// delivers in PSN order); placement policies write a message's packets as they come.
+    pub fn data_in_order(&self) -> Result<bool, VerbsError> {
+        self.with_qp(|qp| qp.delivery() == ferroce_stack::transport::Delivery::InOrder)
     }
 
     /// `ibv_query_qp`.
@@ -959,6 +1124,7 @@ fn check_send(sh: &QpShared, wr: &SendWr<'_>) -> Result<(), PostError> {
     use ferroce_stack::transport::{Payload, WrOpcode};
     let t = sh.qp_type;
     let ok = match t {
+        _ if wr.opcode.is_local() => t != QpType::Ud,
         QpType::Rc => true,
         QpType::Uc => !wr.opcode.is_read_or_atomic() && wr.opcode != WrOpcode::SendWithInv,
         QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),

@@ -47,19 +47,19 @@ pub use counters::Counters;
 pub use failover::LocalPort;
 pub use mr::{
     Access, AccessError, MemSpan, MrKeys, MrTable, PdId, RegionShare, RegisterError, SlotTarget,
-    Slotted,
+    Slotted, WindowBind, WindowError, ACCESS_MW_BIND,
 };
 pub use notify::NpConfig;
 pub use path::{Ecmp, Path, PathSelector};
 pub use qp::{
-    bring_up, AddressVector, Mtu, PathControlStats, Policies, Qp, QpAttr, QpCaps, QpConfig,
-    SendRecord,
+    bring_up, AddressVector, ErrorCause, Mtu, PathControlStats, Policies, Qp, QpAttr, QpCaps,
+    QpConfig, SendRecord,
 };
 pub use recovery::{
     Arrivals, Delivery, Feedback, GoBackN, LossReport, OutOfOrder, Recovery, Retransmit, SendWindow,
 };
 pub use sink::{Sunk, WriteImmSink};
-pub use srq::Srq;
+pub use srq::{Srq, SrqModifyError};
 pub use state::{check_modify, required_mask, AttrMask, ModifyError, QpState, QpType};
 pub use tx::TxOut;
 pub use wr::{

@@ -98,6 +98,9 @@ pub enum RegisterError {
     /// Every key slot is taken (2^20 - 1 regions).
     #[error("too many memory regions (at most 1048575)")]
     TooMany,
+    /// No region of the application's has these keys.
+    #[error("no such memory region")]
+    NoSuchRegion,
 }
 
 struct Region {
@@ -116,7 +119,82 @@ struct Region {
     /// Set for a slotted region ([`MrTable::register_slotted`]): its bytes are other
     /// regions' bytes, or nowhere.
     slotted: Option<Arc<Slotted>>,
+    /// Set for a memory window ([`MrTable::alloc_window`]): its bytes are a region's, once
+    /// bound.
+    window: Option<Window>,
 }
+
+/// A memory window's own state (IBTA Vol 1 §10.6.7): its type and, once bound, the region it
+/// opens onto and (type 2) the QP it is bound to. While unbound (or invalidated) its
+/// validity flag is clear, so every access with its key is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Window {
+    /// Type 2 (bound by a work request, to one QP, invalidated by key); else type 1.
+    type2: bool,
+    /// The key of the region it is bound onto.
+    parent: Option<u32>,
+    /// Type 2: the QP it is bound to, the only one whose requests may use it.
+    qp: Option<u32>,
+}
+
+/// What binding a memory window asks ([`MrTable::bind_window`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WindowBind {
+    /// The window's key now.
+    pub mw_key: u32,
+    /// Its key after the bind: the consumer's, differing from the window's in the low eight
+    /// bits only (for a type 2 window, checked; for a type 1, only those bits are taken).
+    pub new_key: u32,
+    /// The region it opens onto (its lkey).
+    pub mr_key: u32,
+    /// First address of the window, in the region's address space.
+    pub addr: u64,
+    /// Its length; zero unbinds a type 1 window.
+    pub len: u64,
+    /// The rights it grants (remote read, write, atomic; local write never).
+    pub access: Access,
+    /// The QP binding it (type 2: the QP it will be bound to).
+    pub qpn: u32,
+}
+
+/// Why a memory window operation was refused: what completes the bind or invalidate with
+/// `IBV_WC_MW_BIND_ERR`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WindowError {
+    /// No window has this key (never allocated, or deallocated).
+    #[error("no memory window has key {0:#010x}")]
+    NoSuchWindow(u32),
+    /// A type 2 window's new key names another window (its upper 24 bits changed).
+    #[error("key {new:#010x} is not a key of window {old:#010x}")]
+    KeyMismatch {
+        /// The window's key.
+        old: u32,
+        /// The key asked for.
+        new: u32,
+    },
+    /// A type 2 window that is bound already (invalidate it first).
+    #[error("window {0:#010x} is bound")]
+    Bound(u32),
+    /// The operation is for the other type of window (a type 1 window cannot be bound by a
+    /// work request or invalidated; a type 2 cannot be bound by `ibv_bind_mw`).
+    #[error("window {0:#010x} is not of the right type for this operation")]
+    WrongType(u32),
+    /// The region: missing, of another PD, without `IBV_ACCESS_MW_BIND`, too small, or
+    /// without local write while the window grants remote write or atomics.
+    #[error("region {key:#010x} cannot take this window: {why}")]
+    Region {
+        /// The region's key.
+        key: u32,
+        /// Why.
+        why: &'static str,
+    },
+    /// The window and the QP binding it are in different protection domains.
+    #[error("window {0:#010x} belongs to another protection domain")]
+    PdMismatch(u32),
+}
+
+/// `IBV_ACCESS_MW_BIND`: a region windows may be bound onto.
+pub const ACCESS_MW_BIND: Access = Access(0x10);
 
 /// Where one share of a slotted region goes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -258,6 +336,7 @@ pub struct RegionShare {
     owned: Option<Arc<Box<[u64]>>>,
     valid: Arc<AtomicBool>,
     slotted: Option<Arc<Slotted>>,
+    window: Option<Window>,
 }
 
 impl RegionShare {
@@ -319,11 +398,20 @@ impl MemSpan<'_> {
     }
 }
 
-/// Bits of a key that name its slot (plus one, so no key is zero); the rest is a random tag.
+/// Bits of a key that name its slot (plus one, so no key is zero), from bit 8 on; the low
+/// eight bits and the top four are a random tag. The low eight are the "key" portion IBTA
+/// leaves to the consumer (§10.6.7.2.2): a type 2 memory window is bound under a new rkey
+/// that differs from the old in those bits only, and the slot stays the same.
 const INDEX_BITS: u32 = 20;
 const INDEX_MASK: u32 = (1 << INDEX_BITS) - 1;
+const INDEX_SHIFT: u32 = 8;
 
-/// Regions by key. A key is `tag << INDEX_BITS | (slot + 1)`, as an RNIC's memory keys are
+/// The slot number (plus one) a key names.
+const fn slot_of(key: u32) -> u32 {
+    (key >> INDEX_SHIFT) & INDEX_MASK
+}
+
+/// Regions by key. A key is `(slot + 1) << 8` under a random tag, as an RNIC's memory keys are
 /// an index and a variant: a lookup is an index and one compare, not a hash (a 64-byte
 /// WRITE looks keys up three or four times). Up to 2^20 - 1 regions; a freed slot is reused
 /// last (first in, first out) and with a fresh 12-bit tag, so a stale key names a new
@@ -337,7 +425,7 @@ struct Slab {
 
 impl Slab {
     fn index(key: u32) -> Option<usize> {
-        (key & INDEX_MASK).checked_sub(1).map(|i| i as usize)
+        slot_of(key).checked_sub(1).map(|i| i as usize)
     }
 
     #[inline]
@@ -427,8 +515,8 @@ impl MrTable {
         let mut z = self.key_state;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        let tag = (z ^ (z >> 31)) as u32 >> INDEX_BITS;
-        Some(tag << INDEX_BITS | (slot + 1))
+        let tag = (z ^ (z >> 31)) as u32;
+        Some((tag & 0xf000_00ff) | (slot + 1) << INDEX_SHIFT)
     }
 
     /// Registers `len` bytes at `base`, which peers address as `iova .. iova + len`.
@@ -464,6 +552,7 @@ impl MrTable {
                 _owned: None,
                 valid: None,
                 slotted: None,
+                window: None,
             },
         );
         Ok(MrKeys {
@@ -578,6 +667,7 @@ impl MrTable {
                 _owned: None,
                 valid: None,
                 slotted: Some(slotted.clone()),
+                window: None,
             },
         );
         Ok((
@@ -587,6 +677,48 @@ impl MrTable {
             },
             slotted,
         ))
+    }
+
+    /// `ibv_rereg_mr` in place: the region keeps its keys and takes a new protection domain,
+    /// new memory (`base`, `len`, addressed as `iova`), and/or new rights, whichever are
+    /// given. Accesses after it see the new registration only.
+    ///
+    /// # Safety
+    /// New memory is under [`register`](Self::register)'s promise from now on.
+    pub unsafe fn reregister(
+        &mut self,
+        keys: MrKeys,
+        pd: Option<PdId>,
+        memory: Option<(*mut u8, usize, u64)>,
+        access: Option<Access>,
+    ) -> Result<(), RegisterError> {
+        let r = self
+            .regions
+            .get_mut(keys.lkey)
+            .ok_or(RegisterError::NoSuchRegion)?;
+        if r.slotted.is_some() || (memory.is_some() && r._owned.is_some()) {
+            return Err(RegisterError::NoSuchRegion);
+        }
+        let new_access = access.unwrap_or(r.access);
+        let remote_writes = Access::REMOTE_WRITE.with(Access::REMOTE_ATOMIC);
+        if new_access.0 & remote_writes.0 != 0 && !new_access.contains(Access::LOCAL_WRITE) {
+            return Err(RegisterError::RemoteWriteNeedsLocalWrite);
+        }
+        if let Some((_, len, iova)) = memory {
+            if iova.checked_add(len as u64).is_none() {
+                return Err(RegisterError::Wraps { iova, len });
+            }
+        }
+        r.access = new_access;
+        if let Some(pd) = pd {
+            r.pd = pd;
+        }
+        if let Some((base, len, iova)) = memory {
+            r.base = base;
+            r.len = len;
+            r.iova = iova;
+        }
+        Ok(())
     }
 
     /// Forgets a region: every later access with its keys fails with `InvalidKey`.
@@ -600,7 +732,7 @@ impl MrTable {
     pub fn extent(&self, key: u32) -> Option<(usize, usize)> {
         self.regions
             .get(key)
-            .filter(|r| r.slotted.is_none())
+            .filter(|r| r.slotted.is_none() && r.window.is_none())
             .map(|r| (r.base as usize, r.len))
     }
 
@@ -624,6 +756,7 @@ impl MrTable {
             owned: r._owned.clone(),
             valid,
             slotted: r.slotted.clone(),
+            window: r.window,
         })
     }
 
@@ -647,8 +780,157 @@ impl MrTable {
                 _owned: share.owned.clone(),
                 valid: Some(share.valid.clone()),
                 slotted: share.slotted.clone(),
+                window: share.window,
             },
         )
+    }
+
+    /// True when region `key` is registered and not invalidated.
+    fn live(&self, key: u32) -> bool {
+        self.regions
+            .get(key)
+            .is_some_and(|r| r.valid.as_ref().is_none_or(|v| v.load(Ordering::Acquire)))
+    }
+
+    /// `ibv_alloc_mw`: a memory window of `pd`, type 2 (bound by work requests to one QP) or
+    /// type 1, unbound (every access with its key is refused until it is bound). Returns its
+    /// key.
+    pub fn alloc_window(&mut self, pd: PdId, type2: bool) -> Result<u32, RegisterError> {
+        let key = self.next_key().ok_or(RegisterError::TooMany)?;
+        self.regions.insert(
+            key,
+            Region {
+                pd,
+                base: core::ptr::null_mut(),
+                len: 0,
+                iova: 0,
+                access: Access::NONE,
+                _owned: None,
+                valid: Some(Arc::new(AtomicBool::new(false))),
+                slotted: None,
+                window: Some(Window {
+                    type2,
+                    parent: None,
+                    qp: None,
+                }),
+            },
+        );
+        Ok(key)
+    }
+
+    /// `ibv_dealloc_mw`: every later access with the window's key fails with `InvalidKey`.
+    /// False when `key` is no window.
+    pub fn dealloc_window(&mut self, key: u32) -> bool {
+        // The window may have been rebound under another key of its slot since.
+        let Some(i) = Slab::index(key) else {
+            return false;
+        };
+        let now = match self.regions.slots.get(i) {
+            Some(Some((k, r))) if r.window.is_some() && k & !0xff == key & !0xff => *k,
+            _ => return false,
+        };
+        self.regions.remove(now).is_some()
+    }
+
+    /// Binds a window of `pd` (the binding QP's) onto `len` bytes at `addr` of a region,
+    /// with `access` (IBTA Vol 1 §10.6.7.2): the region must be of the same PD, allow
+    /// windows (`IBV_ACCESS_MW_BIND`), contain the range, and have local write if the window
+    /// grants remote write or atomics. A type 2 window takes the consumer's new key (the
+    /// same window, new low eight bits) and is bound to the QP; a type 1 window takes the
+    /// low eight bits of the new key, and a zero length unbinds it. Returns the window's new key, under which
+    /// (only) it is reached from now on.
+    pub fn bind_window(&mut self, pd: PdId, b: WindowBind) -> Result<u32, WindowError> {
+        // The window by its slot: a type 2 window's consumer knows the key it allocated,
+        // while its binds moved the low eight bits since.
+        let i = Slab::index(b.mw_key).ok_or(WindowError::NoSuchWindow(b.mw_key))?;
+        let (current, win, mw_pd) = match self.regions.slots.get(i) {
+            Some(Some((k, r))) if k & !0xff == b.mw_key & !0xff => match r.window {
+                Some(w) => (*k, w, r.pd),
+                None => return Err(WindowError::NoSuchWindow(b.mw_key)),
+            },
+            _ => return Err(WindowError::NoSuchWindow(b.mw_key)),
+        };
+        if mw_pd != pd {
+            return Err(WindowError::PdMismatch(b.mw_key));
+        }
+        let new_key = if win.type2 {
+            if b.new_key & !0xff != b.mw_key & !0xff {
+                return Err(WindowError::KeyMismatch {
+                    old: b.mw_key,
+                    new: b.new_key,
+                });
+            }
+            if self.live(current) {
+                return Err(WindowError::Bound(current));
+            }
+            b.new_key
+        } else {
+            (current & !0xff) | (b.new_key & 0xff)
+        };
+        let region = |why| WindowError::Region { key: b.mr_key, why };
+        let unbind = !win.type2 && b.len == 0;
+        let (base, owned) = if unbind {
+            (core::ptr::null_mut(), None)
+        } else {
+            let r = self
+                .regions
+                .get(b.mr_key)
+                .filter(|r| r.window.is_none() && r.slotted.is_none())
+                .ok_or(region("no such region"))?;
+            if !self.live(b.mr_key) {
+                return Err(region("it was invalidated"));
+            }
+            if r.pd != pd {
+                return Err(region("another protection domain"));
+            }
+            if !r.access.contains(ACCESS_MW_BIND) {
+                return Err(region("registered without IBV_ACCESS_MW_BIND"));
+            }
+            let remote_writes = Access::REMOTE_WRITE.with(Access::REMOTE_ATOMIC);
+            if b.access.0 & remote_writes.0 != 0 && !r.access.contains(Access::LOCAL_WRITE) {
+                return Err(region("no local write under a window with remote write"));
+            }
+            let offset = b
+                .addr
+                .checked_sub(r.iova)
+                .ok_or(region("range outside it"))?;
+            if offset
+                .checked_add(b.len)
+                .is_none_or(|end| end > r.len as u64)
+            {
+                return Err(region("range outside it"));
+            }
+            // SAFETY: the range is inside the region (checked just above).
+            (unsafe { r.base.add(offset as usize) }, r._owned.clone())
+        };
+        let Some(Some((k, r))) = self.regions.slots.get_mut(i) else {
+            return Err(WindowError::NoSuchWindow(b.mw_key));
+        };
+        *k = new_key;
+        r.base = base;
+        r.len = if unbind { 0 } else { b.len as usize };
+        r.iova = b.addr;
+        r.access = Access(b.access.0 & !Access::LOCAL_WRITE.0);
+        r._owned = owned;
+        // A fresh flag: the old key's copies (other tables) stay dead.
+        r.valid = Some(Arc::new(AtomicBool::new(!unbind)));
+        r.window = Some(Window {
+            type2: win.type2,
+            parent: (!unbind).then_some(b.mr_key),
+            qp: win.type2.then_some(b.qpn),
+        });
+        Ok(new_key)
+    }
+
+    /// True when a request on QP `qpn` may use `key`: any key but a type 2 window's, which
+    /// only the QP it is bound to may use (IBTA type 2B).
+    pub fn window_allows(&self, key: u32, qpn: u32) -> bool {
+        match self.regions.get(key).and_then(|r| r.window) {
+            Some(Window {
+                type2: true, qp, ..
+            }) => qp == Some(qpn),
+            _ => true,
+        }
     }
 
     /// Checks that `len` bytes at `va` may be accessed with `needed` rights under `key` and
@@ -674,6 +956,11 @@ impl MrTable {
             .ok_or(AccessError::InvalidKey(key))?;
         if r.pd != pd {
             return Err(AccessError::PdMismatch(key));
+        }
+        // Only a type 2 window is invalidated by key (a type 1 is unbound by a bind of
+        // length zero).
+        if r.window.is_some_and(|w| !w.type2) {
+            return Err(AccessError::InvalidKey(key));
         }
         // The region stays in the table, dead, until the registrant deregisters it: other
         // tables may hold copies (one of them may own the memory), and a port may have
@@ -703,6 +990,12 @@ impl MrTable {
         }
         let r = self.regions.get(key).ok_or(AccessError::InvalidKey(key))?;
         let offset = Self::check_region(r, key, pd, va, len, needed)?;
+        if let Some(w) = &r.window {
+            // A window is as alive as the region it opens onto.
+            if !w.parent.is_some_and(|p| self.live(p)) {
+                return Err(AccessError::InvalidKey(key));
+            }
+        }
         let Some(s) = &r.slotted else {
             // SAFETY: offset + len <= r.len (check_region), so the offset stays inside the
             // registered allocation.
@@ -1048,18 +1341,14 @@ mod tests {
         // SAFETY: `buf` outlives the table.
         let k2 = unsafe { t.register(PD, p, 8, 0, RW) }.unwrap();
         assert_ne!(k1.lkey, k2.lkey);
-        assert_eq!((k1.lkey & INDEX_MASK, k2.lkey & INDEX_MASK), (1, 2));
+        assert_eq!((slot_of(k1.lkey), slot_of(k2.lkey)), (1, 2));
         assert!(t.deregister(k1));
         assert!(!t.deregister(k1), "gone");
         // The freed slot is reused (freed slots are taken first in, first out), under a new
         // tag, so the stale key stays refused.
         // SAFETY: as above.
         let k3 = unsafe { t.register(PD, p, 8, 0, RW) }.unwrap();
-        assert_eq!(
-            k3.lkey & INDEX_MASK,
-            1,
-            "the freed slot is the only free one"
-        );
+        assert_eq!(slot_of(k3.lkey), 1, "the freed slot is the only free one");
         assert_ne!(k3.lkey, k1.lkey, "a new tag");
         assert_eq!(
             t.read(k1.lkey, PD, 0x1000, &mut [0u8; 1], Access::NONE),
@@ -1077,7 +1366,7 @@ mod tests {
         let mut other = MrTable::new(8);
         // SAFETY: as above.
         let ko = unsafe { other.register(PD, p, 8, 0, RW) }.unwrap();
-        assert_eq!(ko.lkey & INDEX_MASK, 1);
+        assert_eq!(slot_of(ko.lkey), 1);
         assert_ne!(ko.lkey, k1.lkey);
     }
 

@@ -10,11 +10,46 @@ use smallvec::SmallVec;
 use super::wr::RecvWqe;
 use super::wr::{PostError, RecvWr};
 
-#[derive(Debug)]
 struct Inner {
     queue: VecDeque<RecvWqe>,
     max_wr: u32,
     max_sge: u32,
+    /// Armed limit (`srq_limit`): when fewer receives than this remain after one is taken,
+    /// `on_limit` runs once and the limit disarms (0).
+    limit: u32,
+    on_limit: Option<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("queued", &self.queue.len())
+            .field("max_wr", &self.max_wr)
+            .field("max_sge", &self.max_sge)
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a shared receive queue could not be changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SrqModifyError {
+    /// A limit above the queue's size.
+    #[error("limit {limit} exceeds the queue's {max_wr} entries")]
+    LimitTooHigh {
+        /// The limit asked for.
+        limit: u32,
+        /// The queue's size.
+        max_wr: u32,
+    },
+    /// A size below the receives waiting in it.
+    #[error("cannot shrink the queue to {max_wr} entries: {queued} receives wait")]
+    TooSmall {
+        /// The size asked for.
+        max_wr: u32,
+        /// Receives waiting.
+        queued: usize,
+    },
 }
 
 /// A shared receive queue. Clones are handles to the same queue.
@@ -28,7 +63,51 @@ impl Srq {
             queue: VecDeque::new(),
             max_wr,
             max_sge,
+            limit: 0,
+            on_limit: None,
         })))
+    }
+
+    /// Runs `f` when an armed limit is crossed (what an RNIC reports as
+    /// `IBV_EVENT_SRQ_LIMIT_REACHED`); `f` runs under the queue's lock, on the thread that
+    /// took the receive.
+    pub fn set_limit_handler(&self, f: Box<dyn Fn() + Send + Sync>) {
+        self.lock().on_limit = Some(f);
+    }
+
+    /// Size, elements per receive, and the armed limit (0: disarmed), as `ibv_query_srq`.
+    pub fn attr(&self) -> (u32, u32, u32) {
+        let q = self.lock();
+        (q.max_wr, q.max_sge, q.limit)
+    }
+
+    /// `ibv_modify_srq`: a new size, and (or) a limit to arm (0 disarms). A limit at or
+    /// above the receives waiting is crossed by the next one taken, as IBTA §10.2.9.5 has
+    /// the event follow the first consumption below it.
+    pub fn modify(&self, max_wr: Option<u32>, limit: Option<u32>) -> Result<(), SrqModifyError> {
+        let mut q = self.lock();
+        let size = max_wr.unwrap_or(q.max_wr);
+        if let Some(m) = max_wr {
+            if (m as usize) < q.queue.len() {
+                return Err(SrqModifyError::TooSmall {
+                    max_wr: m,
+                    queued: q.queue.len(),
+                });
+            }
+        }
+        if let Some(l) = limit {
+            if l > size {
+                return Err(SrqModifyError::LimitTooHigh {
+                    limit: l,
+                    max_wr: size,
+                });
+            }
+        }
+        q.max_wr = size;
+        if let Some(l) = limit {
+            q.limit = l;
+        }
+        Ok(())
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -65,7 +144,15 @@ impl Srq {
     }
 
     pub(crate) fn pop(&self) -> Option<RecvWqe> {
-        self.lock().queue.pop_front()
+        let mut q = self.lock();
+        let w = q.queue.pop_front();
+        if w.is_some() && q.limit != 0 && (q.queue.len() as u32) < q.limit {
+            q.limit = 0;
+            if let Some(f) = &q.on_limit {
+                f();
+            }
+        }
+        w
     }
 
     /// Puts back a receive a dropped message had taken, first in line.

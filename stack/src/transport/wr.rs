@@ -37,6 +37,11 @@ pub enum WrOpcode {
     CmpSwp = 5,
     /// Atomic fetch-and-add.
     FetchAdd = 6,
+    /// Local invalidate of a memory region or type 2 window key (`imm_data`): a local
+    /// operation, carried out by the verbs engine in send queue order, never on the wire.
+    LocalInv = 7,
+    /// Bind of a memory window (see [`SendWr::bind_mw`]): local, as `LocalInv`.
+    BindMw = 8,
     /// SEND with invalidate: the peer invalidates `invalidate_rkey`.
     SendWithInv = 9,
 }
@@ -51,6 +56,12 @@ impl WrOpcode {
     /// True for atomics.
     pub const fn is_atomic(self) -> bool {
         matches!(self, Self::CmpSwp | Self::FetchAdd)
+    }
+
+    /// True for the local operations (memory window bind, local invalidate), which the verbs
+    /// engine carries out itself; a transport QP refuses them.
+    pub const fn is_local(self) -> bool {
+        matches!(self, Self::LocalInv | Self::BindMw)
     }
 
     /// True for operations that consume a receive WQE at the responder.
@@ -69,6 +80,8 @@ impl WrOpcode {
             Self::Read => WcOpcode::RdmaRead,
             Self::CmpSwp => WcOpcode::CompSwap,
             Self::FetchAdd => WcOpcode::FetchAdd,
+            Self::LocalInv => WcOpcode::LocalInv,
+            Self::BindMw => WcOpcode::BindMw,
         }
     }
 }
@@ -240,6 +253,37 @@ impl<'a> SendWr<'a> {
         }
     }
 
+    /// A memory window bind (`IBV_WR_BIND_MW`): window `b.mw_key` onto `b.len` bytes at
+    /// `b.addr` of region `b.mr_key` with `b.access`, under the key `b.new_key` from then
+    /// on. The bind travels in the request's own fields (the window's key in `imm_data`, its
+    /// new key in `rkey`, the range in `remote_addr` and `compare_add`, the region's key and
+    /// the rights in `swap`), so a bind moves through every queue a WR does.
+    pub const fn bind_mw(wr_id: u64, b: &crate::transport::mr::WindowBind) -> Self {
+        let mut wr = Self::new(wr_id, WrOpcode::BindMw, Payload::Sges(&[]));
+        wr.imm_data = b.mw_key;
+        wr.rkey = b.new_key;
+        wr.remote_addr = b.addr;
+        wr.compare_add = b.len;
+        wr.swap = (b.mr_key as u64) << 32 | b.access.0 as u64;
+        wr
+    }
+
+    /// The bind a `BindMw` request carries (see [`bind_mw`](Self::bind_mw)), for QP `qpn`.
+    pub const fn window_bind(&self, qpn: u32) -> Option<crate::transport::mr::WindowBind> {
+        if !matches!(self.opcode, WrOpcode::BindMw) {
+            return None;
+        }
+        Some(crate::transport::mr::WindowBind {
+            mw_key: self.imm_data,
+            new_key: self.rkey,
+            mr_key: (self.swap >> 32) as u32,
+            addr: self.remote_addr,
+            len: self.compare_add,
+            access: crate::transport::mr::Access(self.swap as u32),
+            qpn,
+        })
+    }
+
     /// Sets the remote address and key.
     pub const fn remote(mut self, addr: u64, rkey: u32) -> Self {
         self.remote_addr = addr;
@@ -295,6 +339,9 @@ pub enum WcStatus {
     RnrRetryExcErr = 13,
     /// An unexpected response (bad opcode sequence from the responder).
     BadRespErr = 7,
+    /// A memory window bind or a local invalidate was refused (memory management
+    /// operation error).
+    MwBindErr = 6,
 }
 
 impl WcStatus {
@@ -307,6 +354,7 @@ impl WcStatus {
             Self::LocProtErr => "local protection error",
             Self::WrFlushErr => "Work Request Flushed Error",
             Self::BadRespErr => "bad response error",
+            Self::MwBindErr => "memory management operation error",
             Self::RemInvReqErr => "remote invalid request error",
             Self::RemAccessErr => "remote access error",
             Self::RemOpErr => "remote operation error",
@@ -336,6 +384,10 @@ pub enum WcOpcode {
     CompSwap = 3,
     /// A FETCH_ADD finished.
     FetchAdd = 4,
+    /// A memory window bind finished.
+    BindMw = 5,
+    /// A local invalidate finished.
+    LocalInv = 6,
     /// A receive consumed by a SEND.
     Recv = 128,
     /// A receive consumed by a WRITE with immediate.

@@ -43,6 +43,13 @@ ferroce_stack::counter_set! {
         rx_forwarded,
         /// Of those, frames dropped because the other engine's inbox was full.
         rx_forward_drops,
+        /// Frames sent to the port's own address, handed to a QP of this process without
+        /// leaving (loopback).
+        tx_looped,
+        /// Frames that reached this engine by loopback.
+        rx_looped,
+        /// Frames to the port's own address for a QP number no QP of this process has.
+        tx_looped_unknown_qp,
         /// Times the engine thread slept, idle, on the port's descriptor.
         engine_sleeps,
         /// Sleeps that ran to their longest allowed length although work waited: something
@@ -51,6 +58,7 @@ ferroce_stack::counter_set! {
     }
 }
 
+pub(crate) mod looped;
 mod qps;
 mod shared;
 mod steer;
@@ -64,6 +72,8 @@ pub(crate) use steer::{QpEngines, Steer};
 /// timers it serves ([`EngineCore`], which the engine dereferences to).
 pub struct Engine<P> {
     ports: Vec<P>,
+    /// Each port's MAC: a frame to it loops back when the engine has a loopback inbox.
+    macs: Vec<[u8; 6]>,
     core: EngineCore,
     /// Multi-port engines: each port's link as last seen, and when it was looked at.
     links: Vec<bool>,
@@ -74,6 +84,11 @@ pub struct Engine<P> {
 /// call per port on AF_PACKET, a register read on DPDK): the delay with which a carrier
 /// change reaches the QPs, well inside the 50 µs failover budget's slack for a local fault.
 const LINK_POLL_NS: u64 = 20_000;
+
+/// How often a single-port engine on the real clock reads its port's link state: only the
+/// port events a program may wait for (`IBV_EVENT_PORT_ACTIVE` / `PORT_ERR`) depend on it,
+/// so a system call every few milliseconds is enough.
+const LINK_POLL_SINGLE_NS: u64 = 5_000_000;
 
 impl<P> std::ops::Deref for Engine<P> {
     type Target = EngineCore;
@@ -116,8 +131,10 @@ impl<P: Port> Engine<P> {
             .iter()
             .map(|p| p.link_state() == ferroce_drivers::LinkState::Up)
             .collect();
+        let macs = ports.iter().map(|p| p.mac().0).collect();
         Self {
             ports,
+            macs,
             core,
             links,
             links_seen_at: 0,
@@ -149,14 +166,20 @@ impl<P: Port> Engine<P> {
         self.ports[0].now_ns()
     }
 
-    /// A multi-port engine looks at its ports' links (on the real clock every
-    /// [`LINK_POLL_NS`], on a simulated one every turn) and tells every QP of a change.
+    /// The engine looks at its ports' links (on the real clock every [`LINK_POLL_NS`] with
+    /// several ports, every [`LINK_POLL_SINGLE_NS`] with one; on a simulated clock at every
+    /// new instant) and tells every QP, and the device's event handler, of a change.
     fn watch_links(&mut self, now: u64) -> usize {
         // A simulated link changes only when virtual time moves, which it does only between
         // idle turns: once per new instant is enough.
         let real = self.core.clock_stride > 1;
+        let every = if self.ports.len() > 1 {
+            LINK_POLL_NS
+        } else {
+            LINK_POLL_SINGLE_NS
+        };
         let due = if real {
-            now.saturating_sub(self.links_seen_at) >= LINK_POLL_NS
+            now.saturating_sub(self.links_seen_at) >= every
         } else {
             now != self.links_seen_at
         };
@@ -184,28 +207,25 @@ impl<P: Port> Engine<P> {
             self.core.now = self.ports[0].now_ns();
         }
         let now = self.core.now;
-        let mut work = 0;
-        if self.ports.len() > 1 {
-            work += self.watch_links(now);
-        }
+        let mut work = self.watch_links(now);
 
         // 1. Posted work.
         while let Some(qpn) = self.core.doorbells.pop() {
             let Some(slot) = self.core.qps.get_mut(&qpn) else {
                 continue;
             };
+            let mem = &mut self.core.mem;
             slot.shared.answered();
             while let Some(op) = slot.shared.inbox.pop() {
                 work += 1;
                 // The poster reserved the WR's slot; it stays in use while the QP holds the
                 // WR, and is released here only if the QP refuses it.
-                let sh = &slot.shared;
                 let r = match &op {
                     Op::Send(s) => {
-                        let r = slot.qp.post_send(&s.as_wr());
+                        let r = EngineCore::submit_send(slot, mem, now, &s.as_wr());
                         match r {
                             Ok(()) => slot.sq_known += 1,
-                            Err(_) => _ = sh.sq_used.fetch_sub(1, Ordering::AcqRel),
+                            Err(_) => _ = slot.shared.sq_used.fetch_sub(1, Ordering::AcqRel),
                         }
                         r
                     }
@@ -216,7 +236,7 @@ impl<P: Port> Engine<P> {
                         });
                         match r {
                             Ok(()) => slot.rq_known += 1,
-                            Err(_) => _ = sh.rq_used.fetch_sub(1, Ordering::AcqRel),
+                            Err(_) => _ = slot.shared.rq_used.fetch_sub(1, Ordering::AcqRel),
                         }
                         r
                     }
@@ -233,7 +253,7 @@ impl<P: Port> Engine<P> {
                         ..empty_wc(qpn)
                     };
                     wc.status = ferroce_stack::transport::WcStatus::LocQpOpErr;
-                    slot.send_cq.push(wc);
+                    slot.send_cq.push(wc, now);
                 }
             }
             if !slot.active {
@@ -250,9 +270,34 @@ impl<P: Port> Engine<P> {
             counters,
             checks,
             steer,
+            looped,
             ..
         } = &mut self.core;
         let checks = *checks;
+        if let Some(lb) = looped.as_ref() {
+            let mut n = 0;
+            while n < RX_BURST {
+                let Some(buf) = lb.pop() else { break };
+                n += 1;
+                counters.rx_looped += 1;
+                match RoceRepr::parse(&buf, Checks::NONE) {
+                    Ok(pkt) => {
+                        let qpn = pkt.repr.bth.dest_qpn.value();
+                        if !deliver(qps, active, qpn, |qp| qp.handle_packet(now, &pkt, mem)) {
+                            let forwarded = steer
+                                .as_ref()
+                                .is_some_and(|st| st.forward_to_owner(qpn, &buf, counters));
+                            if !forwarded {
+                                counters.rx_unknown_qp += 1;
+                            }
+                        }
+                    }
+                    Err(_) => counters.rx_malformed += 1,
+                }
+                lb.recycle(buf);
+            }
+            work += n;
+        }
         if let Some(st) = steer.as_ref() {
             let mut n = 0;
             while n < RX_BURST {
@@ -351,13 +396,23 @@ impl<P: Port> Engine<P> {
                 continue;
             };
             slot.active = false;
+            if !slot.parked.is_empty() {
+                EngineCore::run_parked(slot, &mut self.core.mem, now);
+            }
             // A probe of a path the QP does not use (or the answer to one) leaves from that
             // path's port.
             if let Some((pi, n)) = slot.qp.poll_transmit_side(&mut self.core.frame) {
                 let pi = usize::from(pi);
                 let pi = if pi < self.ports.len() { pi } else { 0 };
                 let frame = &self.core.frame[..n];
-                match self.ports[pi].tx(n, |b| b.copy_from_slice(frame)) {
+                let sent = if self.core.looped.is_some() && frame[..6] == self.macs[pi] {
+                    loop_back(&mut self.core.counters, frame, n, |b| {
+                        b.copy_from_slice(frame)
+                    })
+                } else {
+                    self.ports[pi].tx(n, |b| b.copy_from_slice(frame))
+                };
+                match sent {
                     Ok(()) => {
                         self.core.counters.tx_frames += 1;
                         self.core.counters.tx_bytes += n as u64;
@@ -367,13 +422,20 @@ impl<P: Port> Engine<P> {
                 work += 1;
             }
             // A QP with an alternate path sends on its active port; others on their own.
-            let port = match self.ports.len() {
-                1 => &mut self.ports[0],
+            let pi = match self.ports.len() {
+                1 => 0,
                 n => {
                     let pi = usize::from(slot.qp.send_port());
-                    &mut self.ports[if pi < n { pi } else { 0 }]
+                    if pi < n {
+                        pi
+                    } else {
+                        0
+                    }
                 }
             };
+            let port = &mut self.ports[pi];
+            let looping = self.core.looped.is_some();
+            let mac = self.macs[pi];
             while let Some(out) = slot.qp.poll_transmit_split(
                 now,
                 &mut self.core.frame,
@@ -381,7 +443,19 @@ impl<P: Port> Engine<P> {
                 self.core.split_min,
             ) {
                 let n = out.len();
+                let frame = &self.core.frame;
                 let sent = match &out {
+                    _ if looping && frame[..6] == mac => {
+                        let counters = &mut self.core.counters;
+                        match &out {
+                            TxOut::Whole(n) => loop_back(counters, &frame[..*n], *n, |b| {
+                                b.copy_from_slice(&frame[..*n])
+                            }),
+                            TxOut::Split(s) => {
+                                loop_back(counters, frame, s.len(), |b| s.copy_to(frame, b))
+                            }
+                        }
+                    }
                     TxOut::Whole(n) => {
                         let frame = &self.core.frame[..*n];
                         port.tx(*n, |b| b.copy_from_slice(frame))
@@ -401,7 +475,7 @@ impl<P: Port> Engine<P> {
                 }
                 work += 1;
             }
-            EngineCore::settle(slot, &mut self.core.wheel, &mut self.core.done);
+            EngineCore::settle(slot, &mut self.core.wheel, &mut self.core.done, now);
         }
         self.core.active = active;
         self.core.active.clear();
@@ -414,6 +488,30 @@ impl<P: Port> Engine<P> {
             0
         };
         work
+    }
+}
+
+/// Hands a frame to the port's own address (`len` bytes, written by `fill`; `head` holds
+/// its headers) to the QP of this process it names, instead of the wire. A frame no QP of the
+/// process takes is dropped, counted, as the wire would drop it at the port's own MAC.
+fn loop_back(
+    counters: &mut PortCounters,
+    head: &[u8],
+    len: usize,
+    fill: impl FnOnce(&mut [u8]),
+) -> Result<(), ferroce_drivers::TxError> {
+    use looped::Looped;
+    let got = looped::dest_qpn(head).map_or(Looped::NoOwner, |q| looped::deliver(q, len, fill));
+    match got {
+        Looped::Delivered => {
+            counters.tx_looped += 1;
+            Ok(())
+        }
+        Looped::Dropped => Err(ferroce_drivers::TxError::RingFull),
+        Looped::NoOwner => {
+            counters.tx_looped_unknown_qp += 1;
+            Ok(())
+        }
     }
 }
 

@@ -8,12 +8,18 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crossbeam::queue::SegQueue;
-use ferroce_stack::transport::{Counters, MrTable, PostError, Qp, RecvWr, SendWr, WorkCompletion};
+use std::collections::VecDeque;
+
+use ferroce_stack::transport::{
+    AttrMask, Counters, ErrorCause, MrTable, OwnedSendWr, PostError, Qp, QpAttr, QpState, RecvWr,
+    SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode,
+};
 use ferroce_stack::wire::Checks;
 
 use super::shared::{state_code, CqShared, QpShared};
 use super::steer::Steer;
 use super::PortCounters;
+use crate::events::{AsyncEvent, EventSink};
 use crate::timer::TimerWheel;
 
 /// A QP on its way from one engine to another: the QP with its shared half and CQs.
@@ -31,6 +37,18 @@ pub(super) struct Slot {
     /// since: what `settle` compares with the QP's to release slots.
     pub(super) sq_known: u32,
     pub(super) rq_known: u32,
+    /// Send WRs held back behind a local operation (a memory window bind or a local
+    /// invalidate), which runs once everything posted before it has completed: send queue
+    /// order, for the operations the engine carries out itself. Empty almost always.
+    pub(super) parked: VecDeque<OwnedSendWr>,
+}
+
+impl Slot {
+    /// The send queue's length as posters count it: the QP's and what waits behind a local
+    /// operation.
+    fn sq_len(&self) -> u32 {
+        self.qp.send_queue_len() as u32 + self.parked.len() as u32
+    }
 }
 
 /// An engine's QPs, memory, timers and counters: everything but the port.
@@ -58,6 +76,10 @@ pub struct EngineCore {
     pub(super) done: Vec<WorkCompletion>,
     /// Set on the engines of a multi-queue device.
     pub(super) steer: Option<Steer>,
+    /// Where the device's port events go.
+    pub(crate) events: EventSink,
+    /// Frames other engines of the process looped to this one (real ports only).
+    pub(crate) looped: Option<Arc<super::looped::LoopInbox>>,
 }
 
 impl EngineCore {
@@ -77,6 +99,8 @@ impl EngineCore {
             split_min,
             done: Vec::new(),
             steer: None,
+            events: EventSink::default(),
+            looped: None,
         }
     }
 
@@ -107,6 +131,11 @@ impl EngineCore {
     /// A link change on port `port` (index from 0): every QP hears of it (those with an
     /// alternate path act) and gets a turn to send.
     pub(super) fn port_event(&mut self, now: u64, port: u8, up: bool) {
+        self.events.emit(if up {
+            AsyncEvent::PortActive(port + 1)
+        } else {
+            AsyncEvent::PortError(port + 1)
+        });
         for (&qpn, slot) in self.qps.iter_mut() {
             slot.qp.on_port_event(now, port, up);
             if !slot.active {
@@ -185,6 +214,7 @@ impl EngineCore {
                 active: false,
                 sq_known: 0,
                 rq_known: 0,
+                parked: VecDeque::new(),
             },
         );
     }
@@ -216,12 +246,22 @@ impl EngineCore {
     pub(crate) fn with_qp<T>(&mut self, qpn: u32, f: impl FnOnce(&mut Qp) -> T) -> Option<T> {
         let slot = self.qps.get_mut(&qpn)?;
         let out = f(&mut slot.qp);
-        Self::settle(slot, &mut self.wheel, &mut self.done);
+        Self::settle(slot, &mut self.wheel, &mut self.done, self.now);
         if !slot.active {
             slot.active = true;
             self.active.push(qpn);
         }
         Some(out)
+    }
+
+    /// Removes QP `qpn`'s completions from its CQs (it was reset).
+    pub(crate) fn clean_cqs(&mut self, qpn: u32) {
+        if let Some(slot) = self.qps.get(&qpn) {
+            slot.send_cq.remove_qp(qpn);
+            if !Arc::ptr_eq(&slot.send_cq, &slot.recv_cq) {
+                slot.recv_cq.remove_qp(qpn);
+            }
+        }
     }
 
     /// Posts send WRs straight into QP `qpn`, for a poster that holds the engine (no inbox,
@@ -233,7 +273,122 @@ impl EngineCore {
         qpn: u32,
         wrs: &[SendWr<'_>],
     ) -> Option<Result<(), (usize, PostError)>> {
-        self.post_each(qpn, wrs, true, Qp::post_send)
+        let now = self.now;
+        let slot = self.qps.get_mut(&qpn)?;
+        let shared = slot.shared.clone();
+        let (used, max) = (&shared.sq_used, shared.caps.max_send_wr);
+        let mut r = Ok(());
+        for (i, wr) in wrs.iter().enumerate() {
+            // Reserve as a poster through the inbox does, so the two paths share one count.
+            if !QpShared::reserve(used, max) {
+                r = Err((i, PostError::QueueFull(max)));
+                break;
+            }
+            match Self::submit_send(slot, &mut self.mem, now, wr) {
+                Ok(()) => slot.sq_known += 1,
+                Err(e) => {
+                    used.fetch_sub(1, Ordering::AcqRel);
+                    r = Err((i, e));
+                    break;
+                }
+            }
+        }
+        Self::settle(slot, &mut self.wheel, &mut self.done, now);
+        if !slot.active {
+            slot.active = true;
+            self.active.push(qpn);
+        }
+        Some(r)
+    }
+
+    /// Hands a send WR to the QP of `slot`, or carries out a local operation (memory window
+    /// bind, local invalidate) at once when nothing posted before it is outstanding; else
+    /// the WR waits in `parked`, behind the local operation, for its turn.
+    pub(super) fn submit_send(
+        slot: &mut Slot,
+        mem: &mut MrTable,
+        now: u64,
+        wr: &SendWr<'_>,
+    ) -> Result<(), PostError> {
+        let behind = !slot.parked.is_empty();
+        if wr.opcode.is_local() || behind {
+            match slot.qp.state() {
+                QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
+                s => return Err(PostError::InvalidState(s)),
+            }
+        }
+        if behind || (wr.opcode.is_local() && slot.qp.send_queue_len() > 0) {
+            slot.parked.push_back(OwnedSendWr::from_wr(wr));
+            return Ok(());
+        }
+        if wr.opcode.is_local() {
+            Self::run_local(slot, mem, now, wr);
+            return Ok(());
+        }
+        slot.qp.post_send(wr)
+    }
+
+    /// Posts what waited behind local operations, as far as the send queue lets it: a
+    /// local operation runs only once the QP's send queue is empty.
+    pub(super) fn run_parked(slot: &mut Slot, mem: &mut MrTable, now: u64) {
+        while let Some(front) = slot.parked.front() {
+            if front.opcode().is_local() && slot.qp.send_queue_len() > 0 {
+                return;
+            }
+            let Some(op) = slot.parked.pop_front() else {
+                return;
+            };
+            let wr = op.as_wr();
+            if wr.opcode.is_local() {
+                Self::run_local(slot, mem, now, &wr);
+            } else if slot.qp.post_send(&wr).is_err() {
+                // Checked at post time; only a state change since gets here.
+                let mut wc = WorkCompletion::of_request(
+                    wr.wr_id,
+                    WcStatus::LocQpOpErr,
+                    wr.opcode.wc_opcode(),
+                    0,
+                );
+                wc.qp_num = slot.qp.qpn();
+                slot.send_cq.push(wc, now);
+            }
+        }
+    }
+
+    /// Carries out a memory window bind or local invalidate on the device's memory table
+    /// and completes it (when signaled, or in error). A refusal completes with
+    /// `MwBindErr` and fails the QP, as an RNIC does; a QP in the error state flushes it.
+    fn run_local(slot: &mut Slot, mem: &mut MrTable, now: u64, wr: &SendWr<'_>) {
+        let qpn = slot.qp.qpn();
+        let status = if matches!(slot.qp.state(), QpState::Err | QpState::Sqe) {
+            WcStatus::WrFlushErr
+        } else {
+            let pd = slot.qp.pd();
+            let done = match wr.opcode {
+                WrOpcode::LocalInv => mem.invalidate(wr.imm_data, pd).is_ok(),
+                _ => wr
+                    .window_bind(qpn.value())
+                    .is_some_and(|b| mem.bind_window(pd, b).is_ok()),
+            };
+            if done {
+                WcStatus::Success
+            } else {
+                WcStatus::MwBindErr
+            }
+        };
+        let signaled = wr.flags.contains(SendFlags::SIGNALED) || slot.shared.caps.sq_sig_all;
+        if status != WcStatus::Success || signaled {
+            let mut wc = WorkCompletion::of_request(wr.wr_id, status, wr.opcode.wc_opcode(), 0);
+            wc.qp_num = qpn;
+            slot.send_cq.push(wc, now);
+        }
+        if status == WcStatus::MwBindErr {
+            let attr = QpAttr {
+                qp_state: QpState::Err,
+                ..QpAttr::default()
+            };
+            let _ = slot.qp.modify(&attr, AttrMask::STATE);
+        }
     }
 
     /// [`post_sends`](Self::post_sends) for receive WRs.
@@ -276,7 +431,7 @@ impl EngineCore {
                 (i, e)
             })
         });
-        Self::settle(slot, &mut self.wheel, &mut self.done);
+        Self::settle(slot, &mut self.wheel, &mut self.done, self.now);
         if !slot.active {
             slot.active = true;
             self.active.push(qpn);
@@ -300,24 +455,30 @@ impl EngineCore {
         !self.doorbells.is_empty()
             || !self.active.is_empty()
             || self.steer.as_ref().is_some_and(|s| !s.inbox().is_empty())
+            || self.looped.as_ref().is_some_and(|l| !l.is_empty())
     }
 
     /// Moves a QP's completions to its CQs, publishes its state and queue depths, and keeps
     /// its wheel entry in step with its deadline. The depths are published before the
     /// completions: a thread that sees a send complete and posts the next at once (a queue
     /// of one, as ibv_rc_pingpong has) must find its slot free.
-    pub(super) fn settle(slot: &mut Slot, wheel: &mut TimerWheel, done: &mut Vec<WorkCompletion>) {
+    pub(super) fn settle(
+        slot: &mut Slot,
+        wheel: &mut TimerWheel,
+        done: &mut Vec<WorkCompletion>,
+        now: u64,
+    ) {
         while let Some(wc) = slot.qp.poll_completion() {
             done.push(wc);
         }
         let sh = &slot.shared;
-        sh.state
-            .store(state_code(slot.qp.state()), Ordering::Release);
+        let state = state_code(slot.qp.state());
+        if sh.state.swap(state, Ordering::AcqRel) != state && slot.qp.state() == QpState::Err {
+            Self::entered_error(slot);
+        }
+        let sh = &slot.shared;
         // Release the slots of the WRs the QP let go since the last settle.
-        let (sq, rq) = (
-            slot.qp.send_queue_len() as u32,
-            slot.qp.recv_queue_len() as u32,
-        );
+        let (sq, rq) = (slot.sq_len(), slot.qp.recv_queue_len() as u32);
         sh.sq_used
             .fetch_sub(slot.sq_known.saturating_sub(sq), Ordering::AcqRel);
         sh.rq_used
@@ -325,9 +486,9 @@ impl EngineCore {
         (slot.sq_known, slot.rq_known) = (sq, rq);
         for wc in done.drain(..) {
             if wc.opcode.is_recv() {
-                slot.recv_cq.push(wc);
+                slot.recv_cq.push(wc, now);
             } else {
-                slot.send_cq.push(wc);
+                slot.send_cq.push(wc, now);
             }
         }
         let deadline = slot.qp.poll_timeout();
@@ -337,6 +498,28 @@ impl EngineCore {
                 wheel.insert(d, slot.qp.qpn().value());
                 slot.armed = Some(d);
             }
+        }
+    }
+}
+
+impl EngineCore {
+    /// A QP just entered the error state: the affiliated events an RNIC raises. The
+    /// responder's reason, if it failed the QP (a requester's error completes its WR with
+    /// the reason instead); and for a QP on a shared receive queue, that it takes no more of
+    /// the queue's receives.
+    #[cold]
+    fn entered_error(slot: &mut Slot) {
+        let qpn = slot.qp.qpn();
+        let events = &slot.shared.events;
+        if let Some(cause) = slot.qp.take_error_cause() {
+            events.emit(match cause {
+                ErrorCause::InvalidRequest => AsyncEvent::QpRequestError(qpn),
+                ErrorCause::AccessViolation => AsyncEvent::QpAccessError(qpn),
+                ErrorCause::Catastrophic => AsyncEvent::QpFatal(qpn),
+            });
+        }
+        if slot.shared.has_srq {
+            events.emit(AsyncEvent::QpLastWqeReached(qpn));
         }
     }
 }

@@ -9,17 +9,23 @@ use crossbeam::queue::SegQueue;
 use ferroce_stack::transport::{QpCaps, QpState, QpType, Sge, WorkCompletion};
 use smallvec::SmallVec;
 
+use crate::events::{AsyncEvent, EventSink};
+
 /// A completion queue's shared half: the engine pushes, any thread pops, without a lock.
 #[derive(Debug)]
 pub(crate) struct CqShared {
     pub(crate) id: u32,
-    pub(crate) queue: SegQueue<WorkCompletion>,
-    pub(crate) capacity: usize,
+    /// Completions with the engine's clock when each was made (ns).
+    pub(crate) queue: SegQueue<(WorkCompletion, u64)>,
+    /// Entries it holds at most; a resize changes it.
+    pub(crate) capacity: AtomicUsize,
     /// 0: not armed; 1: next completion; 2: next solicited completion.
     pub(crate) armed: AtomicU8,
     pub(crate) channel: Option<Arc<ChannelShared>>,
     /// Completions dropped because the CQ was full (the CQ overran).
     pub(crate) overruns: AtomicUsize,
+    /// Where its overrun is reported (`IBV_EVENT_CQ_ERR`).
+    pub(crate) events: EventSink,
 }
 
 impl CqShared {
@@ -27,20 +33,45 @@ impl CqShared {
         Self {
             id,
             queue: SegQueue::new(),
-            capacity,
+            capacity: AtomicUsize::new(capacity),
             armed: AtomicU8::new(0),
             channel,
             overruns: AtomicUsize::new(0),
+            events: EventSink::default(),
         }
     }
 
-    pub(super) fn push(&self, wc: WorkCompletion) {
-        if self.queue.len() >= self.capacity {
-            self.overruns.fetch_add(1, Ordering::Relaxed);
+    /// This CQ, reporting its overrun to `events`.
+    pub(crate) fn with_events(mut self, events: EventSink) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// Takes every completion of QP `qpn` out of the queue, keeping the others in order. A
+    /// poller that races this may see the others in a different order; a QP is reset from
+    /// the control path, not while its CQ is polled.
+    pub(super) fn remove_qp(&self, qpn: u32) {
+        let mut kept = Vec::new();
+        while let Some(e) = self.queue.pop() {
+            if e.0.qp_num.value() != qpn {
+                kept.push(e);
+            }
+        }
+        for e in kept {
+            self.queue.push(e);
+        }
+    }
+
+    pub(super) fn push(&self, wc: WorkCompletion, now: u64) {
+        if self.queue.len() >= self.capacity.load(Ordering::Relaxed) {
+            // The first completion lost is the error an RNIC reports; the CQ stays in it.
+            if self.overruns.fetch_add(1, Ordering::Relaxed) == 0 {
+                self.events.emit(AsyncEvent::CqError(self.id));
+            }
             return;
         }
         let solicited = wc.solicited || wc.status != ferroce_stack::transport::WcStatus::Success;
-        self.queue.push(wc);
+        self.queue.push((wc, now));
         let fire = match self.armed.load(Ordering::Acquire) {
             1 => true,
             2 => solicited,
@@ -122,6 +153,8 @@ pub(crate) struct QpShared {
     /// Receives come from a shared receive queue.
     pub(crate) has_srq: bool,
     rung: AtomicBool,
+    /// Where the QP's affiliated events go (see `EngineCore::settle`).
+    pub(crate) events: EventSink,
 }
 
 impl QpShared {
@@ -136,6 +169,7 @@ impl QpShared {
             rq_used: AtomicU32::new(0),
             has_srq: false,
             rung: AtomicBool::new(false),
+            events: EventSink::default(),
         }
     }
 

@@ -312,6 +312,8 @@ pub(crate) struct QpContext {
     pub(crate) counters: Counters,
     /// What of the QP a half's failure left for the QP to flush when the handler returns.
     pub(crate) pending: Flush,
+    /// Why the responder failed the QP, until the engine takes it ([`Qp::take_error_cause`]).
+    pub(crate) error_cause: Option<ErrorCause>,
     /// What few QPs use, boxed so an idle QP pays one pointer: the alternate path (native
     /// failover) and the WRITE-with-immediate sink (SDR).
     pub(crate) ext: Option<Box<Extensions>>,
@@ -370,6 +372,22 @@ pub(crate) enum Flush {
     All,
 }
 
+/// Why a QP's responder put it in the error state: what an RNIC reports as an affiliated
+/// asynchronous error (IBTA Vol 1 §11.6.3.1), since no work completion of the requester's
+/// says so.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorCause {
+    /// A request the responder could not take: an unsupported or malformed one, a length or
+    /// opcode sequence error ("Invalid Request Local Work Queue Error",
+    /// `IBV_EVENT_QP_REQ_ERR`).
+    InvalidRequest,
+    /// A request for memory it had no right to ("Local Access Violation Work Queue Error",
+    /// `IBV_EVENT_QP_ACCESS_ERR`).
+    AccessViolation,
+    /// Anything else ("Local Work Queue Catastrophic Error", `IBV_EVENT_QP_FATAL`).
+    Catastrophic,
+}
+
 /// One queue pair: the shared context, the requester half and the responder half.
 pub struct Qp {
     pub(crate) cx: QpContext,
@@ -410,6 +428,7 @@ impl Qp {
                 completions: VecDeque::new(),
                 counters: Counters::default(),
                 pending: Flush::None,
+                error_cause: None,
                 ext: None,
             },
             req: requester::Requester::new(Psn::new(0)),
@@ -430,6 +449,18 @@ impl Qp {
     /// Its current state.
     pub fn state(&self) -> QpState {
         self.cx.state
+    }
+
+    /// How its recovery policy delivers: in PSN order (Go-Back-N, the IBTA default) or by
+    /// placement, where a WRITE's packets may land in any order.
+    pub fn delivery(&self) -> crate::transport::Delivery {
+        self.cx.recovery.delivery()
+    }
+
+    /// Why the responder put the QP in the error state, once: `None` when it did not (a
+    /// requester's error completes its WR with the reason; a `modify` to ERR has none).
+    pub fn take_error_cause(&mut self) -> Option<ErrorCause> {
+        self.cx.error_cause.take()
     }
 
     /// Its protection domain.
@@ -1089,11 +1120,12 @@ impl Qp {
             s => return Err(PostError::InvalidState(s)),
         }
         let t = self.cx.qp_type;
-        let supported = match t {
-            QpType::Rc => true,
-            QpType::Uc => !wr.opcode.is_read_or_atomic() && wr.opcode != WrOpcode::SendWithInv,
-            QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
-        };
+        let supported = !wr.opcode.is_local()
+            && match t {
+                QpType::Rc => true,
+                QpType::Uc => !wr.opcode.is_read_or_atomic() && wr.opcode != WrOpcode::SendWithInv,
+                QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
+            };
         if !supported {
             return Err(PostError::UnsupportedOpcode {
                 opcode: wr.opcode,

@@ -698,6 +698,8 @@ impl Requester {
                 };
                 (kind, Position::Only, Suffix::Plain)
             }
+            // Posting refuses local operations: they never reach the wire.
+            WrOpcode::LocalInv | WrOpcode::BindMw => return Err(WcStatus::LocQpOpErr),
         };
         // Posting refused what a transport cannot carry (a UD WRITE, a UC READ).
         r.bth.opcode = Opcode::compose(transport, kind, pos, suffix).ok_or(WcStatus::LocQpOpErr)?;

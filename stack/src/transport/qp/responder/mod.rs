@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 
 use super::ring::PsnRing;
-use super::{QpContext, RecvWqe};
+use super::{ErrorCause, QpContext, RecvWqe};
 use crate::transport::mr::{Access, AccessError, MrTable};
 use crate::transport::recovery::{Arrivals, Feedback, LossReport, OutOfOrder};
 use crate::transport::sg::{self, SgError};
@@ -475,6 +475,11 @@ impl Responder {
                 self.nak = Some((Syndrome::Nak(code), psn));
                 self.final_nak = true;
                 cx.enter_error();
+                cx.error_cause = Some(match code {
+                    NakCode::RemoteAccessError => ErrorCause::AccessViolation,
+                    NakCode::RemoteOperationalError => ErrorCause::Catastrophic,
+                    _ => ErrorCause::InvalidRequest,
+                });
             }
         }
     }
@@ -534,6 +539,15 @@ impl Responder {
         };
         if starts && !rights.contains(needed) {
             return Err(Fault::Fatal(NakCode::InvalidRequest, None));
+        }
+        if starts && kind != MsgKind::Send {
+            // A type 2 memory window answers only the QP it is bound to.
+            let ext = &pkt.repr.ext;
+            let key = ext.reth.map(|r| r.rkey).or(ext.atomic_eth.map(|a| a.rkey));
+            if key.is_some_and(|k| !mem.window_allows(k, cx.qpn.value())) {
+                cx.counters.resp_remote_access_errors += 1;
+                return Err(Fault::Fatal(NakCode::RemoteAccessError, None));
+            }
         }
         match kind {
             MsgKind::Send => self.exec_send(cx, pkt, mem, starts, last)?,
@@ -1014,6 +1028,7 @@ impl Responder {
                     self.nak = Some((Syndrome::Nak(NakCode::RemoteAccessError), psn));
                     self.final_nak = true;
                     cx.enter_error();
+                    cx.error_cause = Some(ErrorCause::AccessViolation);
                     return None;
                 }
                 let sent = sent + plen;

@@ -138,14 +138,21 @@ impl Responder {
             cx.counters.resp_local_length_error += 1;
             return Err(Fault::Fatal(NakCode::InvalidRequest, None));
         }
-        let placed = mem
-            .check_access(
-                reth.rkey,
-                cx.pd,
-                reth.va,
-                u64::from(plen),
-                Access::REMOTE_WRITE,
-            )
+        let allowed = if mem.window_allows(reth.rkey, cx.qpn.value()) {
+            Ok(())
+        } else {
+            Err(crate::transport::mr::AccessError::InvalidKey(reth.rkey))
+        };
+        let placed = allowed
+            .and_then(|_| {
+                mem.check_access(
+                    reth.rkey,
+                    cx.pd,
+                    reth.va,
+                    u64::from(plen),
+                    Access::REMOTE_WRITE,
+                )
+            })
             .and_then(|_| mem.write(reth.rkey, cx.pd, reth.va, pkt.payload, Access::REMOTE_WRITE));
         if placed.is_err() {
             cx.counters.resp_remote_access_errors += 1;

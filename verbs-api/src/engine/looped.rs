@@ -1,0 +1,263 @@
+//! Loopback: frames a device sends to its own port's MAC address, for one of this process's
+//! QPs, never reach the wire. A ConnectX port delivers a packet addressed to its own GID
+//! internally, to any QP of any context on it; so does ferroce. Every QP of a device on a
+//! real port is entered in a process-wide table under its QP number with its engine's
+//! [`LoopInbox`]; an engine about to transmit a frame whose destination MAC is its port's
+//! own hands the frame to the inbox of the QP the BTH names instead, and the owning engine
+//! takes it from there as if it had arrived on the port (the same engine, another engine of
+//! the device, or another device of the process opened on the same interface).
+//!
+//! QP numbers are therefore handed out process-wide for real ports ([`next_qpn`]), so no two
+//! contexts of one process share one; and across processes on one interface they differ in
+//! their top eight bits, a slot each process claims by locking a file
+//! (`$FERROCE_RUN_DIR`, default `/tmp/ferroce-qpn`, `slot-N.lock`), so a frame one process
+//! sends to the interface's own address is never taken by another's QP of the same number.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, LazyLock, OnceLock, PoisonError, RwLock, Weak};
+
+use crossbeam::queue::ArrayQueue;
+
+/// Frames an engine's loopback inbox holds.
+const LOOP_INBOX: usize = 4096;
+
+/// An engine's inbox of frames other engines of the process looped to it.
+pub(crate) struct LoopInbox {
+    frames: ArrayQueue<Vec<u8>>,
+    /// Buffers of taken frames, reused by the next push.
+    spare: ArrayQueue<Vec<u8>>,
+    /// Wakes the engine's thread if it sleeps (set by the device once it has one).
+    wake: OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for LoopInbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoopInbox")
+            .field("frames", &self.frames.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LoopInbox {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            frames: ArrayQueue::new(LOOP_INBOX),
+            spare: ArrayQueue::new(LOOP_INBOX),
+            wake: OnceLock::new(),
+        })
+    }
+
+    /// Sets what wakes the owning engine's thread.
+    pub(crate) fn set_wake(&self, f: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.wake.set(f);
+    }
+
+    /// Queues a copy of `frame` (made by `fill`, `len` bytes) and wakes the owner; false
+    /// when the inbox is full (dropped, as on a full receive ring).
+    fn push(&self, len: usize, fill: impl FnOnce(&mut [u8])) -> bool {
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.resize(len, 0);
+        fill(&mut buf);
+        if let Err(buf) = self.frames.push(buf) {
+            let _ = self.spare.push(buf);
+            return false;
+        }
+        if let Some(w) = self.wake.get() {
+            w();
+        }
+        true
+    }
+
+    /// The next frame, if any; give its buffer back with [`recycle`](Self::recycle).
+    pub(crate) fn pop(&self) -> Option<Vec<u8>> {
+        self.frames.pop()
+    }
+
+    /// Returns a taken frame's buffer for reuse.
+    pub(crate) fn recycle(&self, buf: Vec<u8>) {
+        let _ = self.spare.push(buf);
+    }
+
+    /// True when no frame waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+}
+
+/// The process's QPs on real ports, by number, and the inbox of the engine each lives on.
+static OWNERS: LazyLock<RwLock<HashMap<u32, Weak<LoopInbox>>>> =
+    LazyLock::new(|| RwLock::new(HashMap::new()));
+
+/// Enters QP `qpn` as living on the engine with `inbox`.
+pub(crate) fn claim(qpn: u32, inbox: &Arc<LoopInbox>) {
+    OWNERS
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(qpn, Arc::downgrade(inbox));
+}
+
+/// Forgets QP `qpn` (destroyed).
+pub(crate) fn release(qpn: u32) {
+    OWNERS
+        .write()
+        .unwrap_or_else(PoisonError::into_inner)
+        .remove(&qpn);
+}
+
+/// What became of a frame to the port's own address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Looped {
+    /// Queued for the engine of the QP it names.
+    Delivered,
+    /// That engine's inbox was full: dropped.
+    Dropped,
+    /// No QP of this process has the number it names (or it is no RoCE frame).
+    NoOwner,
+}
+
+/// Hands a frame (`len` bytes, written by `fill`) whose BTH names `qpn` to the engine of
+/// that QP in this process.
+pub(crate) fn deliver(qpn: u32, len: usize, fill: impl FnOnce(&mut [u8])) -> Looped {
+    let owner = OWNERS
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&qpn)
+        .and_then(Weak::upgrade);
+    match owner {
+        Some(inbox) if inbox.push(len, fill) => Looped::Delivered,
+        Some(_) => Looped::Dropped,
+        None => Looped::NoOwner,
+    }
+}
+
+/// The destination QP number in the headers of a RoCEv2 frame (Ethernet, an optional
+/// 802.1Q tag, IPv4 or IPv6, UDP to port 4791, BTH), if `head` holds them. Read from the
+/// headers alone, so it serves a frame whose payload still lies in registered memory.
+pub(crate) fn dest_qpn(head: &[u8]) -> Option<u32> {
+    let mut at = 12;
+    let mut ethertype = u16::from_be_bytes(head.get(at..at + 2)?.try_into().ok()?);
+    if ethertype == 0x8100 {
+        at += 4;
+        ethertype = u16::from_be_bytes(head.get(at..at + 2)?.try_into().ok()?);
+    }
+    at += 2;
+    let (proto, ip_len) = match ethertype {
+        0x0800 => {
+            let ihl = usize::from(head.get(at)? & 0x0f) * 4;
+            (*head.get(at + 9)?, ihl)
+        }
+        0x86dd => (*head.get(at + 6)?, 40),
+        _ => return None,
+    };
+    at += ip_len;
+    let dport = u16::from_be_bytes(head.get(at + 2..at + 4)?.try_into().ok()?);
+    if proto != 17 || dport != 4791 {
+        return None;
+    }
+    let bth = head.get(at + 8..at + 20)?;
+    Some(u32::from_be_bytes([0, bth[5], bth[6], bth[7]]))
+}
+
+/// This process's slot: the top eight bits of its QP numbers on real ports.
+fn slot() -> u32 {
+    static SLOT: OnceLock<u32> = OnceLock::new();
+    *SLOT.get_or_init(|| {
+        let dir = std::env::var_os("FERROCE_RUN_DIR")
+            .map_or_else(|| std::path::PathBuf::from("/tmp/ferroce-qpn"), Into::into);
+        let _ = std::fs::create_dir_all(&dir);
+        // Slots 1..=254: QPN 0 and 1 (slot 0) are the SMI and GSI, 0xFFFFFF (slot 255) the
+        // multicast QPN. A slot is held for the life of the process by a lock on its file,
+        // which the kernel drops when the process ends, however it ends.
+        let start = std::process::id() % 254;
+        for i in 0..254 {
+            let s = (start + i) % 254 + 1;
+            let Ok(f) = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(dir.join(format!("slot-{s}.lock")))
+            else {
+                continue;
+            };
+            if f.try_lock().is_ok() {
+                // Held until the process exits.
+                std::mem::forget(f);
+                return s;
+            }
+        }
+        // No directory to lock in, or every slot taken: distinct from other processes only
+        // by chance.
+        tracing::warn!("no QP number slot could be locked in {}", dir.display());
+        start + 1
+    })
+}
+
+/// The next QP number of this process on a real port: its slot in the top eight bits, a
+/// count in the rest (never 0 or 1 there, so never the SMI, GSI or multicast QPN).
+pub(crate) fn next_qpn() -> u32 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed) & 0xffff;
+        if n > 1 {
+            return slot() << 16 | n;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qpns_carry_the_process_slot_and_skip_reserved_numbers() {
+        let a = next_qpn();
+        let b = next_qpn();
+        assert_eq!(a >> 16, b >> 16);
+        assert!((1..=254).contains(&(a >> 16)));
+        assert_ne!(a & 0xffff, b & 0xffff);
+        for _ in 0..70_000 {
+            let q = next_qpn();
+            assert!(q & 0xffff > 1, "{q:#x}");
+            assert!(q != 0xff_ffff && q > 1);
+        }
+    }
+
+    #[test]
+    fn the_destination_qpn_is_read_from_the_headers() {
+        use ferroce_stack::wire::sample::{sample_frame, sample_repr, SampleAddr};
+        use ferroce_stack::wire::Opcode;
+        for (ip_version, vlan) in [(4, false), (4, true), (6, false), (6, true)] {
+            let addr = SampleAddr {
+                ip_version,
+                vlan,
+                ..SampleAddr::default()
+            };
+            let repr = sample_repr(Opcode::RC_SEND_ONLY, addr, 64);
+            let f = sample_frame(&repr);
+            assert_eq!(dest_qpn(&f), Some(repr.bth.dest_qpn.value()));
+            assert_eq!(dest_qpn(&f[..30]), None);
+            let mut not_roce = f.clone();
+            not_roce[12] = 0x88;
+            assert_eq!(dest_qpn(&not_roce), None);
+        }
+    }
+
+    #[test]
+    fn frames_reach_the_inbox_of_the_qp_they_name() {
+        let inbox = LoopInbox::new();
+        claim(0xabcdef, &inbox);
+        assert_eq!(
+            deliver(0xabcdef, 3, |b| b.copy_from_slice(&[1, 2, 3])),
+            Looped::Delivered
+        );
+        assert_eq!(deliver(0xabcdee, 3, |_| {}), Looped::NoOwner);
+        let f = inbox.pop().unwrap();
+        assert_eq!(f, [1, 2, 3]);
+        inbox.recycle(f);
+        release(0xabcdef);
+        assert_eq!(deliver(0xabcdef, 1, |_| {}), Looped::NoOwner);
+        drop(inbox);
+    }
+}
