@@ -445,7 +445,12 @@ pub unsafe extern "C" fn ferroce_ibv_query_gid_type(
     let (Some(c), false) = (unsafe { context(ctx) }, kind.is_null()) else {
         return libc::EINVAL;
     };
-    if c.verbs.query_gid_on(port, index).is_err() {
+    // An empty entry has no type (its sysfs attribute cannot be read).
+    if c.verbs
+        .query_gid_on(port, index)
+        .is_ok_and(|g| g.0 == [0; 16])
+        || c.verbs.query_gid_on(port, index).is_err()
+    {
         return libc::EINVAL;
     }
     // SAFETY: per the contract.

@@ -12,6 +12,7 @@ pub(crate) fn install(v: &mut ffi::verbs_context) {
     v.alloc_td = Some(crate::domain::alloc_td);
     v.dealloc_td = Some(crate::domain::dealloc_td);
     v.alloc_parent_domain = Some(crate::domain::alloc_parent_domain);
+    v.advise_mr = Some(crate::mr::advise_mr);
 }
 
 /// The `device_cap_flags` the extended verbs add.
@@ -30,5 +31,18 @@ pub(crate) fn max_mw() -> i32 {
     crate::mw::MAX_MW
 }
 
-/// Fills what the extended verbs add to `ibv_device_attr_ex`.
-pub(crate) fn fill_device_attr_ex(_attr: &mut ffi::ibv_device_attr_ex) {}
+/// Fills what the extended verbs add to `ibv_device_attr_ex`: on-demand paging over a
+/// given range for every operation of RC, UC and UD (registered memory is never pinned, so
+/// an ODP region is a region like any other; the implicit whole-address-space form is not
+/// offered, see `ibv_reg_mr`).
+pub(crate) fn fill_device_attr_ex(a: &mut ffi::ibv_device_attr_ex) {
+    let send_recv = ffi::IBV_ODP_SUPPORT_SEND | ffi::IBV_ODP_SUPPORT_RECV;
+    a.odp_caps.general_caps = u64::from(ffi::IBV_ODP_SUPPORT);
+    a.odp_caps.per_transport_caps.rc_odp_caps = send_recv
+        | ffi::IBV_ODP_SUPPORT_WRITE
+        | ffi::IBV_ODP_SUPPORT_READ
+        | ffi::IBV_ODP_SUPPORT_ATOMIC
+        | ffi::IBV_ODP_SUPPORT_SRQ_RECV;
+    a.odp_caps.per_transport_caps.uc_odp_caps = send_recv | ffi::IBV_ODP_SUPPORT_WRITE;
+    a.odp_caps.per_transport_caps.ud_odp_caps = send_recv;
+}

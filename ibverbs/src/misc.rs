@@ -103,8 +103,11 @@ pub unsafe extern "C" fn ferroce__ibv_query_gid_ex(
         return libc::EINVAL;
     }
     let Ok(gid) = c.verbs.query_gid_on(port, gid_index) else {
-        return libc::ENODATA;
+        return libc::EINVAL;
     };
+    if gid.0 == [0; 16] {
+        return libc::ENODATA;
+    }
     let ifindex = crate::neigh::interface_of(&c.dev.spec, port)
         .and_then(|i| std::ffi::CString::new(i).ok())
         // SAFETY: a NUL-terminated name.

@@ -44,6 +44,13 @@ fn reg(
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     }
+    // Implicit on-demand paging (the whole address space, `addr` NULL and `length`
+    // SIZE_MAX) is not offered: a peer's access to an unmapped page could not be refused
+    // without faulting on it.
+    if access & ffi::IBV_ACCESS_ON_DEMAND != 0 && addr.is_null() && length == usize::MAX {
+        set_errno(libc::EOPNOTSUPP);
+        return std::ptr::null_mut();
+    }
     let iova = if access & ffi::IBV_ACCESS_ZERO_BASED != 0 {
         0
     } else {
@@ -207,3 +214,45 @@ pub unsafe extern "C" fn ferroce_ibv_rereg_mr(
     0
 }
 symver!(ferroce_ibv_rereg_mr => "ibv_rereg_mr" @ "IBVERBS_1.1");
+
+/// `IB_UVERBS_ADVISE_MR_FLAG_FLUSH` (rdma/ib_user_ioctl_verbs.h): the advice completes
+/// before the call returns.
+const ADVISE_MR_FLAG_FLUSH: u32 = 1;
+
+/// `verbs_context.advise_mr` (the header's `ibv_advise_mr`): prefetch advice for regions of
+/// `pd`. Registered memory of a software RNIC is never paged out from under it, so there
+/// is nothing to fetch; each element is checked as a local access would be (its key in this
+/// PD, its range inside the region, local write for `PREFETCH_WRITE`).
+pub(crate) unsafe extern "C" fn advise_mr(
+    pd: *mut ffi::ibv_pd,
+    advice: ffi::ib_uverbs_advise_mr_advice,
+    flags: u32,
+    sg_list: *mut ffi::ibv_sge,
+    num_sge: u32,
+) -> c_int {
+    // SAFETY: the inline wrapper passes the program's PD.
+    let Some(p) = (unsafe { object::<Pd, _>(pd) }) else {
+        return libc::EINVAL;
+    };
+    let write = match advice {
+        ffi::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH | ffi::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => false,
+        ffi::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE => true,
+        _ => return libc::EINVAL,
+    };
+    if flags & !ADVISE_MR_FLAG_FLUSH != 0 || num_sge == 0 || sg_list.is_null() {
+        return libc::EINVAL;
+    }
+    for i in 0..num_sge as usize {
+        // SAFETY: `num_sge` elements per the header's contract.
+        let s = unsafe { &*sg_list.add(i) };
+        let sge = ferroce_stack::transport::Sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        };
+        if p.pd.check_local(&sge, write).is_err() {
+            return libc::EINVAL;
+        }
+    }
+    0
+}

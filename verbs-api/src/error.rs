@@ -17,8 +17,8 @@ pub enum VerbsError {
     /// The QP is gone.
     #[error("QP {0:#x} does not exist")]
     NoSuchQp(u32),
-    /// A GID index other than 0.
-    #[error("GID index {0} is out of range (the port has one GID)")]
+    /// A GID index past the table.
+    #[error("GID index {0} is out of range (the port's table has 16 entries, one in use)")]
     GidIndex(u32),
     /// A port number the device does not have.
     #[error("port {port} does not exist (the device has {ports}; ports count from 1)")]

@@ -34,5 +34,5 @@ pub use ferroce_stack::transport::{
 pub use verbs::{
     AddressHandle, CompletionChannel, CompletionQueue, Context, DeviceAttr, Gid, MemoryRegion,
     MemoryWindow, PortAttr, PortState, PostFailure, ProtectionDomain, QueuePair,
-    SharedReceiveQueue, VerbsError,
+    SharedReceiveQueue, VerbsError, GID_TABLE_LEN,
 };

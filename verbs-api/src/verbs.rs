@@ -75,6 +75,9 @@ pub enum PortState {
     Active,
 }
 
+/// Entries in a port's GID table: index 0 holds the port's address, the others are empty.
+pub const GID_TABLE_LEN: u32 = 16;
+
 /// A 16-byte GID: for RoCEv2, the port's IPv6 address or `::ffff:a.b.c.d`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Gid(pub [u8; 16]);
@@ -151,7 +154,7 @@ impl Context {
             max_mtu: mtu,
             active_mtu: mtu,
             link_layer_ethernet: true,
-            gid_tbl_len: 1,
+            gid_tbl_len: GID_TABLE_LEN,
         })
     }
 
@@ -172,13 +175,16 @@ impl Context {
         self.query_gid_on(1, index)
     }
 
-    /// `ibv_query_gid` on port `port_num`: index 0 is the RoCEv2 GID of its IP address.
+    /// `ibv_query_gid` on port `port_num`: index 0 is the RoCEv2 GID of its IP address;
+    /// the rest of the table ([`GID_TABLE_LEN`] entries) is empty, all zeros, as a RoCE
+    /// port's table is past its addresses.
     pub fn query_gid_on(&self, port_num: u8, index: u32) -> Result<Gid, VerbsError> {
         let i = self.port_index(port_num)?;
-        if index != 0 {
-            return Err(VerbsError::GidIndex(index));
+        match index {
+            0 => Ok(Gid::from_ip(self.dev.ports[i].1)),
+            i if i < GID_TABLE_LEN => Ok(Gid([0; 16])),
+            _ => Err(VerbsError::GidIndex(index)),
         }
-        Ok(Gid::from_ip(self.dev.ports[i].1))
     }
 
     /// The MAC address of port `port_num`.
@@ -400,6 +406,24 @@ impl ProtectionDomain {
             rkey: keys.rkey,
             access,
         })
+    }
+
+    /// Checks that a local gather element names registered memory of this PD, with local
+    /// write if `write` (what `ibv_advise_mr`'s prefetch asks: registered memory of a
+    /// software RNIC is always present, so there is nothing to fault in).
+    pub fn check_local(
+        &self,
+        sge: &ferroce_stack::transport::Sge,
+        write: bool,
+    ) -> Result<(), ferroce_stack::transport::AccessError> {
+        let needed = if write { Access::LOCAL_WRITE } else { Access::NONE };
+        self.ctx.dev.engine().core_mut().mem().check_access(
+            sge.lkey,
+            self.id,
+            sge.addr,
+            u64::from(sge.length),
+            needed,
+        )
     }
 
     /// `ibv_alloc_mw`: a memory window of this PD, type 2 (bound by

@@ -83,7 +83,10 @@ fn device_queries() {
     let gid = a.query_gid(0).unwrap();
     assert_eq!(&gid.0[..12], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
     assert_eq!(&gid.0[12..], &[10, 0, 0, 1]);
-    assert!(a.query_gid(1).is_err());
+    // The rest of the table is empty, and ends at its length.
+    assert_eq!(p.gid_tbl_len, ferroce_verbs::GID_TABLE_LEN);
+    assert_eq!(a.query_gid(1).unwrap().0, [0; 16]);
+    assert!(a.query_gid(ferroce_verbs::GID_TABLE_LEN).is_err());
     assert_eq!(a.query_device().vendor_id, 0);
 }
 
