@@ -13,6 +13,8 @@ pub(crate) fn install(v: &mut ffi::verbs_context) {
     v.dealloc_td = Some(crate::domain::dealloc_td);
     v.alloc_parent_domain = Some(crate::domain::alloc_parent_domain);
     v.advise_mr = Some(crate::mr::advise_mr);
+    v.ibv_create_flow = Some(crate::flow::create_flow);
+    v.ibv_destroy_flow = Some(crate::flow::destroy_flow);
 }
 
 /// The `device_cap_flags` the extended verbs add.
@@ -22,7 +24,8 @@ pub(crate) fn device_cap_flags() -> u64 {
             | ffi::IBV_DEVICE_RESIZE_MAX_WR
             | ffi::IBV_DEVICE_MEM_WINDOW
             | ffi::IBV_DEVICE_MEM_WINDOW_TYPE_2B
-            | ffi::IBV_DEVICE_MEM_MGT_EXTENSIONS,
+            | ffi::IBV_DEVICE_MEM_MGT_EXTENSIONS
+            | ffi::IBV_DEVICE_MANAGED_FLOW_STEERING,
     )
 }
 

@@ -22,6 +22,7 @@ pub mod device;
 pub mod domain;
 pub mod events;
 pub mod extended;
+pub mod flow;
 pub mod misc;
 pub mod mr;
 pub mod mw;

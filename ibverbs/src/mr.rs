@@ -235,7 +235,8 @@ pub(crate) unsafe extern "C" fn advise_mr(
         return libc::EINVAL;
     };
     let write = match advice {
-        ffi::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH | ffi::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => false,
+        ffi::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH
+        | ffi::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT => false,
         ffi::IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE => true,
         _ => return libc::EINVAL,
     };

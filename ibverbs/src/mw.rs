@@ -113,7 +113,9 @@ fn post(q: &Qp, wr_id: u64, flags: u32, b: &Bind) -> Result<(), c_int> {
     };
     let mut wr = SendWr::bind_mw(wr_id, &bind);
     wr.flags = SendFlags(flags & (ffi::IBV_SEND_SIGNALED | ffi::IBV_SEND_FENCE));
-    q.qp.post_send(&[wr])
+    q.qp.rdma()
+        .ok_or(libc::EINVAL)?
+        .post_send(&[wr])
         .map_err(|f| crate::ops::errno(f.error))
 }
 

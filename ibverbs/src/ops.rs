@@ -14,7 +14,7 @@ use ferroce_stack::wire::Qpn;
 use crate::cq::Cq;
 use crate::ffi;
 use crate::objects::{object, Ah};
-use crate::qp::{Qp, MAX_INLINE};
+use crate::qp::{Qp, QpKind, MAX_INLINE};
 use crate::srq::Srq;
 
 /// Most scatter/gather elements in one WR (the device's `max_sge`).
@@ -124,7 +124,7 @@ pub(crate) unsafe fn post_one(q: &Qp, w: &ffi::ibv_send_wr) -> Result<(), c_int>
             (imm, r.remote_addr, r.rkey, 0, 0)
         }
     };
-    let ud = if q.qp.qp_type() == ferroce_stack::transport::QpType::Ud {
+    let ud = if q.base().qp_type == ffi::IBV_QPT_UD {
         // SAFETY: the union's UD member for a UD QP; the AH is live per the contract.
         let u = unsafe { w.wr.ud };
         let ah = unsafe { object::<Ah, _>(u.ah) }.ok_or(libc::EINVAL)?;
@@ -150,7 +150,11 @@ pub(crate) unsafe fn post_one(q: &Qp, w: &ffi::ibv_send_wr) -> Result<(), c_int>
         swap,
         ud,
     };
-    q.qp.post_send(&[wr]).map_err(|f| errno(f.error))
+    match &q.qp {
+        QpKind::Rdma(r) => r.post_send(&[wr]),
+        QpKind::Raw(r) => r.post_send(&[wr]),
+    }
+    .map_err(|f| errno(f.error))
 }
 
 /// `ops.post_send`.
@@ -226,7 +230,11 @@ unsafe extern "C" fn post_recv(
     // SAFETY: the program's list and out-pointer.
     unsafe {
         post_recvs(wr, bad, |r| {
-            q.qp.post_recv(std::slice::from_ref(r)).map_err(|f| f.error)
+            match &q.qp {
+                QpKind::Rdma(qp) => qp.post_recv(std::slice::from_ref(r)),
+                QpKind::Raw(qp) => qp.post_recv(std::slice::from_ref(r)),
+            }
+            .map_err(|f| f.error)
         })
     }
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use ferroce_stack::transport::{Access, AttrMask, Mtu, QpAttr, QpCaps, QpState, QpType};
 use ferroce_stack::wire::{Psn, Qpn};
-use ferroce_verbs::{Gid, QueuePair, VerbsError};
+use ferroce_verbs::{Gid, QueuePair, RawQueuePair, VerbsError};
 
 use crate::context::context;
 use crate::cq::Cq;
@@ -28,7 +28,7 @@ pub const MAX_INLINE: u32 = 1024;
 #[repr(C)]
 pub struct Qp {
     pub(crate) ibv: ffi::ibv_qp_ex,
-    pub(crate) qp: QueuePair,
+    pub(crate) qp: QpKind,
     pub(crate) caps: ffi::ibv_qp_cap,
     pub(crate) sq_sig_all: bool,
     /// Created with `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`: the `ibv_wr_*` API is on.
@@ -39,6 +39,22 @@ pub struct Qp {
     pub(crate) async_reported: Reported,
     /// The work requests an `ibv_wr_start` batch builds (see [`crate::qpex`]).
     pub(crate) batch: std::sync::Mutex<crate::qpex::Batch>,
+}
+
+/// A QP of the transport (RC, UC, UD) or a raw packet QP.
+pub(crate) enum QpKind {
+    Rdma(QueuePair),
+    Raw(RawQueuePair),
+}
+
+impl QpKind {
+    /// The transport QP, if it is one.
+    pub(crate) fn rdma(&self) -> Option<&QueuePair> {
+        match self {
+            Self::Rdma(q) => Some(q),
+            Self::Raw(_) => None,
+        }
+    }
 }
 
 impl Qp {
@@ -112,7 +128,13 @@ pub(crate) fn create(a: Create<'_>) -> Result<*mut ffi::ibv_qp, c_int> {
         )
     };
     let p = p.ok_or(libc::EINVAL)?;
-    let Some(t) = qp_type(a.qp_type) else {
+    let raw = a.qp_type == ffi::IBV_QPT_RAW_PACKET;
+    let t = if raw {
+        Some(QpType::Ud)
+    } else {
+        qp_type(a.qp_type)
+    };
+    let Some(t) = t else {
         return Err(match a.qp_type {
             ffi::IBV_QPT_RC | ffi::IBV_QPT_UC | ffi::IBV_QPT_UD => libc::EINVAL,
             _ => libc::EOPNOTSUPP,
@@ -140,9 +162,17 @@ pub(crate) fn create(a: Create<'_>) -> Result<*mut ffi::ibv_qp, c_int> {
         return Err(libc::EINVAL);
     }
     if let Some(ops) = a.send_ops {
-        if ops & !crate::qpex::supported_send_ops(t) != 0 {
+        let supported = if raw {
+            u64::from(ffi::IBV_QP_EX_WITH_SEND)
+        } else {
+            crate::qpex::supported_send_ops(t)
+        };
+        if ops & !supported != 0 {
             return Err(libc::EOPNOTSUPP);
         }
+    }
+    if raw && srq.is_some() {
+        return Err(libc::EOPNOTSUPP);
     }
     // Grant at least one of everything (a queue of zero is still a queue to post to, as on
     // mlx5), and the inline size the program asked for.
@@ -164,14 +194,21 @@ pub(crate) fn create(a: Create<'_>) -> Result<*mut ffi::ibv_qp, c_int> {
         sq_sig_all: a.sq_sig_all,
     };
     let made = match srq {
-        Some(s) => p.pd.create_qp_with_srq(t, caps, &scq.cq, &rcq.cq, &s.srq),
-        None => p.pd.create_qp(t, caps, &scq.cq, &rcq.cq),
+        _ if raw => p.pd.create_raw_qp(caps, &scq.cq, &rcq.cq).map(QpKind::Raw),
+        Some(s) => {
+            p.pd.create_qp_with_srq(t, caps, &scq.cq, &rcq.cq, &s.srq)
+                .map(QpKind::Rdma)
+        }
+        None => p.pd.create_qp(t, caps, &scq.cq, &rcq.cq).map(QpKind::Rdma),
     };
     let qp = made.map_err(|e| {
         eprintln!("ferroce: ibv_create_qp: {e}");
         libc::EINVAL
     })?;
-    let qpn = qp.qpn().value();
+    let qpn = match &qp {
+        QpKind::Rdma(q) => q.qpn().value(),
+        QpKind::Raw(r) => r.qpn().value(),
+    };
     let mut ibv = ffi::ibv_qp_ex {
         qp_base: ffi::ibv_qp {
             context: p.ibv.context,
@@ -411,9 +448,12 @@ fn offer_failover(q: &Qp) {
             );
         }
     }
-    let primary = q.qp.query().map_or(1, |a| a.port_num.max(1));
+    let Some(rdma) = q.qp.rdma() else {
+        return;
+    };
+    let primary = rdma.query().map_or(1, |a| a.port_num.max(1));
     let other = if primary == 1 { 2 } else { 1 };
-    if let Err(e) = q.qp.offer_alternate_port(other) {
+    if let Err(e) = rdma.offer_alternate_port(other) {
         eprintln!("ferroce: QP {:#x}: no failover: {e}", q.base().qp_num);
     }
 }
@@ -434,11 +474,15 @@ pub unsafe extern "C" fn ferroce_ibv_modify_qp(
         return libc::EINVAL;
     };
     let mask = AttrMask(mask as u32);
+    let rdma = match &q.qp {
+        QpKind::Rdma(r) => r,
+        QpKind::Raw(r) => return modify_raw(qp, r, a, mask),
+    };
     let attr = match to_attr(q, a, mask) {
         Ok(x) => x,
         Err(e) => return e,
     };
-    match q.qp.modify(&attr, mask) {
+    match rdma.modify(&attr, mask) {
         Ok(()) => {
             if mask.contains(AttrMask::STATE) {
                 // SAFETY: the program's own QP header; libibverbs updates it the same way.
@@ -461,6 +505,36 @@ pub unsafe extern "C" fn ferroce_ibv_modify_qp(
 }
 symver!(ferroce_ibv_modify_qp => "ibv_modify_qp" @ "IBVERBS_1.1");
 
+/// `ibv_modify_qp` of a raw packet QP: its state (INIT takes the port), nothing else.
+fn modify_raw(
+    qp: *mut ffi::ibv_qp,
+    r: &RawQueuePair,
+    a: &ffi::ibv_qp_attr,
+    mask: AttrMask,
+) -> c_int {
+    if !mask.contains(AttrMask::STATE) {
+        return 0;
+    }
+    let Some(to) = state(a.qp_state) else {
+        return libc::EINVAL;
+    };
+    let port = mask.contains(AttrMask::PORT).then_some(a.port_num);
+    match r.modify(to, port) {
+        Ok(()) => {
+            // SAFETY: the program's own QP header; libibverbs updates it the same way.
+            unsafe { (*qp).state = a.qp_state };
+            0
+        }
+        Err(e) => {
+            eprintln!(
+                "ferroce: ibv_modify_qp on raw QP {:#x}: {e}",
+                r.qpn().value()
+            );
+            libc::EINVAL
+        }
+    }
+}
+
 /// `ibv_query_qp`: every attribute, whatever the mask (as providers do).
 ///
 /// # Safety
@@ -480,7 +554,25 @@ pub unsafe extern "C" fn ferroce_ibv_query_qp(
     ) else {
         return libc::EINVAL;
     };
-    let Ok(x) = q.qp.query() else {
+    let rdma = match &q.qp {
+        QpKind::Rdma(r) => r,
+        QpKind::Raw(r) => {
+            let out = ffi::ibv_qp_attr {
+                qp_state: state_code(r.state()),
+                cur_qp_state: state_code(r.state()),
+                port_num: r.port_num().unwrap_or(1),
+                cap: q.caps,
+                ..Default::default()
+            };
+            // SAFETY: per the contract, both point to whole structures.
+            unsafe {
+                attr.write(out);
+                fill_init(q, &mut *init);
+            }
+            return 0;
+        }
+    };
+    let Ok(x) = rdma.query() else {
         return libc::EINVAL;
     };
     let mut out = ffi::ibv_qp_attr {
@@ -515,16 +607,20 @@ pub unsafe extern "C" fn ferroce_ibv_query_qp(
     // SAFETY: per the contract, both point to whole structures.
     unsafe {
         attr.write(out);
-        let i = &mut *init;
-        i.qp_context = q.base().qp_context;
-        i.send_cq = q.base().send_cq;
-        i.recv_cq = q.base().recv_cq;
-        i.srq = q.base().srq;
-        i.cap = q.caps;
-        i.qp_type = q.base().qp_type;
-        i.sq_sig_all = c_int::from(q.sq_sig_all);
+        fill_init(q, &mut *init);
     }
     0
+}
+
+/// The creation attributes `ibv_query_qp` returns.
+fn fill_init(q: &Qp, i: &mut ffi::ibv_qp_init_attr) {
+    i.qp_context = q.base().qp_context;
+    i.send_cq = q.base().send_cq;
+    i.recv_cq = q.base().recv_cq;
+    i.srq = q.base().srq;
+    i.cap = q.caps;
+    i.qp_type = q.base().qp_type;
+    i.sq_sig_all = c_int::from(q.sq_sig_all);
 }
 symver!(ferroce_ibv_query_qp => "ibv_query_qp" @ "IBVERBS_1.1");
 
@@ -547,6 +643,9 @@ pub unsafe extern "C" fn ferroce_ibv_query_qp_data_in_order(
     if flags != 0 {
         return 0;
     }
-    c_int::from(q.qp.data_in_order().unwrap_or(false))
+    c_int::from(
+        q.qp.rdma()
+            .is_some_and(|r| r.data_in_order().unwrap_or(false)),
+    )
 }
 symver!(ferroce_ibv_query_qp_data_in_order => "ibv_query_qp_data_in_order" @ "IBVERBS_1.14");

@@ -170,6 +170,9 @@ impl Device {
             }
         }));
         self.engines[0].lock().core_mut().looped = Some(lb.clone());
+        for (mac, _) in &self.ports {
+            looped::join_port(mac.0, &lb);
+        }
         let _ = self.looped.set(lb);
     }
 

@@ -24,6 +24,7 @@ mod stats;
 mod threads;
 mod verbs;
 
+pub use engine::raw::{FlowRule, FlowSpec};
 pub use engine::{Engine, PortCounters};
 pub use events::AsyncEvent;
 pub use ferroce_stack::transport::{
@@ -32,7 +33,7 @@ pub use ferroce_stack::transport::{
     WcStatus, WorkCompletion, WrOpcode,
 };
 pub use verbs::{
-    AddressHandle, CompletionChannel, CompletionQueue, Context, DeviceAttr, Gid, MemoryRegion,
-    MemoryWindow, PortAttr, PortState, PostFailure, ProtectionDomain, QueuePair,
-    SharedReceiveQueue, VerbsError, GID_TABLE_LEN,
+    AddressHandle, CompletionChannel, CompletionQueue, Context, DeviceAttr, Flow, Gid,
+    MemoryRegion, MemoryWindow, PortAttr, PortState, PostFailure, ProtectionDomain, QueuePair,
+    RawQueuePair, SharedReceiveQueue, VerbsError, GID_TABLE_LEN,
 };

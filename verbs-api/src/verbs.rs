@@ -416,7 +416,11 @@ impl ProtectionDomain {
         sge: &ferroce_stack::transport::Sge,
         write: bool,
     ) -> Result<(), ferroce_stack::transport::AccessError> {
-        let needed = if write { Access::LOCAL_WRITE } else { Access::NONE };
+        let needed = if write {
+            Access::LOCAL_WRITE
+        } else {
+            Access::NONE
+        };
         self.ctx.dev.engine().core_mut().mem().check_access(
             sge.lkey,
             self.id,
@@ -424,6 +428,36 @@ impl ProtectionDomain {
             u64::from(sge.length),
             needed,
         )
+    }
+
+    /// `ibv_create_qp` with `IBV_QPT_RAW_PACKET`: a QP that sends whole Ethernet frames
+    /// and receives what its flow rules ([`RawQueuePair::create_flow`]) match (see
+    /// [`engine::raw`](crate::engine::raw)).
+    pub fn create_raw_qp(
+        &self,
+        caps: QpCaps,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+    ) -> Result<RawQueuePair, VerbsError> {
+        if !Arc::ptr_eq(&send_cq.ctx.dev, &self.ctx.dev)
+            || !Arc::ptr_eq(&recv_cq.ctx.dev, &self.ctx.dev)
+        {
+            return Err(VerbsError::WrongDevice("a CQ"));
+        }
+        let qpn = self.ctx.dev.next_qpn();
+        let shared = Arc::new(QpShared::new(qpn, QpType::Ud, caps));
+        let raw = crate::engine::raw::RawQp::new(
+            shared.clone(),
+            self.id,
+            send_cq.shared.clone(),
+            recv_cq.shared.clone(),
+        );
+        self.ctx.dev.engine().core_mut().add_raw(raw);
+        Ok(RawQueuePair {
+            ctx: self.ctx.clone(),
+            shared,
+            eth_mtu: self.ctx.dev.eth_mtu,
+        })
     }
 
     /// `ibv_alloc_mw`: a memory window of this PD, type 2 (bound by
@@ -511,6 +545,148 @@ impl ProtectionDomain {
             ctx: self.ctx.clone(),
             shared,
         })
+    }
+}
+
+/// A raw packet QP (`IBV_QPT_RAW_PACKET`). Dropping it destroys it and its flow rules.
+#[derive(Debug)]
+pub struct RawQueuePair {
+    ctx: Context,
+    shared: Arc<QpShared>,
+    eth_mtu: usize,
+}
+
+/// A flow rule attached to a raw QP. Dropping it detaches it.
+#[derive(Debug)]
+pub struct Flow {
+    ctx: Context,
+    id: u64,
+}
+
+impl Drop for Flow {
+    fn drop(&mut self) {
+        self.ctx.dev.engine().core_mut().detach_flow(self.id);
+    }
+}
+
+impl RawQueuePair {
+    /// Its number.
+    pub fn qpn(&self) -> Qpn {
+        Qpn::new(self.shared.qpn)
+    }
+
+    /// Its state.
+    pub fn state(&self) -> QpState {
+        self.shared.state()
+    }
+
+    /// Its capabilities.
+    pub fn caps(&self) -> QpCaps {
+        self.shared.caps
+    }
+
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut crate::engine::raw::RawQp, &ferroce_stack::transport::MrTable, u64) -> T,
+    ) -> Result<T, VerbsError> {
+        let slot = &self.ctx.dev.engines[0];
+        let out = slot
+            .lock()
+            .core_mut()
+            .with_raw(self.shared.qpn, f)
+            .ok_or(VerbsError::NoSuchQp(self.shared.qpn))?;
+        slot.idle.wake();
+        Ok(out)
+    }
+
+    /// `ibv_modify_qp`: to `state`, INIT on port `port_num` (from 1).
+    pub fn modify(&self, state: QpState, port_num: Option<u8>) -> Result<(), VerbsError> {
+        let port = match port_num {
+            Some(p) => Some(self.ctx.port_index(p)? as u8),
+            None => None,
+        };
+        if self.with(|raw, _, now| raw.modify(state, port, now))? {
+            Ok(())
+        } else {
+            Err(VerbsError::Modify(
+                ferroce_stack::transport::ModifyError::IllegalTransition {
+                    qp_type: QpType::Ud,
+                    from: self.state(),
+                    to: state,
+                },
+            ))
+        }
+    }
+
+    /// Its port (from 1).
+    pub fn port_num(&self) -> Result<u8, VerbsError> {
+        self.with(|raw, _, _| raw.port() + 1)
+    }
+
+    /// `ibv_post_send`: each WR a SEND whose gather list (or inline data) is a whole
+    /// Ethernet frame, read now.
+    pub fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), PostFailure> {
+        let max = self.eth_mtu + 18;
+        let r = self.with(|raw, mem, _| {
+            for (index, wr) in wrs.iter().enumerate() {
+                let fail = |error| PostFailure { index, error };
+                if wr.opcode != ferroce_stack::transport::WrOpcode::Send {
+                    return Err(fail(PostError::UnsupportedOpcode {
+                        opcode: wr.opcode,
+                        qp_type: QpType::Ud,
+                    }));
+                }
+                let signaled = wr
+                    .flags
+                    .contains(ferroce_stack::transport::SendFlags::SIGNALED);
+                let (sges, inline) = match wr.payload {
+                    ferroce_stack::transport::Payload::Sges(s) => (s, None),
+                    ferroce_stack::transport::Payload::Inline(b) => (&[][..], Some(b)),
+                };
+                raw.post_send(mem, wr.wr_id, signaled, sges, inline, max)
+                    .map_err(fail)?;
+            }
+            Ok(())
+        });
+        r.unwrap_or(Err(PostFailure {
+            index: 0,
+            error: PostError::InvalidState(QpState::Reset),
+        }))
+    }
+
+    /// `ibv_post_recv`: buffers for whole received frames.
+    pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
+        let r = self.with(|raw, _, _| {
+            for (index, wr) in wrs.iter().enumerate() {
+                raw.post_recv(wr.wr_id, wr.sg_list)
+                    .map_err(|error| PostFailure { index, error })?;
+            }
+            Ok(())
+        });
+        r.unwrap_or(Err(PostFailure {
+            index: 0,
+            error: PostError::InvalidState(QpState::Reset),
+        }))
+    }
+
+    /// `ibv_create_flow`: frames arriving on the QP's port that match `rule` (and no rule
+    /// attached before it) come to this QP.
+    pub fn create_flow(&self, rule: crate::engine::raw::FlowRule) -> Result<Flow, VerbsError> {
+        let id = self.ctx.dev.engines[0]
+            .lock()
+            .core_mut()
+            .attach_flow(self.shared.qpn, rule)
+            .ok_or(VerbsError::NoSuchQp(self.shared.qpn))?;
+        Ok(Flow {
+            ctx: self.ctx.clone(),
+            id,
+        })
+    }
+}
+
+impl Drop for RawQueuePair {
+    fn drop(&mut self) {
+        self.ctx.dev.engine().core_mut().remove_raw(self.shared.qpn);
     }
 }
 

@@ -58,6 +58,7 @@ pub use qp::{
 pub use recovery::{
     Arrivals, Delivery, Feedback, GoBackN, LossReport, OutOfOrder, Recovery, Retransmit, SendWindow,
 };
+pub use sg::{scatter_from_start, SgError};
 pub use sink::{Sunk, WriteImmSink};
 pub use srq::{Srq, SrqModifyError};
 pub use state::{check_modify, required_mask, AttrMask, ModifyError, QpState, QpType};

@@ -7,7 +7,7 @@ use super::wr::Sge;
 
 /// Why a scatter/gather failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum SgError {
+pub enum SgError {
     /// The data does not fit the elements' total length.
     Length,
     /// An element failed its key, PD, rights or bounds check.
@@ -126,4 +126,15 @@ pub(crate) fn scatter(
         mem.write(s.lkey, pd, va, &data[at..at + n], Access::LOCAL_WRITE)
             .map_err(SgError::Access)
     })
+}
+
+/// Copies `data` into a receive's elements from its start, through the checked accessor
+/// (needs LOCAL_WRITE): for a queue beside the transport's, such as a raw packet QP.
+pub fn scatter_from_start(
+    mem: &MrTable,
+    pd: PdId,
+    sges: &[Sge],
+    data: &[u8],
+) -> Result<(), SgError> {
+    scatter(mem, pd, sges, 0, data)
 }

@@ -513,6 +513,13 @@ pub enum PostError {
     /// A message longer than 2^31 bytes.
     #[error("message of {0} bytes exceeds 2^31")]
     MessageTooLong(u64),
+    /// A gather element read at post time (a raw packet QP's frame) is not registered
+    /// memory of the QP's PD.
+    #[error("a gather element is not registered memory of the QP's protection domain")]
+    LocalAccess,
+    /// A raw frame shorter than an Ethernet header or longer than the port's largest.
+    #[error("a {0}-byte frame does not fit the port")]
+    FrameLength(usize),
 }
 
 /// A posted receive WR (as a QP or SRQ keeps it).

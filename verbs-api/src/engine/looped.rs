@@ -24,7 +24,8 @@ const LOOP_INBOX: usize = 4096;
 
 /// An engine's inbox of frames other engines of the process looped to it.
 pub(crate) struct LoopInbox {
-    frames: ArrayQueue<Vec<u8>>,
+    /// Frames, each marked raw (a raw packet QP's, for flow rules only) or not (RoCE).
+    frames: ArrayQueue<(Vec<u8>, bool)>,
     /// Buffers of taken frames, reused by the next push.
     spare: ArrayQueue<Vec<u8>>,
     /// Wakes the engine's thread if it sleeps (set by the device once it has one).
@@ -55,12 +56,12 @@ impl LoopInbox {
 
     /// Queues a copy of `frame` (made by `fill`, `len` bytes) and wakes the owner; false
     /// when the inbox is full (dropped, as on a full receive ring).
-    fn push(&self, len: usize, fill: impl FnOnce(&mut [u8])) -> bool {
+    fn push(&self, len: usize, raw: bool, fill: impl FnOnce(&mut [u8])) -> bool {
         let mut buf = self.spare.pop().unwrap_or_default();
         buf.clear();
         buf.resize(len, 0);
         fill(&mut buf);
-        if let Err(buf) = self.frames.push(buf) {
+        if let Err((buf, _)) = self.frames.push((buf, raw)) {
             let _ = self.spare.push(buf);
             return false;
         }
@@ -70,8 +71,9 @@ impl LoopInbox {
         true
     }
 
-    /// The next frame, if any; give its buffer back with [`recycle`](Self::recycle).
-    pub(crate) fn pop(&self) -> Option<Vec<u8>> {
+    /// The next frame and whether it is a raw QP's, if any; give its buffer back with
+    /// [`recycle`](Self::recycle).
+    pub(crate) fn pop(&self) -> Option<(Vec<u8>, bool)> {
         self.frames.pop()
     }
 
@@ -126,10 +128,40 @@ pub(crate) fn deliver(qpn: u32, len: usize, fill: impl FnOnce(&mut [u8])) -> Loo
         .get(&qpn)
         .and_then(Weak::upgrade);
     match owner {
-        Some(inbox) if inbox.push(len, fill) => Looped::Delivered,
+        Some(inbox) if inbox.push(len, false, fill) => Looped::Delivered,
         Some(_) => Looped::Dropped,
         None => Looped::NoOwner,
     }
+}
+
+/// The engines of the process on each port, by the port's MAC: where a raw QP's frame to a
+/// multicast address or to the port's own goes besides the wire.
+static PORTS: LazyLock<RwLock<PortInboxes>> = LazyLock::new(|| RwLock::new(HashMap::new()));
+
+/// The inboxes of the engines on each port, by MAC.
+type PortInboxes = HashMap<[u8; 6], Vec<Weak<LoopInbox>>>;
+
+/// Enters `inbox` as an engine on the port with `mac`.
+pub(crate) fn join_port(mac: [u8; 6], inbox: &Arc<LoopInbox>) {
+    let mut ports = PORTS.write().unwrap_or_else(PoisonError::into_inner);
+    let list = ports.entry(mac).or_default();
+    list.retain(|w| w.strong_count() > 0);
+    list.push(Arc::downgrade(inbox));
+}
+
+/// Hands a copy of a raw QP's frame to every engine of the process on the port with `mac`.
+pub(crate) fn deliver_raw(mac: [u8; 6], frame: &[u8]) -> usize {
+    let ports = PORTS.read().unwrap_or_else(PoisonError::into_inner);
+    let mut n = 0;
+    for inbox in ports
+        .get(&mac)
+        .into_iter()
+        .flatten()
+        .filter_map(Weak::upgrade)
+    {
+        n += usize::from(inbox.push(frame.len(), true, |b| b.copy_from_slice(frame)));
+    }
+    n
 }
 
 /// The destination QP number in the headers of a RoCEv2 frame (Ethernet, an optional
@@ -253,8 +285,8 @@ mod tests {
             Looped::Delivered
         );
         assert_eq!(deliver(0xabcdee, 3, |_| {}), Looped::NoOwner);
-        let f = inbox.pop().unwrap();
-        assert_eq!(f, [1, 2, 3]);
+        let (f, raw) = inbox.pop().unwrap();
+        assert_eq!((f.as_slice(), raw), (&[1u8, 2, 3][..], false));
         inbox.recycle(f);
         release(0xabcdef);
         assert_eq!(deliver(0xabcdef, 1, |_| {}), Looped::NoOwner);

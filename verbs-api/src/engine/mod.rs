@@ -11,7 +11,7 @@ use ferroce_drivers::Port;
 use ferroce_stack::transport::{RecvWr, TxOut, WorkCompletion};
 use ferroce_stack::wire::{Checks, RoceRepr};
 
-use qps::{deliver, empty_wc};
+use qps::{deliver, empty_wc, steer_raw};
 
 /// Frames taken from the port per receive burst.
 pub const RX_BURST: usize = 32;
@@ -48,6 +48,10 @@ ferroce_stack::counter_set! {
         tx_looped,
         /// Frames that reached this engine by loopback.
         rx_looped,
+        /// Frames a flow rule steered to a raw packet QP.
+        rx_raw,
+        /// Frames raw packet QPs sent.
+        tx_raw,
         /// Frames to the port's own address for a QP number no QP of this process has.
         tx_looped_unknown_qp,
         /// Times the engine thread slept, idle, on the port's descriptor.
@@ -60,6 +64,7 @@ ferroce_stack::counter_set! {
 
 pub(crate) mod looped;
 mod qps;
+pub mod raw;
 mod shared;
 mod steer;
 
@@ -200,6 +205,41 @@ impl<P: Port> Engine<P> {
         work
     }
 
+    /// Sends what raw packet QPs queued: each frame on the QP's port, and, when it is to a
+    /// multicast or broadcast address or to the port's own, to the process's raw QPs on the
+    /// port as well (a frame to the port's own MAC does not leave).
+    fn transmit_raw(&mut self, now: u64) -> usize {
+        self.core.raw_pending = false;
+        let mut work = 0;
+        let looping = self.core.looped.is_some();
+        let EngineCore { raws, counters, .. } = &mut self.core;
+        for raw in raws.values_mut() {
+            if !raw.has_sends() {
+                continue;
+            }
+            let pi = usize::from(raw.port()).min(self.ports.len() - 1);
+            let mac = self.macs[pi];
+            let sends: Vec<_> = raw.take_sends().collect();
+            for (wr_id, signaled, frame) in sends {
+                work += 1;
+                let multicast = frame[0] & 1 != 0;
+                let own = frame[..6] == mac;
+                if looping && (multicast || own) {
+                    looped::deliver_raw(mac, &frame);
+                }
+                let ok = own
+                    || self.ports[pi]
+                        .tx(frame.len(), |b| b.copy_from_slice(&frame))
+                        .is_ok();
+                counters.tx_raw += 1;
+                if signaled || !ok {
+                    raw.complete_send(wr_id, ok, frame.len(), now);
+                }
+            }
+        }
+        work
+    }
+
     /// One turn of the loop. Returns how many things happened (frames received and sent,
     /// WRs taken, timers run), so a caller can back off when it is zero.
     pub fn poll(&mut self) -> usize {
@@ -271,15 +311,27 @@ impl<P: Port> Engine<P> {
             checks,
             steer,
             looped,
+            raws,
+            flows,
             ..
         } = &mut self.core;
         let checks = *checks;
         if let Some(lb) = looped.as_ref() {
             let mut n = 0;
             while n < RX_BURST {
-                let Some(buf) = lb.pop() else { break };
+                let Some((buf, raw)) = lb.pop() else { break };
                 n += 1;
                 counters.rx_looped += 1;
+                if !flows.is_empty() && steer_raw(flows, raws, mem, &buf, now) {
+                    counters.rx_raw += 1;
+                    lb.recycle(buf);
+                    continue;
+                }
+                if raw {
+                    // A raw frame no rule of this engine takes.
+                    lb.recycle(buf);
+                    continue;
+                }
                 match RoceRepr::parse(&buf, Checks::NONE) {
                     Ok(pkt) => {
                         let qpn = pkt.repr.bth.dest_qpn.value();
@@ -337,6 +389,10 @@ impl<P: Port> Engine<P> {
             work += port.rx_burst(RX_BURST, |frame| {
                 counters.rx_frames += 1;
                 counters.rx_bytes += frame.len() as u64;
+                if !flows.is_empty() && steer_raw(flows, raws, mem, frame, now) {
+                    counters.rx_raw += 1;
+                    return;
+                }
                 match RoceRepr::parse(frame, checks) {
                     Ok(pkt) => {
                         let qpn = pkt.repr.bth.dest_qpn.value();
@@ -479,6 +535,9 @@ impl<P: Port> Engine<P> {
         }
         self.core.active = active;
         self.core.active.clear();
+        if self.core.raw_pending {
+            work += self.transmit_raw(now);
+        }
         for port in self.ports.iter_mut() {
             port.flush();
         }

@@ -16,6 +16,7 @@ use ferroce_stack::transport::{
 };
 use ferroce_stack::wire::Checks;
 
+use super::raw::{FlowRule, RawQp};
 use super::shared::{state_code, CqShared, QpShared};
 use super::steer::Steer;
 use super::PortCounters;
@@ -80,6 +81,14 @@ pub struct EngineCore {
     pub(crate) events: EventSink,
     /// Frames other engines of the process looped to this one (real ports only).
     pub(crate) looped: Option<Arc<super::looped::LoopInbox>>,
+    /// Raw packet QPs (a device's first engine holds them all).
+    pub(super) raws: HashMap<u32, RawQp>,
+    /// Flow rules steering received frames to raw QPs, in the order they were attached:
+    /// (rule id, QP, rule).
+    pub(super) flows: Vec<(u64, u32, FlowRule)>,
+    pub(super) next_flow: u64,
+    /// Some raw QP has frames to send.
+    pub(super) raw_pending: bool,
 }
 
 impl EngineCore {
@@ -101,6 +110,10 @@ impl EngineCore {
             steer: None,
             events: EventSink::default(),
             looped: None,
+            raws: HashMap::new(),
+            flows: Vec::new(),
+            next_flow: 1,
+            raw_pending: false,
         }
     }
 
@@ -252,6 +265,48 @@ impl EngineCore {
             self.active.push(qpn);
         }
         Some(out)
+    }
+
+    /// Serves a raw packet QP.
+    pub(crate) fn add_raw(&mut self, raw: RawQp) {
+        self.raws.insert(raw.shared.qpn, raw);
+    }
+
+    /// Destroys raw QP `qpn` and its flow rules.
+    pub(crate) fn remove_raw(&mut self, qpn: u32) {
+        self.raws.remove(&qpn);
+        self.flows.retain(|f| f.1 != qpn);
+    }
+
+    /// Runs `f` on raw QP `qpn`, with the engine's memory table and clock.
+    pub(crate) fn with_raw<T>(
+        &mut self,
+        qpn: u32,
+        f: impl FnOnce(&mut RawQp, &MrTable, u64) -> T,
+    ) -> Option<T> {
+        let now = self.now;
+        let raw = self.raws.get_mut(&qpn)?;
+        let out = f(raw, &self.mem, now);
+        self.raw_pending |= raw.has_sends();
+        Some(out)
+    }
+
+    /// Attaches a flow rule to raw QP `qpn`; returns its id.
+    pub(crate) fn attach_flow(&mut self, qpn: u32, rule: FlowRule) -> Option<u64> {
+        if !self.raws.contains_key(&qpn) {
+            return None;
+        }
+        let id = self.next_flow;
+        self.next_flow += 1;
+        self.flows.push((id, qpn, rule));
+        Some(id)
+    }
+
+    /// Detaches flow rule `id`; false if there is none.
+    pub(crate) fn detach_flow(&mut self, id: u64) -> bool {
+        let before = self.flows.len();
+        self.flows.retain(|f| f.0 != id);
+        self.flows.len() != before
     }
 
     /// Removes QP `qpn`'s completions from its CQs (it was reset).
@@ -456,6 +511,7 @@ impl EngineCore {
             || !self.active.is_empty()
             || self.steer.as_ref().is_some_and(|s| !s.inbox().is_empty())
             || self.looped.as_ref().is_some_and(|l| !l.is_empty())
+            || self.raw_pending
     }
 
     /// Moves a QP's completions to its CQs, publishes its state and queue depths, and keeps
@@ -557,4 +613,23 @@ pub(super) fn empty_wc(qpn: u32) -> WorkCompletion {
         smac: ferroce_stack::wire::MacAddr([0; 6]),
         solicited: false,
     }
+}
+
+/// Hands a received frame to the raw QP whose flow rule matches it first; false when none
+/// does (the frame is RoCE's).
+#[inline]
+pub(super) fn steer_raw(
+    flows: &[(u64, u32, FlowRule)],
+    raws: &mut HashMap<u32, RawQp>,
+    mem: &MrTable,
+    frame: &[u8],
+    now: u64,
+) -> bool {
+    let Some(qpn) = flows.iter().find(|f| f.2.matches(frame)).map(|f| f.1) else {
+        return false;
+    };
+    if let Some(raw) = raws.get_mut(&qpn) {
+        raw.receive(mem, frame, now);
+    }
+    true
 }
