@@ -29,6 +29,23 @@ pub struct Context {
     pub(crate) dev: &'static Device,
     /// Asynchronous events (`ibv_get_async_event`) and the objects they name.
     pub(crate) events: AsyncEvents,
+    /// Made by `ibv_import_device`: another handle on a context this process opened.
+    pub(crate) imported: bool,
+}
+
+/// The process's open contexts by the inode of their `cmd_fd` (a memfd, unique to the
+/// context, and the same through a `dup` of it): what `ibv_import_device` finds one by.
+static BY_CMD_FD: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<u64, usize>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// The inode behind an fd.
+fn inode(fd: c_int) -> Option<u64> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: fstat writes a whole `struct stat` into the zeroed storage, or fails.
+    (unsafe { libc::fstat(fd, st.as_mut_ptr()) } == 0).then(|| {
+        // SAFETY: written by a successful fstat.
+        unsafe { st.assume_init() }.st_ino
+    })
 }
 
 /// Bytes of `struct ibv_port_attr` a program compiled against the legacy layout reserves (up
@@ -42,6 +59,23 @@ const FW_VER: &str = concat!("ferroce ", env!("CARGO_PKG_VERSION"));
 /// (rxe) reports too. Programs key vendor-specific paths on known ids (mlx5's 0x02c9,
 /// Amazon's, Chelsio's, Intel's) and take the generic verbs for any other.
 pub const VENDOR_ID: u32 = 0x00ff_ffff;
+
+/// The environment variable setting the vendor part id ferroce reports (default 0). Some
+/// programs choose their code path by part id: perftest takes its `ibv_wr_*` post path only
+/// for the part ids of ConnectX-4 and later (ConnectX-7 is 4129), and ferroce implements that
+/// path for every program; the variable only lets such a program choose it.
+pub const VENDOR_PART_ID_ENV: &str = "FERROCE_VENDOR_PART_ID";
+
+/// The vendor part id ferroce reports (see [`VENDOR_PART_ID_ENV`]).
+fn vendor_part_id() -> u32 {
+    static ID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *ID.get_or_init(|| {
+        std::env::var(VENDOR_PART_ID_ENV)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    })
+}
 
 /// libibverbs' marker in `ibv_context.abi_compat` for an extended context
 /// (`__VERBS_ABI_IS_EXTENDED`, `(void *)UINTPTR_MAX`).
@@ -70,9 +104,12 @@ impl Context {
     }
 }
 
-fn eventfd(flags: c_int) -> c_int {
-    // SAFETY: plain system call; a failure returns -1, which programs see as a closed fd.
-    unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | flags) }
+/// A context's `cmd_fd`: a memfd, whose inode names the context (see `BY_CMD_FD`). A
+/// software RNIC takes no commands through it; programs only pass it around.
+fn cmd_fd() -> c_int {
+    // SAFETY: plain system call on a NUL-terminated name; -1 on failure, which programs
+    // see as a closed fd.
+    unsafe { libc::memfd_create(c"ferroce-context".as_ptr(), libc::MFD_CLOEXEC) }
 }
 
 /// The extended entry points of every context.
@@ -101,7 +138,7 @@ pub unsafe extern "C" fn ferroce_ibv_open_device(
         set_errno(libc::ENODEV);
         return std::ptr::null_mut();
     };
-    let verbs = match ferroce_verbs::spec::open_device(&d.spec) {
+    let verbs = match d.open() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("ferroce: cannot open {}: {e}", d.spec);
@@ -114,17 +151,19 @@ pub unsafe extern "C" fn ferroce_ibv_open_device(
         set_errno(libc::EIO);
         return std::ptr::null_mut();
     }
-    let events = match AsyncEvents::new(&verbs) {
+    let events = match AsyncEvents::new(d, &verbs) {
         Ok(e) => e,
         Err(errno) => {
-            verbs.stop_engine_thread();
+            if !d.is_shared() {
+                verbs.stop_engine_thread();
+            }
             set_errno(errno);
             return std::ptr::null_mut();
         }
     };
     let ibv = ffi::ibv_context {
         device: dev,
-        cmd_fd: eventfd(libc::EFD_NONBLOCK),
+        cmd_fd: cmd_fd(),
         async_fd: events.fd(),
         num_comp_vectors: 1,
         ops: crate::ops::table(),
@@ -140,15 +179,36 @@ pub unsafe extern "C" fn ferroce_ibv_open_device(
             std::ptr::null(),
         )
     };
+    publish_context(vctx, verbs, d, events, false)
+}
+
+/// Makes a context the program holds.
+fn publish_context(
+    vctx: ffi::verbs_context,
+    verbs: VerbsContext,
+    dev: &'static Device,
+    events: AsyncEvents,
+    imported: bool,
+) -> *mut ffi::ibv_context {
+    let fd = vctx.context.cmd_fd;
     let ctx = Box::into_raw(Box::new(Context {
         vctx,
         verbs,
-        dev: d,
+        dev,
         events,
+        imported,
     }));
     // SAFETY: just made; it lives until `ibv_close_device`.
     let ctx = unsafe { &*ctx };
     ctx.events.attach(ctx.ibv());
+    if !imported {
+        if let Some(ino) = inode(fd) {
+            BY_CMD_FD
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(ino, ctx as *const Context as usize);
+        }
+    }
     ctx.ibv()
 }
 symver!(ferroce_ibv_open_device => "ibv_open_device" @ "IBVERBS_1.1");
@@ -166,14 +226,80 @@ pub unsafe extern "C" fn ferroce_ibv_close_device(ctx: *mut ffi::ibv_context) ->
     // SAFETY: per the contract, `c` is a `Context` from `Box::into_raw`, closed once.
     let c = unsafe { Box::from_raw(c as *const Context as *mut Context) };
     c.events.detach();
-    c.verbs.stop_engine_thread();
+    if !c.imported {
+        if let Some(ino) = inode(c.vctx.context.cmd_fd) {
+            BY_CMD_FD
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&ino);
+        }
+    }
+    // A shared device outlives its contexts (its port is the process's, see
+    // `Device::open`); an imported context is a second handle on another's device.
+    if !c.dev.is_shared() && !c.imported {
+        c.verbs.stop_engine_thread();
+    }
     if c.vctx.context.cmd_fd >= 0 {
-        // SAFETY: our own eventfd, closed once (the async fd is closed with `events`).
+        // SAFETY: the context's own fd, closed once (the async fd is closed with `events`).
         unsafe { libc::close(c.vctx.context.cmd_fd) };
     }
     0
 }
 symver!(ferroce_ibv_close_device => "ibv_close_device" @ "IBVERBS_1.1");
+
+/// `ibv_import_device`: another context on the device of the context whose `cmd_fd` this
+/// is (or a `dup` of it), in this process; it takes `cmd_fd` as its own and closes it. Its
+/// PDs and MRs are reached with `ibv_import_pd` / `ibv_import_mr`. A context of another
+/// process cannot be imported (its engine is in that process; `EOPNOTSUPP`).
+#[no_mangle]
+pub extern "C" fn ferroce_ibv_import_device(cmd_fd: c_int) -> *mut ffi::ibv_context {
+    let found = inode(cmd_fd).and_then(|ino| {
+        BY_CMD_FD
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&ino)
+            .copied()
+    });
+    let Some(orig) = found else {
+        set_errno(if inode(cmd_fd).is_some() {
+            libc::EOPNOTSUPP
+        } else {
+            libc::EBADF
+        });
+        return std::ptr::null_mut();
+    };
+    // SAFETY: registered contexts are live until their close removes them, which takes
+    // the registry's lock; reading a few fields here races no close that matters to a
+    // program importing a context it is closing.
+    let o = unsafe { &*(orig as *const Context) };
+    let verbs = o.verbs.clone();
+    let events = match AsyncEvents::new(o.dev, &verbs) {
+        Ok(e) => e,
+        Err(errno) => {
+            set_errno(errno);
+            return std::ptr::null_mut();
+        }
+    };
+    let mut vctx = extended_ops(ffi::ibv_context {
+        device: o.vctx.context.device,
+        cmd_fd,
+        async_fd: events.fd(),
+        num_comp_vectors: o.vctx.context.num_comp_vectors,
+        ops: crate::ops::table(),
+        abi_compat: ABI_IS_EXTENDED,
+        ..Default::default()
+    });
+    crate::extended::install(&mut vctx);
+    // SAFETY: initializing a zeroed mutex in place before anyone can see it.
+    unsafe {
+        libc::pthread_mutex_init(
+            &mut vctx.context.mutex as *mut _ as *mut libc::pthread_mutex_t,
+            std::ptr::null(),
+        )
+    };
+    publish_context(vctx, verbs, o.dev, events, true)
+}
+symver!(ferroce_ibv_import_device => "ibv_import_device" @ "IBVERBS_1.10");
 
 /// What the device offers beyond the basic verbs (`device_cap_flags`).
 fn device_cap_flags() -> u64 {
@@ -194,6 +320,7 @@ pub(crate) fn device_attr(ctx: &Context) -> ffi::ibv_device_attr {
         max_mr_size: a.max_mr_size,
         page_size_cap: 0xffff_f000,
         vendor_id: VENDOR_ID,
+        vendor_part_id: vendor_part_id(),
         max_qp: a.max_qp as c_int,
         max_qp_wr: a.max_qp_wr as c_int,
         device_cap_flags: device_cap_flags() as c_uint,

@@ -3,7 +3,9 @@
 //! `ibv_free_device_list`, as libibverbs allows).
 
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use ferroce_verbs::Context as VerbsContext;
 
 use crate::ffi;
 
@@ -21,6 +23,11 @@ pub struct Device {
     pub spec: String,
     /// Node GUID, network order: EUI-64 from the interface's MAC when it can be read.
     pub guid: u64,
+    /// A DPDK device's ferroce device, opened once for the process: EAL and the PMD take a
+    /// port once, so every context on the device shares it, as contexts share a NIC.
+    shared: Mutex<Option<VerbsContext>>,
+    /// The event queues of the contexts open on the device (see [`crate::events`]).
+    subscribers: Arc<Mutex<Vec<Weak<crate::events::Shared>>>>,
 }
 
 // SAFETY: the `ibv_device` holds only plain data and null function pointers, written once
@@ -83,7 +90,78 @@ impl Device {
             ibv,
             spec: spec.to_owned(),
             guid,
+            shared: Mutex::new(None),
+            subscribers: Arc::new(Mutex::new(Vec::new())),
         }
+    }
+}
+
+impl Device {
+    /// True for a device every context shares (a DPDK port; see `shared`).
+    pub(crate) fn is_shared(&self) -> bool {
+        self.spec.starts_with("dpdk:")
+    }
+
+    /// The ferroce device for a new context: opened now, or (a shared device) the one the
+    /// process opened first.
+    pub(crate) fn open(&self) -> Result<VerbsContext, ferroce_verbs::VerbsError> {
+        if !self.is_shared() {
+            return ferroce_verbs::spec::open_device(&self.spec);
+        }
+        let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = shared.as_ref() {
+            return Ok(c.clone());
+        }
+        let c = ferroce_verbs::spec::open_device(&self.spec)?;
+        wait_for_link(&c);
+        *shared = Some(c.clone());
+        Ok(c)
+    }
+
+    /// Enters a context's event queue: the ferroce device's events reach it from now on.
+    /// The device's handler is set by its first context and serves every one after.
+    pub(crate) fn subscribe(&self, verbs: &VerbsContext, queue: &Arc<crate::events::Shared>) {
+        let mut subs = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        subs.retain(|w| w.strong_count() > 0);
+        subs.push(Arc::downgrade(queue));
+        drop(subs);
+        let subs = self.subscribers.clone();
+        // A device opened afresh takes a handler; a shared one keeps the first.
+        verbs.set_async_handler(Box::new(move |e| {
+            let list: Vec<_> = subs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .filter_map(Weak::upgrade)
+                .collect();
+            for q in list {
+                q.raise(e);
+            }
+        }));
+    }
+}
+
+/// How long opening a DPDK device waits for its port's link (`FERROCE_LINK_WAIT_MS`,
+/// default 10 s).
+const LINK_WAIT_ENV: &str = "FERROCE_LINK_WAIT_MS";
+
+/// Waits, up to `FERROCE_LINK_WAIT_MS`, for port 1 of a just-opened DPDK device to come up:
+/// a PMD brings its link up some time after the port starts (a NIC's autonegotiation, a memif
+/// port's peer connecting), and programs check the port is ACTIVE once, when they start
+/// (perftest refuses to run otherwise). A port still down after the wait is reported down.
+fn wait_for_link(c: &VerbsContext) {
+    let ms = std::env::var(LINK_WAIT_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000u64);
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(ms);
+    while std::time::Instant::now() < until {
+        if c.query_port_num(1)
+            .is_ok_and(|p| p.state == ferroce_verbs::PortState::Active)
+        {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
 

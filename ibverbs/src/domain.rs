@@ -135,5 +135,6 @@ pub(crate) unsafe extern "C" fn alloc_parent_domain(
         pd: pd.pd.clone(),
         parent: Some(Parent { pd: a.pd, td: a.td }),
         children: AtomicU32::new(0),
+        imported: false,
     })
 }

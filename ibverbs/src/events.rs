@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use ferroce_verbs::{AsyncEvent, Context as VerbsContext};
 
 use crate::context::context;
-use crate::device::set_errno;
+use crate::device::{set_errno, Device};
 use crate::ffi;
 
 /// The kinds of object an event names.
@@ -46,7 +46,7 @@ struct Inner {
     objects: HashMap<(Kind, u32), usize>,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     /// Eventfd (semaphore mode) counting queued events; -1 once closed.
     fd: c_int,
     inner: Mutex<Inner>,
@@ -92,7 +92,7 @@ impl Shared {
         unsafe { libc::write(self.fd, &one as *const u64 as *const c_void, 8) };
     }
 
-    fn raise(&self, event: AsyncEvent) {
+    pub(crate) fn raise(&self, event: AsyncEvent) {
         let qp = |q: ferroce_stack::wire::Qpn| Some((Kind::Qp, q.value()));
         let (kind, t, port) = match event {
             AsyncEvent::PortActive(p) => (None, ffi::IBV_EVENT_PORT_ACTIVE, p),
@@ -129,8 +129,10 @@ pub(crate) struct AsyncEvents {
 }
 
 impl AsyncEvents {
-    /// Events for `verbs`, which from now on raises them here. Err holds an errno.
-    pub(crate) fn new(verbs: &VerbsContext) -> Result<Self, c_int> {
+    /// Events of device `dev` for a new context: the device raises them here from now on
+    /// (every context open on it hears of its ports; of its objects, the one that made
+    /// them). Err holds an errno.
+    pub(crate) fn new(dev: &Device, verbs: &VerbsContext) -> Result<Self, c_int> {
         // SAFETY: plain system call.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
         if fd < 0 {
@@ -142,8 +144,7 @@ impl AsyncEvents {
             fd,
             inner: Mutex::new(Inner::default()),
         });
-        let sink = shared.clone();
-        verbs.set_async_handler(Box::new(move |e| sink.raise(e)));
+        dev.subscribe(verbs, &shared);
         Ok(Self { shared })
     }
 

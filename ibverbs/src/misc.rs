@@ -355,39 +355,115 @@ pub unsafe extern "C" fn ferroce__ibv_query_gid_table(
 }
 symver!(ferroce__ibv_query_gid_table => "_ibv_query_gid_table" @ "IBVERBS_1.11");
 
-/// `ibv_import_device`: not yet offered (see docs/ibverbs.md); NULL, `errno` `EOPNOTSUPP`.
+/// `ibv_import_pd`: the PD of handle `handle` (`ibv_pd.handle`) of another context on the
+/// same device, as a PD of `ctx`; NULL with `EINVAL` when there is none.
+///
+/// # Safety
+/// `ctx` is an open context.
 #[no_mangle]
-pub extern "C" fn ferroce_ibv_import_device(_cmd_fd: c_int) -> *mut ffi::ibv_context {
-    set_errno(libc::EOPNOTSUPP);
-    std::ptr::null_mut()
-}
-symver!(ferroce_ibv_import_device => "ibv_import_device" @ "IBVERBS_1.10");
-
-/// `ibv_import_pd`: as `ibv_import_device`.
-#[no_mangle]
-pub extern "C" fn ferroce_ibv_import_pd(
-    _ctx: *mut ffi::ibv_context,
-    _handle: u32,
+pub unsafe extern "C" fn ferroce_ibv_import_pd(
+    ctx: *mut ffi::ibv_context,
+    handle: u32,
 ) -> *mut ffi::ibv_pd {
-    set_errno(libc::EOPNOTSUPP);
-    std::ptr::null_mut()
+    use crate::objects::{handle_object, publish, HandleKind, Pd};
+    // SAFETY: per the contract.
+    let Some(c) = (unsafe { context(ctx) }) else {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    // SAFETY: handles name live PDs (their dealloc forgets them).
+    let orig = handle_object(HandleKind::Pd, handle)
+        .and_then(|p| unsafe { crate::objects::object::<Pd, ffi::ibv_pd>(p as *mut ffi::ibv_pd) });
+    // SAFETY: PDs are made with a live context.
+    let Some(o) = orig.filter(|o| {
+        unsafe { crate::objects::owner(o.ibv.context) }
+            .verbs
+            .same_device(&c.verbs)
+    }) else {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    publish(Pd {
+        ibv: ffi::ibv_pd {
+            context: ctx,
+            handle,
+        },
+        pd: o.pd.clone(),
+        parent: None,
+        children: std::sync::atomic::AtomicU32::new(0),
+        imported: true,
+    })
 }
 symver!(ferroce_ibv_import_pd => "ibv_import_pd" @ "IBVERBS_1.10");
 
-/// `ibv_unimport_pd`: nothing was imported.
+/// `ibv_unimport_pd`: forgets an imported PD (the PD itself stays its context's).
+///
+/// # Safety
+/// `pd` came from `ibv_import_pd` and is not used again.
 #[no_mangle]
-pub extern "C" fn ferroce_ibv_unimport_pd(_pd: *mut ffi::ibv_pd) {}
+pub unsafe extern "C" fn ferroce_ibv_unimport_pd(pd: *mut ffi::ibv_pd) {
+    // SAFETY: per the contract.
+    if unsafe { crate::objects::object::<crate::objects::Pd, _>(pd) }.is_some_and(|p| p.imported) {
+        // SAFETY: per the contract.
+        unsafe { crate::objects::free::<crate::objects::Pd, _>(pd) };
+    }
+}
 symver!(ferroce_ibv_unimport_pd => "ibv_unimport_pd" @ "IBVERBS_1.10");
 
-/// `ibv_import_mr`: as `ibv_import_device`.
+/// `ibv_import_mr`: the MR of handle `handle` of another context on the same device, as an
+/// MR of `pd` (same keys; the address is NULL, as the kernel reports an imported MR's).
+///
+/// # Safety
+/// `pd` is a live PD.
 #[no_mangle]
-pub extern "C" fn ferroce_ibv_import_mr(_pd: *mut ffi::ibv_pd, _handle: u32) -> *mut ffi::ibv_mr {
-    set_errno(libc::EOPNOTSUPP);
-    std::ptr::null_mut()
+pub unsafe extern "C" fn ferroce_ibv_import_mr(
+    pd: *mut ffi::ibv_pd,
+    handle: u32,
+) -> *mut ffi::ibv_mr {
+    use crate::mr::Mr;
+    use crate::objects::{handle_object, object, owner, publish, HandleKind, Pd};
+    // SAFETY: per the contract.
+    let Some(p) = (unsafe { object::<Pd, _>(pd) }) else {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    // SAFETY: handles name live MRs (their deregistration forgets them).
+    let orig = handle_object(HandleKind::Mr, handle)
+        .and_then(|m| unsafe { object::<Mr, ffi::ibv_mr>(m as *mut ffi::ibv_mr) });
+    // SAFETY: MRs and PDs are made with live contexts.
+    let Some(o) = orig.filter(|o| unsafe {
+        owner(o.ibv.context)
+            .verbs
+            .same_device(&owner(p.ibv.context).verbs)
+    }) else {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    publish(Mr {
+        ibv: ffi::ibv_mr {
+            context: p.ibv.context,
+            pd,
+            addr: std::ptr::null_mut(),
+            length: o.ibv.length,
+            handle,
+            lkey: o.ibv.lkey,
+            rkey: o.ibv.rkey,
+        },
+        mr: None,
+    })
 }
 symver!(ferroce_ibv_import_mr => "ibv_import_mr" @ "IBVERBS_1.10");
 
-/// `ibv_unimport_mr`: nothing was imported.
+/// `ibv_unimport_mr`: forgets an imported MR (the registration stays its context's).
+///
+/// # Safety
+/// `mr` came from `ibv_import_mr` and is not used again.
 #[no_mangle]
-pub extern "C" fn ferroce_ibv_unimport_mr(_mr: *mut ffi::ibv_mr) {}
+pub unsafe extern "C" fn ferroce_ibv_unimport_mr(mr: *mut ffi::ibv_mr) {
+    // SAFETY: per the contract.
+    if unsafe { crate::objects::object::<crate::mr::Mr, _>(mr) }.is_some_and(|m| m.mr.is_none()) {
+        // SAFETY: per the contract.
+        unsafe { crate::objects::free::<crate::mr::Mr, _>(mr) };
+    }
+}
 symver!(ferroce_ibv_unimport_mr => "ibv_unimport_mr" @ "IBVERBS_1.10");

@@ -8,13 +8,15 @@ use ferroce_verbs::MemoryRegion;
 
 use crate::device::set_errno;
 use crate::ffi;
-use crate::objects::{free, object, publish, Pd};
+use crate::objects::{forget_handle, free, object, publish, register_handle, HandleKind, Pd};
 
 /// A registered memory region.
 #[repr(C)]
 pub struct Mr {
     pub(crate) ibv: ffi::ibv_mr,
-    pub(crate) mr: Mutex<MemoryRegion>,
+    /// The registration; none for an MR `ibv_import_mr` made, whose registration is
+    /// another context's.
+    pub(crate) mr: Option<Mutex<MemoryRegion>>,
 }
 
 /// The rights ferroce keeps with a region: local write, the remote rights and
@@ -62,18 +64,23 @@ fn reg(
         p.pd.reg_mr_iova(addr as *mut u8, length, iova, Access(access & ACCESS_BITS))
     };
     match mr {
-        Ok(mr) => publish(Mr {
-            ibv: ffi::ibv_mr {
-                context: p.ibv.context,
-                pd,
-                addr,
-                length,
-                handle: 0,
-                lkey: mr.lkey(),
-                rkey: mr.rkey(),
-            },
-            mr: Mutex::new(mr),
-        }),
+        Ok(mr) => {
+            let m: *mut ffi::ibv_mr = publish(Mr {
+                ibv: ffi::ibv_mr {
+                    context: p.ibv.context,
+                    pd,
+                    addr,
+                    length,
+                    handle: 0,
+                    lkey: mr.lkey(),
+                    rkey: mr.rkey(),
+                },
+                mr: Some(Mutex::new(mr)),
+            });
+            // SAFETY: just made, not yet the program's.
+            unsafe { (*m).handle = register_handle(HandleKind::Mr, m.cast()) };
+            m
+        }
         Err(e) => {
             eprintln!("ferroce: ibv_reg_mr: {e}");
             set_errno(libc::EINVAL);
@@ -138,6 +145,12 @@ symver!(ferroce_ibv_reg_mr_iova => "ibv_reg_mr_iova" @ "IBVERBS_1.7");
 #[no_mangle]
 pub unsafe extern "C" fn ferroce_ibv_dereg_mr(mr: *mut ffi::ibv_mr) -> c_int {
     // SAFETY: per the contract.
+    if let Some(m) = unsafe { object::<Mr, _>(mr) } {
+        if m.mr.is_some() {
+            forget_handle(m.ibv.handle);
+        }
+    }
+    // SAFETY: per the contract.
     unsafe { free::<Mr, _>(mr) }
 }
 symver!(ferroce_ibv_dereg_mr => "ibv_dereg_mr" @ "IBVERBS_1.1");
@@ -193,7 +206,10 @@ pub unsafe extern "C" fn ferroce_ibv_rereg_mr(
     } else {
         None
     };
-    let mut r = m.mr.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(r) = &m.mr else {
+        return input;
+    };
+    let mut r = r.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: new memory is the program's, per the contract.
     if let Err(e) = unsafe { r.rereg(new_pd.map(|p| &p.pd), memory, rights) } {
         eprintln!("ferroce: ibv_rereg_mr: {e}");

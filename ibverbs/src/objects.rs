@@ -69,6 +69,52 @@ pub struct Pd {
     pub(crate) parent: Option<crate::domain::Parent>,
     /// Parent domains made over this PD (it cannot be freed while one lives).
     pub(crate) children: std::sync::atomic::AtomicU32,
+    /// Made by `ibv_import_pd`: a second handle on another context's PD.
+    pub(crate) imported: bool,
+}
+
+/// What an object handle (`ibv_pd.handle`, `ibv_mr.handle`) names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HandleKind {
+    Pd,
+    Mr,
+}
+
+/// Handles of the process's PDs and MRs, by number: what `ibv_import_pd` and
+/// `ibv_import_mr` find an object of another context by.
+static HANDLES: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<u32, (HandleKind, usize)>>,
+> = std::sync::LazyLock::new(Default::default);
+
+/// The next handle (never 0).
+fn next_handle() -> u32 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Enters object `ptr` of `kind` under a new handle, which it returns.
+pub(crate) fn register_handle(kind: HandleKind, ptr: *mut std::ffi::c_void) -> u32 {
+    let h = next_handle();
+    HANDLES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(h, (kind, ptr as usize));
+    h
+}
+
+/// Forgets a handle (its object is destroyed).
+pub(crate) fn forget_handle(h: u32) {
+    HANDLES.lock().unwrap_or_else(|e| e.into_inner()).remove(&h);
+}
+
+/// The object of `kind` handle `h` names, if any.
+pub(crate) fn handle_object(kind: HandleKind, h: u32) -> Option<usize> {
+    HANDLES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&h)
+        .filter(|(k, _)| *k == kind)
+        .map(|&(_, p)| p)
 }
 
 /// The context behind an object's `context` field.
@@ -91,7 +137,7 @@ pub unsafe extern "C" fn ferroce_ibv_alloc_pd(ctx: *mut ffi::ibv_context) -> *mu
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     };
-    publish(Pd {
+    let p: *mut ffi::ibv_pd = publish(Pd {
         ibv: ffi::ibv_pd {
             context: ctx,
             handle: 0,
@@ -99,7 +145,11 @@ pub unsafe extern "C" fn ferroce_ibv_alloc_pd(ctx: *mut ffi::ibv_context) -> *mu
         pd: c.verbs.alloc_pd(),
         parent: None,
         children: std::sync::atomic::AtomicU32::new(0),
-    })
+        imported: false,
+    });
+    // SAFETY: just made, not yet the program's.
+    unsafe { (*p).handle = register_handle(HandleKind::Pd, p.cast()) };
+    p
 }
 symver!(ferroce_ibv_alloc_pd => "ibv_alloc_pd" @ "IBVERBS_1.1");
 
@@ -118,6 +168,9 @@ pub unsafe extern "C" fn ferroce_ibv_dealloc_pd(pd: *mut ffi::ibv_pd) -> c_int {
     }
     if let Some(parent) = &p.parent {
         parent.release();
+    }
+    if !p.imported {
+        forget_handle(p.ibv.handle);
     }
     // SAFETY: per the contract.
     unsafe { free::<Pd, _>(pd) }

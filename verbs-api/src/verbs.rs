@@ -121,6 +121,11 @@ impl Context {
         &self.dev.name
     }
 
+    /// True when `other` is a context of the same open device.
+    pub fn same_device(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.dev, &other.dev)
+    }
+
     /// `ibv_query_device`.
     pub fn query_device(&self) -> DeviceAttr {
         DeviceAttr {

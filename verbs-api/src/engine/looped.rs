@@ -8,12 +8,15 @@
 //! the device, or another device of the process opened on the same interface).
 //!
 //! QP numbers are therefore handed out process-wide for real ports ([`next_qpn`]), so no two
-//! contexts of one process share one; and across processes on one interface they differ in
-//! their top eight bits, a slot each process claims by locking a file
-//! (`$FERROCE_RUN_DIR`, default `/tmp/ferroce-qpn`, `slot-N.lock`), so a frame one process
-//! sends to the interface's own address is never taken by another's QP of the same number.
+//! contexts of one process share one; and across the processes of a network namespace (those
+//! that can share an interface) they differ in their top eight bits, a slot each process
+//! claims by binding the abstract Unix socket `ferroce-qpn-<slot>`. A frame to the port's own
+//! address for a QP of another slot goes to that socket, and the owning process's loopback
+//! thread hands it to its engine: two processes on one interface talk to each other by the
+//! port's GID without a frame leaving, as two programs on one ConnectX port do.
 
 use std::collections::HashMap;
+use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock, PoisonError, RwLock, Weak};
 
@@ -120,8 +123,35 @@ pub(crate) enum Looped {
 }
 
 /// Hands a frame (`len` bytes, written by `fill`) whose BTH names `qpn` to the engine of
-/// that QP in this process.
+/// that QP: in this process, or through its mailbox to the process of the same namespace
+/// whose slot its top eight bits name.
 pub(crate) fn deliver(qpn: u32, len: usize, fill: impl FnOnce(&mut [u8])) -> Looped {
+    let theirs = qpn >> 16;
+    let me = mailbox();
+    if theirs == me.slot {
+        return deliver_here(qpn, len, fill);
+    }
+    let (Some(sock), Ok(addr)) = (&me.sock, mailbox_addr(theirs)) else {
+        return Looped::NoOwner;
+    };
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUF.with_borrow_mut(|buf| {
+        buf.clear();
+        buf.resize(len, 0);
+        fill(buf);
+        match sock.send_to_addr(buf, &addr) {
+            Ok(_) => Looped::Delivered,
+            // No process has that slot here (or it is gone).
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Looped::Dropped,
+            Err(_) => Looped::NoOwner,
+        }
+    })
+}
+
+/// [`deliver`] to a QP of this process.
+fn deliver_here(qpn: u32, len: usize, fill: impl FnOnce(&mut [u8])) -> Looped {
     let owner = OWNERS
         .read()
         .unwrap_or_else(PoisonError::into_inner)
@@ -192,38 +222,71 @@ pub(crate) fn dest_qpn(head: &[u8]) -> Option<u32> {
     Some(u32::from_be_bytes([0, bth[5], bth[6], bth[7]]))
 }
 
-/// This process's slot: the top eight bits of its QP numbers on real ports.
-fn slot() -> u32 {
-    static SLOT: OnceLock<u32> = OnceLock::new();
-    *SLOT.get_or_init(|| {
-        let dir = std::env::var_os("FERROCE_RUN_DIR")
-            .map_or_else(|| std::path::PathBuf::from("/tmp/ferroce-qpn"), Into::into);
-        let _ = std::fs::create_dir_all(&dir);
-        // Slots 1..=254: QPN 0 and 1 (slot 0) are the SMI and GSI, 0xFFFFFF (slot 255) the
-        // multicast QPN. A slot is held for the life of the process by a lock on its file,
-        // which the kernel drops when the process ends, however it ends.
+/// This process's mailbox: its slot (the top eight bits of its QP numbers on real ports)
+/// and the socket other processes on the same host and network namespace reach it at.
+struct Mailbox {
+    slot: u32,
+    sock: Option<UnixDatagram>,
+}
+
+/// The abstract socket address of slot `s`'s mailbox. Abstract addresses belong to the
+/// network namespace, as the interfaces the processes share do, and vanish with the process.
+fn mailbox_addr(s: u32) -> std::io::Result<std::os::unix::net::SocketAddr> {
+    use std::os::linux::net::SocketAddrExt;
+    std::os::unix::net::SocketAddr::from_abstract_name(format!("ferroce-qpn-{s}"))
+}
+
+/// This process's mailbox, claimed the first time a device joins loopback: the first slot
+/// in 1..=254 (slot 0 holds QPN 0 and 1, the SMI and GSI; 255 the multicast QPN) whose
+/// address no other process of the namespace has bound. Its receiving thread hands each
+/// frame another process sent to the QP it names here.
+fn mailbox() -> &'static Mailbox {
+    static MAILBOX: OnceLock<Mailbox> = OnceLock::new();
+    MAILBOX.get_or_init(|| {
         let start = std::process::id() % 254;
         for i in 0..254 {
             let s = (start + i) % 254 + 1;
-            let Ok(f) = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(dir.join(format!("slot-{s}.lock")))
-            else {
-                continue;
-            };
-            if f.try_lock().is_ok() {
-                // Held until the process exits.
-                std::mem::forget(f);
-                return s;
+            let Ok(addr) = mailbox_addr(s) else { break };
+            match UnixDatagram::bind_addr(&addr) {
+                Ok(sock) => {
+                    if let Ok(rx) = sock.try_clone() {
+                        let _ = std::thread::Builder::new()
+                            .name("ferroce-loopback".into())
+                            .spawn(move || receive(rx));
+                    }
+                    return Mailbox {
+                        slot: s,
+                        sock: Some(sock),
+                    };
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
+                Err(e) => {
+                    tracing::warn!(%e, "no loopback mailbox; QP numbers may collide across processes");
+                    break;
+                }
             }
         }
-        // No directory to lock in, or every slot taken: distinct from other processes only
-        // by chance.
-        tracing::warn!("no QP number slot could be locked in {}", dir.display());
-        start + 1
+        Mailbox {
+            slot: start + 1,
+            sock: None,
+        }
     })
+}
+
+/// The mailbox's receiving thread: each frame to the QP it names.
+fn receive(sock: UnixDatagram) {
+    let mut buf = vec![0u8; 1 << 16];
+    while let Ok(n) = sock.recv(&mut buf) {
+        let frame = &buf[..n];
+        if let Some(qpn) = dest_qpn(frame) {
+            let _ = deliver_here(qpn, n, |b| b.copy_from_slice(frame));
+        }
+    }
+}
+
+/// This process's slot.
+fn slot() -> u32 {
+    mailbox().slot
 }
 
 /// The next QP number of this process on a real port: its slot in the top eight bits, a
@@ -279,17 +342,21 @@ mod tests {
     #[test]
     fn frames_reach_the_inbox_of_the_qp_they_name() {
         let inbox = LoopInbox::new();
-        claim(0xabcdef, &inbox);
+        let q = slot() << 16 | 0xcdef;
+        claim(q, &inbox);
         assert_eq!(
-            deliver(0xabcdef, 3, |b| b.copy_from_slice(&[1, 2, 3])),
+            deliver(q, 3, |b| b.copy_from_slice(&[1, 2, 3])),
             Looped::Delivered
         );
-        assert_eq!(deliver(0xabcdee, 3, |_| {}), Looped::NoOwner);
+        assert_eq!(deliver(q + 1, 3, |_| {}), Looped::NoOwner);
         let (f, raw) = inbox.pop().unwrap();
         assert_eq!((f.as_slice(), raw), (&[1u8, 2, 3][..], false));
         inbox.recycle(f);
-        release(0xabcdef);
-        assert_eq!(deliver(0xabcdef, 1, |_| {}), Looped::NoOwner);
+        release(q);
+        assert_eq!(deliver(q, 1, |_| {}), Looped::NoOwner);
+        // A slot no process of this namespace holds: nobody to hand it to.
+        let other = if slot() == 254 { 253 } else { 254 };
+        assert_eq!(deliver(other << 16 | 2, 1, |_| {}), Looped::NoOwner);
         drop(inbox);
     }
 }
