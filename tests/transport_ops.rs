@@ -456,3 +456,49 @@ fn ud_send_with_deth_grh_and_qkey() {
         let _ = Access::NONE;
     });
 }
+
+/// RDMA ATOMIC WRITE (IBTA 1.5, opcode 0x1d): the 8 bytes land in one store and the WR
+/// completes as `IBV_WC_ATOMIC_WRITE`; a misaligned address is refused with a remote access
+/// error and writes nothing; UC cannot post it.
+#[test]
+fn rc_atomic_write_lands_eight_bytes_at_once() {
+    seeded([6], |seed| {
+        let mut w = clean(seed);
+        w.connect(
+            QpType::Rc,
+            ((0, 1), (1, 2)),
+            (0, 0),
+            &ConnOpts::default(),
+            None,
+        );
+        let rkey = w.hosts[1].keys.rkey;
+        let data = 0x1122_3344_5566_7788u64.to_ne_bytes();
+        let wr = SendWr::new(9, WrOpcode::AtomicWrite, Payload::Inline(&data)).remote(0x7000, rkey);
+        w.hosts[0].qp(1).post_send(&wr).unwrap();
+        assert!(w.drive_until(1_000_000_000));
+        let a = take(&mut w, 0);
+        assert_eq!(a.len(), 1);
+        assert_eq!(
+            (a[0].wr_id, a[0].status, a[0].opcode),
+            (9, WcStatus::Success, WcOpcode::AtomicWrite)
+        );
+        assert_eq!(w.hosts[1].read(0x7000, 8), data);
+        // Not 8 bytes: refused at post.
+        let short = [1u8; 4];
+        let wr =
+            SendWr::new(10, WrOpcode::AtomicWrite, Payload::Inline(&short)).remote(0x7000, rkey);
+        assert_eq!(
+            w.hosts[0].qp(1).post_send(&wr),
+            Err(PostError::AtomicLength)
+        );
+        // Misaligned: NAK remote access error, nothing written.
+        let other = 0xaaaa_aaaa_aaaa_aaaau64.to_ne_bytes();
+        let wr =
+            SendWr::new(11, WrOpcode::AtomicWrite, Payload::Inline(&other)).remote(0x7004, rkey);
+        w.hosts[0].qp(1).post_send(&wr).unwrap();
+        assert!(w.drive_until(1_000_000_000));
+        let a = take(&mut w, 0);
+        assert_eq!(a[0].status, WcStatus::RemAccessErr, "{a:#?}");
+        assert_eq!(w.hosts[1].read(0x7000, 8), data);
+    });
+}

@@ -40,6 +40,7 @@ fn opcode(op: ffi::ibv_wr_opcode) -> Option<WrOpcode> {
         ffi::IBV_WR_SEND_WITH_INV => WrOpcode::SendWithInv,
         ffi::IBV_WR_LOCAL_INV => WrOpcode::LocalInv,
         ffi::IBV_WR_BIND_MW => WrOpcode::BindMw,
+        ffi::IBV_WR_ATOMIC_WRITE => WrOpcode::AtomicWrite,
         _ => return None,
     })
 }

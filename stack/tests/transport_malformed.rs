@@ -146,7 +146,8 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 /// well-formed frame) or already the parser (bytes after the BTH) refuses it.
 #[derive(Clone, Debug)]
 enum ReqFault {
-    /// An RC opcode IBTA reserves or ferroce does not implement (0x15, 0x18..=0x1f).
+    /// An RC opcode IBTA reserves or ferroce does not implement (0x15, 0x18..=0x1c,
+    /// 0x1e, 0x1f; 0x1d is RDMA ATOMIC WRITE).
     Opcode(u8),
     /// A READ request followed by payload bytes (4·n of them), which its opcode forbids.
     ReadWithPayload(usize),
@@ -191,7 +192,7 @@ impl ReqFault {
 
 fn req_fault() -> impl Strategy<Value = ReqFault> {
     prop_oneof![
-        prop_oneof![Just(0x15u8), 0x18u8..=0x1f].prop_map(ReqFault::Opcode),
+        prop_oneof![Just(0x15u8), 0x18u8..=0x1c, 0x1eu8..=0x1f].prop_map(ReqFault::Opcode),
         (1usize..64).prop_map(|n| ReqFault::ReadWithPayload(4 * n)),
         (1usize..16).prop_map(|n| ReqFault::AtomicWithPayload(4 * n)),
         (1u32..MTU, 0u32..=MTU)

@@ -1344,7 +1344,11 @@ fn check_send(sh: &QpShared, wr: &SendWr<'_>) -> Result<(), PostError> {
         return Err(PostError::Destination);
     }
     match wr.payload {
-        Payload::Inline(b) if b.len() > sh.caps.max_inline_data as usize => {
+        // An ATOMIC WRITE's 8 bytes travel in the request whatever the inline size.
+        Payload::Inline(b)
+            if b.len() > sh.caps.max_inline_data as usize
+                && wr.opcode != ferroce_stack::transport::WrOpcode::AtomicWrite =>
+        {
             Err(PostError::InlineTooLong {
                 got: b.len(),
                 max: sh.caps.max_inline_data,

@@ -1176,10 +1176,21 @@ impl MrTable {
     }
 
     fn atomic(&self, key: u32, pd: PdId, va: u64) -> Result<&AtomicU64, AccessError> {
+        self.atomic_with(key, pd, va, Access::REMOTE_ATOMIC)
+    }
+
+    /// The 8 bytes at `va` as an atomic, for an access that needs `needed`.
+    fn atomic_with(
+        &self,
+        key: u32,
+        pd: PdId,
+        va: u64,
+        needed: Access,
+    ) -> Result<&AtomicU64, AccessError> {
         if !va.is_multiple_of(8) {
             return Err(AccessError::Misaligned(va));
         }
-        let p = self.check_present(key, pd, va, 8, Access::REMOTE_ATOMIC)?;
+        let p = self.check_present(key, pd, va, 8, needed)?;
         if !p.cast::<u64>().is_aligned() {
             // The iova is aligned but the host address is not: cannot be an AtomicU64.
             return Err(AccessError::Misaligned(va));
@@ -1211,6 +1222,20 @@ impl MrTable {
     /// Fetch-and-add on the 8 bytes at `va`; returns the value before the add.
     pub fn fetch_add(&self, key: u32, pd: PdId, va: u64, add: u64) -> Result<u64, AccessError> {
         Ok(self.atomic(key, pd, va)?.fetch_add(add, Ordering::SeqCst))
+    }
+
+    /// RDMA ATOMIC WRITE (IBTA 1.5): the 8 bytes `data` land at `va` in one store, so a
+    /// reader never sees part of them (needs REMOTE_WRITE, an 8-byte aligned address).
+    pub fn atomic_write(
+        &self,
+        key: u32,
+        pd: PdId,
+        va: u64,
+        data: [u8; 8],
+    ) -> Result<(), AccessError> {
+        self.atomic_with(key, pd, va, Access::REMOTE_WRITE)?
+            .store(u64::from_ne_bytes(data), Ordering::SeqCst);
+        Ok(())
     }
 
     /// Number of registered regions.

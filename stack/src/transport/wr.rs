@@ -44,6 +44,9 @@ pub enum WrOpcode {
     BindMw = 8,
     /// SEND with invalidate: the peer invalidates `invalidate_rkey`.
     SendWithInv = 9,
+    /// RDMA ATOMIC WRITE (IBTA 1.5, RC): the 8-byte payload lands at `remote_addr` in one
+    /// store.
+    AtomicWrite = 15,
 }
 
 impl WrOpcode {
@@ -82,6 +85,7 @@ impl WrOpcode {
             Self::FetchAdd => WcOpcode::FetchAdd,
             Self::LocalInv => WcOpcode::LocalInv,
             Self::BindMw => WcOpcode::BindMw,
+            Self::AtomicWrite => WcOpcode::AtomicWrite,
         }
     }
 }
@@ -388,6 +392,8 @@ pub enum WcOpcode {
     BindMw = 5,
     /// A local invalidate finished.
     LocalInv = 6,
+    /// An RDMA ATOMIC WRITE finished.
+    AtomicWrite = 9,
     /// A receive consumed by a SEND.
     Recv = 128,
     /// A receive consumed by a WRITE with immediate.

@@ -66,6 +66,8 @@ pub enum Kind {
     CompareSwap,
     /// FETCH_ADD.
     FetchAdd,
+    /// RDMA ATOMIC WRITE (IBTA 1.5): 8 bytes written in one store, acknowledged as a WRITE.
+    AtomicWrite,
     /// Congestion notification.
     Cnp,
     /// ferroce's path control message (failover): addresses and moves, outside PSN space.
@@ -266,6 +268,8 @@ opcodes! {
     RC_FETCH_ADD = 0x14, FetchAdd, Only, false, [ATOMIC_ETH];
     /// RC SEND with invalidate, last packet.
     RC_SEND_LAST_WITH_INVALIDATE = 0x16, Send, Last, true, [IETH];
+    /// RC RDMA ATOMIC WRITE (IBTA 1.5): a RETH and exactly 8 bytes of payload.
+    RC_ATOMIC_WRITE = 0x1d, AtomicWrite, Only, true, [RETH];
     /// RC SEND with invalidate in one packet.
     RC_SEND_ONLY_WITH_INVALIDATE = 0x17, Send, Only, true, [IETH];
     /// UC SEND, first packet.
@@ -342,10 +346,10 @@ const fn suffix_of(h: Headers) -> Suffix {
 }
 
 /// Opcodes defined by IBTA for transports ferroce does not speak: RD (0x40-0x56) and XRC
-/// (0xa0-0xb7), plus RC FLUSH / ATOMIC_WRITE (0x1c, 0x1d, IBTA 1.5). They are rejected as
-/// unsupported rather than reserved, so counters tell a foreign feature from garbage.
+/// (0xa0-0xb7), plus RC FLUSH (0x1c, IBTA 1.5). They are rejected as unsupported rather than
+/// reserved, so counters tell a foreign feature from garbage.
 const fn defined_elsewhere(op: u8) -> bool {
-    matches!(op, 0x1c | 0x1d | 0x40..=0x56 | 0xa0..=0xb7 | 0xc0..=0xff)
+    matches!(op, 0x1c | 0x40..=0x56 | 0xa0..=0xb7 | 0xc0..=0xff)
 }
 
 impl Opcode {
@@ -475,7 +479,13 @@ mod tests {
         );
         assert_eq!(Opcode::CNP.info().unwrap().headers.len(), 16);
         assert!(!Opcode::RC_RDMA_READ_REQUEST.info().unwrap().payload);
-        assert_eq!(Opcode::all().count(), 46);
+        assert_eq!(Opcode::all().count(), 47);
+        let aw = Opcode::RC_ATOMIC_WRITE.info().unwrap();
+        assert_eq!(
+            (aw.kind, aw.headers, aw.payload),
+            (Kind::AtomicWrite, Headers::RETH, true)
+        );
+        assert_eq!(Opcode(0x1c).info(), Err(Error::UnsupportedOpcode(0x1c)));
         let ctl = Opcode::PATH_CONTROL.info().unwrap();
         assert!(ctl.payload && ctl.headers.is_empty() && ctl.kind == Kind::Control);
         assert!(!Opcode::PATH_CONTROL.is_selective_repeat());

@@ -1123,7 +1123,10 @@ impl Qp {
         let supported = !wr.opcode.is_local()
             && match t {
                 QpType::Rc => true,
-                QpType::Uc => !wr.opcode.is_read_or_atomic() && wr.opcode != WrOpcode::SendWithInv,
+                QpType::Uc => {
+                    !wr.opcode.is_read_or_atomic()
+                        && !matches!(wr.opcode, WrOpcode::SendWithInv | WrOpcode::AtomicWrite)
+                }
                 QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
             };
         if !supported {
@@ -1140,9 +1143,10 @@ impl Qp {
         }
         let (data, len) = match wr.payload {
             Payload::Inline(bytes) => {
-                if bytes.len() > self.cx.caps.max_inline_data as usize
-                    || wr.opcode.is_read_or_atomic()
-                {
+                // An ATOMIC WRITE's 8 bytes travel in the request whatever the inline size.
+                let fits = bytes.len() <= self.cx.caps.max_inline_data as usize
+                    || wr.opcode == WrOpcode::AtomicWrite;
+                if !fits || wr.opcode.is_read_or_atomic() {
                     return Err(PostError::InlineTooLong {
                         got: bytes.len(),
                         max: self.cx.caps.max_inline_data,
@@ -1164,7 +1168,7 @@ impl Qp {
                 (WqeData::Sges(SmallVec::from_slice(sges)), len)
             }
         };
-        if wr.opcode.is_atomic() && len != 8 {
+        if (wr.opcode.is_atomic() || wr.opcode == WrOpcode::AtomicWrite) && len != 8 {
             return Err(PostError::AtomicLength);
         }
         if len > 1 << 31 {

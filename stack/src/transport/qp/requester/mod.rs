@@ -698,6 +698,15 @@ impl Requester {
                 };
                 (kind, Position::Only, Suffix::Plain)
             }
+            WrOpcode::AtomicWrite => {
+                r.ext.reth = Some(RethRepr {
+                    va: w.remote_addr,
+                    rkey: w.rkey,
+                    dma_len: 8,
+                });
+                plen = 8;
+                (Kind::AtomicWrite, Position::Only, Suffix::Plain)
+            }
             // Posting refuses local operations: they never reach the wire.
             WrOpcode::LocalInv | WrOpcode::BindMw => return Err(WcStatus::LocQpOpErr),
         };

@@ -121,6 +121,7 @@ enum MsgKind {
     Write,
     Read,
     Atomic,
+    AtomicWrite,
 }
 
 /// The message being received.
@@ -484,6 +485,27 @@ impl Responder {
         }
     }
 
+    /// Executes an RDMA ATOMIC WRITE: exactly 8 bytes, to an 8-byte aligned address the RETH
+    /// names, written in one store (IBTA 1.5). Acknowledged as a WRITE; a duplicate is answered
+    /// without writing again.
+    fn exec_atomic_write(
+        cx: &mut QpContext,
+        pkt: &RocePacket<'_>,
+        mem: &MrTable,
+    ) -> Result<(), Fault> {
+        let (Some(reth), Ok(data)) = (pkt.repr.ext.reth, <[u8; 8]>::try_from(pkt.payload)) else {
+            return Err(Fault::Fatal(NakCode::InvalidRequest, None));
+        };
+        if reth.dma_len != 8 {
+            return Err(Fault::Fatal(NakCode::InvalidRequest, None));
+        }
+        if mem.atomic_write(reth.rkey, cx.pd, reth.va, data).is_err() {
+            cx.counters.resp_remote_access_errors += 1;
+            return Err(Fault::Fatal(NakCode::RemoteAccessError, None));
+        }
+        Ok(())
+    }
+
     /// Checks and executes the expected request. Advances `epsn` on success.
     fn execute(
         &mut self,
@@ -498,6 +520,7 @@ impl Responder {
             Some(Kind::Write) => MsgKind::Write,
             Some(Kind::ReadRequest) => MsgKind::Read,
             Some(Kind::CompareSwap | Kind::FetchAdd) => MsgKind::Atomic,
+            Some(Kind::AtomicWrite) if rc => MsgKind::AtomicWrite,
             _ => return Err(Fault::Fatal(NakCode::InvalidRequest, None)),
         };
         let pos = bth.opcode.position().unwrap_or(Position::Only);
@@ -533,7 +556,7 @@ impl Responder {
         let rights = cx.attr.qp_access_flags;
         let needed = match kind {
             MsgKind::Send => Access::NONE,
-            MsgKind::Write => Access::REMOTE_WRITE,
+            MsgKind::Write | MsgKind::AtomicWrite => Access::REMOTE_WRITE,
             MsgKind::Read => Access::REMOTE_READ,
             MsgKind::Atomic => Access::REMOTE_ATOMIC,
         };
@@ -552,6 +575,7 @@ impl Responder {
         match kind {
             MsgKind::Send => self.exec_send(cx, pkt, mem, starts, last)?,
             MsgKind::Write => self.exec_write(cx, pkt, mem, starts, last)?,
+            MsgKind::AtomicWrite => Self::exec_atomic_write(cx, pkt, mem)?,
             MsgKind::Read | MsgKind::Atomic => return self.exec_read_atomic(cx, pkt, mem, kind),
         }
         self.epsn = self.epsn.add(1);
