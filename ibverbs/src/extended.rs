@@ -15,6 +15,11 @@ pub(crate) fn install(v: &mut ffi::verbs_context) {
     v.advise_mr = Some(crate::mr::advise_mr);
     v.ibv_create_flow = Some(crate::flow::create_flow);
     v.ibv_destroy_flow = Some(crate::flow::destroy_flow);
+    v.create_wq = Some(crate::wq::create_wq);
+    v.modify_wq = Some(crate::wq::modify_wq);
+    v.destroy_wq = Some(crate::wq::destroy_wq);
+    v.create_rwq_ind_table = Some(crate::wq::create_rwq_ind_table);
+    v.destroy_rwq_ind_table = Some(crate::wq::destroy_rwq_ind_table);
 }
 
 /// The `device_cap_flags` the extended verbs add.
@@ -39,6 +44,7 @@ pub(crate) fn max_mw() -> i32 {
 /// an ODP region is a region like any other; the implicit whole-address-space form is not
 /// offered, see `ibv_reg_mr`).
 pub(crate) fn fill_device_attr_ex(a: &mut ffi::ibv_device_attr_ex) {
+    let max_qp = a.orig_attr.max_qp as u32;
     let send_recv = ffi::IBV_ODP_SUPPORT_SEND | ffi::IBV_ODP_SUPPORT_RECV;
     a.odp_caps.general_caps = u64::from(ffi::IBV_ODP_SUPPORT);
     a.odp_caps.per_transport_caps.rc_odp_caps = send_recv
@@ -48,4 +54,6 @@ pub(crate) fn fill_device_attr_ex(a: &mut ffi::ibv_device_attr_ex) {
         | ffi::IBV_ODP_SUPPORT_SRQ_RECV;
     a.odp_caps.per_transport_caps.uc_odp_caps = send_recv | ffi::IBV_ODP_SUPPORT_WRITE;
     a.odp_caps.per_transport_caps.ud_odp_caps = send_recv;
+    a.rss_caps = crate::wq::rss_caps();
+    a.max_wq_type_rq = max_qp;
 }

@@ -33,3 +33,4 @@ pub mod private;
 pub mod qp;
 pub mod qpex;
 pub mod srq;
+pub mod wq;

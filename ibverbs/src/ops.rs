@@ -188,7 +188,7 @@ unsafe extern "C" fn post_send(
 ///
 /// # Safety
 /// `wr` is the program's list; `bad` null or writable.
-unsafe fn post_recvs(
+pub(crate) unsafe fn post_recvs(
     wr: *mut ffi::ibv_recv_wr,
     bad: *mut *mut ffi::ibv_recv_wr,
     post: impl Fn(&RecvWr<'_>) -> Result<(), PostError>,

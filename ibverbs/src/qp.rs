@@ -39,6 +39,8 @@ pub struct Qp {
     pub(crate) async_reported: Reported,
     /// The work requests an `ibv_wr_start` batch builds (see [`crate::qpex`]).
     pub(crate) batch: std::sync::Mutex<crate::qpex::Batch>,
+    /// An RSS QP's indirection table (its address), else 0.
+    pub(crate) ind_table: usize,
 }
 
 /// A QP of the transport (RC, UC, UD) or a raw packet QP.
@@ -243,6 +245,7 @@ pub(crate) fn create(a: Create<'_>) -> Result<*mut ffi::ibv_qp, c_int> {
         send_ops: a.send_ops.unwrap_or(0),
         async_reported: Reported::default(),
         batch: std::sync::Mutex::new(crate::qpex::Batch::default()),
+        ind_table: 0,
     });
     c.events.register(Kind::Qp, qpn, ptr as *mut c_void);
     Ok(ptr)
@@ -285,8 +288,9 @@ pub unsafe extern "C" fn ferroce_ibv_create_qp(
 symver!(ferroce_ibv_create_qp => "ibv_create_qp" @ "IBVERBS_1.1");
 
 /// `verbs_context.create_qp_ex` (the header's `ibv_create_qp_ex` when more than a PD is
-/// given): the PD is required (XRC is not offered); creation flags, TSO headers, RSS and
-/// indirection tables are `EOPNOTSUPP`; `send_ops_flags` turns the `ibv_wr_*` API on.
+/// given): the PD is required (XRC is not offered); creation flags and TSO headers are
+/// `EOPNOTSUPP`; an indirection table with a hash makes an RSS QP (see [`crate::wq`]);
+/// `send_ops_flags` turns the `ibv_wr_*` API on.
 pub(crate) unsafe extern "C" fn create_qp_ex(
     ctx: *mut ffi::ibv_context,
     attr: *mut ffi::ibv_qp_init_attr_ex,
@@ -317,10 +321,11 @@ pub(crate) unsafe extern "C" fn create_qp_ex(
             libc::EINVAL
         });
     }
-    let unsupported = ffi::IBV_QP_INIT_ATTR_IND_TABLE
-        | ffi::IBV_QP_INIT_ATTR_RX_HASH
-        | ffi::IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
-    if a.comp_mask & unsupported != 0
+    if a.comp_mask & (ffi::IBV_QP_INIT_ATTR_IND_TABLE | ffi::IBV_QP_INIT_ATTR_RX_HASH) != 0 {
+        // SAFETY: the program's attributes name live objects, per the verb's contract.
+        return unsafe { crate::wq::create_rss_qp(a) }.unwrap_or_else(fail);
+    }
+    if a.comp_mask & ffi::IBV_QP_INIT_ATTR_MAX_TSO_HEADER != 0
         || (a.comp_mask & ffi::IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
     {
         return fail(libc::EOPNOTSUPP);
@@ -366,12 +371,12 @@ pub unsafe extern "C" fn ferroce_ibv_destroy_qp(qp: *mut ffi::ibv_qp) -> c_int {
         let h = &mut (*qp);
         q.async_reported
             .wait_acked(&mut h.mutex, &mut h.cond, &h.events_completed);
-        crate::cq::cq_of(h.send_cq)
-            .users
-            .fetch_sub(1, Ordering::AcqRel);
-        crate::cq::cq_of(h.recv_cq)
-            .users
-            .fetch_sub(1, Ordering::AcqRel);
+        for cq in [h.send_cq, h.recv_cq] {
+            if !cq.is_null() {
+                crate::cq::cq_of(cq).users.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        crate::wq::release_table(q.ind_table);
         if !h.srq.is_null() {
             crate::srq::srq_of(h.srq)
                 .users

@@ -24,7 +24,7 @@ mod stats;
 mod threads;
 mod verbs;
 
-pub use engine::raw::{FlowRule, FlowSpec};
+pub use engine::raw::{toeplitz, FlowRule, FlowSpec};
 pub use engine::{Engine, PortCounters};
 pub use events::AsyncEvent;
 pub use ferroce_stack::transport::{

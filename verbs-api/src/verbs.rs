@@ -257,6 +257,37 @@ impl Context {
         self.dev.events.set(f)
     }
 
+    /// `ibv_create_qp_ex` of an RSS raw packet QP: it only receives, and the frames its
+    /// flow rules match go to one of `wqs` (work queues of this device, in indirection table
+    /// order), picked by the Toeplitz hash of `fields` (`IBV_RX_HASH_*`) under `key`.
+    pub fn create_rss_qp(
+        &self,
+        pd: &ProtectionDomain,
+        wqs: &[&RawQueuePair],
+        key: Vec<u8>,
+        fields: u64,
+    ) -> Result<RawQueuePair, VerbsError> {
+        if wqs.iter().any(|w| !Arc::ptr_eq(&w.ctx.dev, &self.dev)) {
+            return Err(VerbsError::WrongDevice("a work queue"));
+        }
+        let qpn = self.dev.next_qpn();
+        let shared = Arc::new(QpShared::new(qpn, QpType::Ud, QpCaps::default()));
+        // Its own CQ is never written: every frame goes to a work queue.
+        let cq = Arc::new(CqShared::new(self.dev.next_id(), 1, None));
+        let mut raw = crate::engine::raw::RawQp::new(shared.clone(), pd.id, cq.clone(), cq);
+        raw.rss = Some(crate::engine::raw::Rss {
+            wqs: wqs.iter().map(|w| w.shared.qpn).collect(),
+            key,
+            fields,
+        });
+        self.dev.engine().core_mut().add_raw(raw);
+        Ok(RawQueuePair {
+            ctx: self.clone(),
+            shared,
+            eth_mtu: self.dev.eth_mtu,
+        })
+    }
+
     /// Runs the engine once on this thread (run-to-completion mode). Returns false only on a
     /// simulated fabric with nothing left to happen. A no-op while an engine thread runs.
     pub fn progress(&self) -> bool {
@@ -465,6 +496,24 @@ impl ProtectionDomain {
         })
     }
 
+    /// `ibv_create_wq`: a receive work queue of `max_wr` receives of up to `max_sge`
+    /// elements, completing on `cq`: what an RSS QP's indirection table spreads frames over
+    /// ([`Context::create_rss_qp`]). It is a raw QP that only receives, in RESET until
+    /// [`RawQueuePair::set_wq_ready`].
+    pub fn create_wq(
+        &self,
+        max_wr: u32,
+        max_sge: u32,
+        cq: &CompletionQueue,
+    ) -> Result<RawQueuePair, VerbsError> {
+        let caps = QpCaps {
+            max_recv_wr: max_wr,
+            max_recv_sge: max_sge,
+            ..QpCaps::default()
+        };
+        self.create_raw_qp(caps, cq, cq)
+    }
+
     /// `ibv_alloc_mw`: a memory window of this PD, type 2 (bound by
     /// [`SendWr::bind_mw`](ferroce_stack::transport::SendWr::bind_mw) on a QP, to that QP,
     /// and invalidated by key) or type 1. Unbound, its key opens nothing.
@@ -621,6 +670,12 @@ impl RawQueuePair {
                 },
             ))
         }
+    }
+
+    /// `ibv_modify_wq` of a work queue (or an RSS QP): ready (receiving, as RTS), or back
+    /// to RESET, or ERR (flushing its receives).
+    pub fn set_wq_state(&self, state: QpState) -> Result<(), VerbsError> {
+        self.with(|raw, _, now| raw.force_state(state, now))
     }
 
     /// Its port (from 1).

@@ -691,3 +691,92 @@ fn shift_mode_resubmits_on_the_backup_qp_and_comes_home() {
         assert_eq!(out, data, "WRITE {i}");
     }
 }
+
+/// An RSS QP (`ibv_create_qp_ex` with an indirection table) hands every frame its rule
+/// matches to the work queue the Toeplitz hash of the IPv4 addresses picks, as a NIC does:
+/// frames from 32 sources land spread over the four queues, each where the hash says.
+#[test]
+fn rss_spreads_frames_over_work_queues_by_toeplitz_hash() {
+    let (net, ca, cb) = SimNet::pair(11, LinkModel::default(), 1500, None).unwrap();
+    let (pa, pb) = (ca.alloc_pd(), cb.alloc_pd());
+    let (cqa, cqb) = (ca.create_cq(64, None), cb.create_cq(256, None));
+    let sender = pa.create_raw_qp(QpCaps::default(), &cqa, &cqa).unwrap();
+    sender.modify(QpState::Init, Some(1)).unwrap();
+    sender.modify(QpState::Rtr, None).unwrap();
+    sender.modify(QpState::Rts, None).unwrap();
+    let wqs: Vec<RawQueuePair> = (0..4).map(|_| pb.create_wq(64, 1, &cqb).unwrap()).collect();
+    for w in &wqs {
+        w.set_wq_state(QpState::Rts).unwrap();
+    }
+    let key: Vec<u8> = (0..40u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
+    let rss = cb
+        .create_rss_qp(&pb, &wqs.iter().collect::<Vec<_>>(), key.clone(), 0b11)
+        .unwrap();
+    let dst = cb.mac().0;
+    let _flow = rss
+        .create_flow(FlowRule {
+            specs: vec![FlowSpec::Eth {
+                dst,
+                dst_mask: [0xff; 6],
+                src: [0; 6],
+                src_mask: [0; 6],
+                ether_type: 0,
+                ether_type_mask: 0,
+                vlan_tag: 0,
+                vlan_mask: 0,
+            }],
+        })
+        .unwrap();
+    let rx = pb.alloc_mr(256 * 128, Access::LOCAL_WRITE).unwrap();
+    for (i, w) in wqs.iter().enumerate() {
+        for j in 0..32 {
+            let at = (i * 32 + j) * 128;
+            w.post_recv(&[RecvWr {
+                wr_id: (i * 1000 + j) as u64,
+                sg_list: &[rx.sge(at, 128)],
+            }])
+            .unwrap();
+        }
+    }
+    let tx = pa.alloc_mr(32 * 128, Access::LOCAL_WRITE).unwrap();
+    let mut want = [0usize; 4];
+    for i in 0..32u8 {
+        let src_ip = [i, i + 1, i + 2, i + 3];
+        let dst_ip = [10, 0, 0, 2];
+        let mut f = Vec::new();
+        f.extend_from_slice(&dst);
+        f.extend_from_slice(&ca.mac().0);
+        f.extend_from_slice(&[0x08, 0x00, 0x45, 0, 0, 36, 0, 0, 0x40, 0, 64, 17, 0, 0]);
+        f.extend_from_slice(&src_ip);
+        f.extend_from_slice(&dst_ip);
+        f.extend_from_slice(&[0x30, 0x39, 0x30, 0x3a, 0, 16, 0, 0]);
+        f.extend_from_slice(b"rss test");
+        let at = usize::from(i) * 128;
+        assert!(tx.write(at, &f));
+        let mut input = src_ip.to_vec();
+        input.extend_from_slice(&dst_ip);
+        want[toeplitz(&key, &input) as usize % 4] += 1;
+        let s = [tx.sge(at, f.len())];
+        sender
+            .post_send(
+                &[SendWr::new(u64::from(i), WrOpcode::Send, Payload::Sges(&s))
+                    .flags(SendFlags::SIGNALED)],
+            )
+            .unwrap();
+    }
+    let (mut sent, mut got) = (Vec::new(), Vec::new());
+    assert!(net.run_until(|| {
+        cqa.poll(&mut sent, 64);
+        cqb.poll(&mut got, 64);
+        sent.len() == 32 && got.len() == 32
+    }));
+    assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
+    let mut per_wq = [0usize; 4];
+    for c in &got {
+        let i = wqs.iter().position(|w| w.qpn() == c.qp_num).unwrap();
+        assert_eq!(c.wr_id / 1000, i as u64);
+        per_wq[i] += 1;
+    }
+    assert_eq!(per_wq, want);
+    assert!(per_wq.iter().filter(|&&n| n > 0).count() > 1, "{per_wq:?}");
+}

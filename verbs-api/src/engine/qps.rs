@@ -628,7 +628,12 @@ pub(super) fn steer_raw(
     let Some(qpn) = flows.iter().find(|f| f.2.matches(frame)).map(|f| f.1) else {
         return false;
     };
-    if let Some(raw) = raws.get_mut(&qpn) {
+    // An RSS QP hands the frame to the work queue its hash picks.
+    let to = match raws.get(&qpn).and_then(|r| r.rss.as_ref()) {
+        Some(rss) => rss.pick(frame),
+        None => Some(qpn),
+    };
+    if let Some(raw) = to.and_then(|q| raws.get_mut(&q)) {
         raw.receive(mem, frame, now);
     }
     true

@@ -226,6 +226,90 @@ struct RawSend {
     frame: Vec<u8>,
 }
 
+/// Receive-side scaling of a raw QP (`IBV_QP_INIT_ATTR_RX_HASH`): the frames its rules
+/// match go to one of its work queues, picked by the Toeplitz hash of the fields the program
+/// chose (`IBV_RX_HASH_*`) under its key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rss {
+    /// The work queues (raw QPs that only receive), in indirection table order.
+    pub wqs: Vec<u32>,
+    /// The Toeplitz key.
+    pub key: Vec<u8>,
+    /// `IBV_RX_HASH_*` fields hashed.
+    pub fields: u64,
+}
+
+/// `IBV_RX_HASH_*` bits.
+mod hash {
+    pub(super) const SRC_IPV4: u64 = 1;
+    pub(super) const DST_IPV4: u64 = 2;
+    pub(super) const SRC_IPV6: u64 = 4;
+    pub(super) const DST_IPV6: u64 = 8;
+    pub(super) const SRC_PORT_TCP: u64 = 16;
+    pub(super) const DST_PORT_TCP: u64 = 32;
+    pub(super) const SRC_PORT_UDP: u64 = 64;
+    pub(super) const DST_PORT_UDP: u64 = 128;
+}
+
+/// The Toeplitz hash of `input` under `key` (Microsoft's RSS definition): for every set bit
+/// of the input, the 32 bits of the key starting at that bit's position are XORed in.
+pub fn toeplitz(key: &[u8], input: &[u8]) -> u32 {
+    let bit = |i: usize| {
+        key.get(i / 8)
+            .map_or(0, |k| u32::from(k >> (7 - i % 8) & 1))
+    };
+    let mut window = (0..32).fold(0u32, |w, i| w << 1 | bit(i));
+    let mut out = 0;
+    for (i, byte) in input.iter().enumerate() {
+        for b in 0..8 {
+            if byte & (0x80 >> b) != 0 {
+                out ^= window;
+            }
+            window = window << 1 | bit(i * 8 + b + 32);
+        }
+    }
+    out
+}
+
+impl Rss {
+    /// The work queue a frame goes to.
+    pub(crate) fn pick(&self, frame: &[u8]) -> Option<u32> {
+        let h = headers(frame)?;
+        let mut input = Vec::with_capacity(36);
+        if let Some((s, d, _)) = h.v4 {
+            if self.fields & hash::SRC_IPV4 != 0 {
+                input.extend_from_slice(s);
+            }
+            if self.fields & hash::DST_IPV4 != 0 {
+                input.extend_from_slice(d);
+            }
+        }
+        if let Some((s, d, _)) = h.v6 {
+            if self.fields & hash::SRC_IPV6 != 0 {
+                input.extend_from_slice(s);
+            }
+            if self.fields & hash::DST_IPV6 != 0 {
+                input.extend_from_slice(d);
+            }
+        }
+        if let Some((sp, dp, tcp)) = h.ports {
+            let (src, dst) = if tcp {
+                (hash::SRC_PORT_TCP, hash::DST_PORT_TCP)
+            } else {
+                (hash::SRC_PORT_UDP, hash::DST_PORT_UDP)
+            };
+            if self.fields & src != 0 {
+                input.extend_from_slice(&sp.to_be_bytes());
+            }
+            if self.fields & dst != 0 {
+                input.extend_from_slice(&dp.to_be_bytes());
+            }
+        }
+        let n = self.wqs.len();
+        (n > 0).then(|| self.wqs[toeplitz(&self.key, &input) as usize % n])
+    }
+}
+
 /// A raw packet QP as its engine keeps it.
 pub(crate) struct RawQp {
     pub(super) shared: Arc<QpShared>,
@@ -238,6 +322,8 @@ pub(crate) struct RawQp {
     pub(super) recv_cq: Arc<CqShared>,
     /// Frames that matched but found no receive posted.
     pub(super) dropped: u64,
+    /// Set on an RSS QP: where its frames go instead of its own receive queue.
+    pub(crate) rss: Option<Rss>,
 }
 
 impl RawQp {
@@ -257,7 +343,21 @@ impl RawQp {
             send_cq,
             recv_cq,
             dropped: 0,
+            rss: None,
         }
+    }
+
+    /// A work queue (`ibv_create_wq`) or an RSS QP: set to its state as is, without the QP
+    /// state machine (a work queue is RESET, RDY or ERR; RDY receives as RTS does).
+    pub(crate) fn force_state(&mut self, state: QpState, now: u64) {
+        if state == QpState::Err || state == QpState::Reset {
+            let _ = self.modify(state, None, now);
+            return;
+        }
+        self.state = state;
+        self.shared
+            .state
+            .store(state_code(state), Ordering::Release);
     }
 
     fn qpn(&self) -> Qpn {
@@ -452,6 +552,27 @@ mod tests {
         f[34..36].copy_from_slice(&1234u16.to_be_bytes());
         f[36..38].copy_from_slice(&5678u16.to_be_bytes());
         f
+    }
+
+    /// The verification suite of Microsoft's RSS specification: IPv4 source and destination
+    /// (addresses only) under its 40-byte key.
+    #[test]
+    fn toeplitz_matches_the_rss_specification() {
+        let key = [
+            0x6d, 0x5a, 0x56, 0xda, 0x25, 0x5b, 0x0e, 0xc2, 0x41, 0x67, 0x25, 0x3d, 0x43, 0xa3,
+            0x8f, 0xb0, 0xd0, 0xca, 0x2b, 0xcb, 0xae, 0x7b, 0x30, 0xb4, 0x77, 0xcb, 0x2d, 0xa3,
+            0x80, 0x30, 0xf2, 0x0c, 0x6a, 0x42, 0xb7, 0x3b, 0xbe, 0xac, 0x01, 0xfa,
+        ];
+        // 66.9.149.187:2794 -> 161.142.100.80:1766: 0x323e8fc2 (addresses), 0x51ccc178
+        // (with ports).
+        let src = [66, 9, 149, 187];
+        let dst = [161, 142, 100, 80];
+        let mut v = src.to_vec();
+        v.extend_from_slice(&dst);
+        assert_eq!(toeplitz(&key, &v), 0x323e_8fc2);
+        v.extend_from_slice(&2794u16.to_be_bytes());
+        v.extend_from_slice(&1766u16.to_be_bytes());
+        assert_eq!(toeplitz(&key, &v), 0x51cc_c178);
     }
 
     #[test]
