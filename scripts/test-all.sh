@@ -3,8 +3,8 @@
 #
 # On a fresh Debian 12 machine it first installs what it needs: Debian packages (libdpdk-dev,
 # libclang-dev and pkg-config for the DPDK driver's build, libibverbs-dev for the drop-in
-# libibverbs' types, ibverbs-utils and perftest to run over it, tshark for wire checks,
-# python3-venv), scapy from PyPI into target/ci-venv, and cargo-fuzz from crates.io. Then:
+# libibverbs' types, ibverbs-utils, perftest and python3-pyverbs (rdma-core's own tests) to
+# run over it, binutils to compare its ABI, tshark for wire checks, python3-venv), scapy from PyPI into target/ci-venv, and cargo-fuzz from crates.io. Then:
 # format and lint, every test of the workspace, the wire cross-check against tshark and
 # scapy, a bounded fuzz run, the demo, a build of every benchmark, and the 2^24-PSN run
 # optimized.
@@ -18,7 +18,7 @@ step() { printf '\n==> %s\n' "$*"; }
 
 step "system packages"
 need_pkgs=()
-for p in pkg-config libdpdk-dev libisal-dev libclang-dev libibverbs-dev ibverbs-utils perftest tshark python3-venv python3-pip iproute2 iperf3 iputils-ping ethtool; do
+for p in pkg-config libdpdk-dev libisal-dev libclang-dev libibverbs-dev ibverbs-utils perftest python3-pyverbs binutils tshark python3-venv python3-pip iproute2 iperf3 iputils-ping ethtool; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -71,6 +71,9 @@ rm -rf /var/run/dpdk/ferroce-* 2>/dev/null || true
 
 step "libibverbs drop-in: unmodified rdma-core programs over ferroce (two namespaces, veth)"
 scripts/ibverbs-test.sh
+
+step "rdma-core's own test suite (python3-pyverbs, rdma-core 44) on the drop-in, veth in a namespace"
+/usr/bin/python3 scripts/rdma-core-tests.py --json target/rdma-core-tests.json
 
 step "wire cross-check with tshark and scapy"
 cargo build -q --release -p ferroce-cli
