@@ -223,6 +223,15 @@ wait $ipid || is=$?
 cat "$logs/imm.server" "$logs/imm.client"
 [ $ic -eq 0 ] && [ $is -eq 0 ] || fail "imm: receiver exit $is, sender exit $ic"
 
+echo "== asynchronous events (ibverbs/tests/async_events.c): link down/up, QP errors, SRQ, CQ overflow"
+cc -O2 -Wall -Wextra -Werror -o "$logs/async_events" ibverbs/tests/async_events.c -libverbs -lpthread
+ac=0
+run a timeout 60 "$logs/async_events" "$p-va" >"$logs/async_events.log" 2>&1 || ac=$?
+# Whatever happened, the link is up again for what follows.
+ip netns exec $p-a ip link set "$p-va" up
+cat "$logs/async_events.log"
+[ $ac -eq 0 ] || fail "async_events exit $ac"
+
 echo "== perftest, with a capture of the first run on the wire"
 # Captured where the WRITEs arrive: the kernel's capture taps do not see what a packet
 # socket sends with PACKET_QDISC_BYPASS, as ferroce's AF_PACKET driver does.

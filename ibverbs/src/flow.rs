@@ -184,6 +184,14 @@ pub(crate) unsafe extern "C" fn create_flow(
     };
     // SAFETY: as above.
     let port = unsafe { (*attr).port };
+    // SAFETY: QPs are made with a live context.
+    let ports = unsafe { crate::objects::owner(q.base().context) }
+        .verbs
+        .query_device()
+        .phys_port_cnt;
+    if port == 0 || port > ports {
+        return fail(libc::EINVAL);
+    }
     if raw.port_num().is_ok_and(|p| p != port) && q.base().state != ffi::IBV_QPS_RESET {
         return fail(libc::EINVAL);
     }

@@ -8,7 +8,9 @@ use ferroce_verbs::MemoryRegion;
 
 use crate::device::set_errno;
 use crate::ffi;
-use crate::objects::{forget_handle, free, object, publish, register_handle, HandleKind, Pd};
+use crate::objects::{
+    forget_handle, free, hold_pd, object, publish, register_handle, release_pd, HandleKind, Pd,
+};
 
 /// A registered memory region.
 #[repr(C)]
@@ -77,8 +79,11 @@ fn reg(
                 },
                 mr: Some(Mutex::new(mr)),
             });
-            // SAFETY: just made, not yet the program's.
-            unsafe { (*m).handle = register_handle(HandleKind::Mr, m.cast()) };
+            // SAFETY: just made, not yet the program's; a live PD.
+            unsafe {
+                (*m).handle = register_handle(HandleKind::Mr, m.cast());
+                hold_pd(pd);
+            }
             m
         }
         Err(e) => {
@@ -148,6 +153,8 @@ pub unsafe extern "C" fn ferroce_ibv_dereg_mr(mr: *mut ffi::ibv_mr) -> c_int {
     if let Some(m) = unsafe { object::<Mr, _>(mr) } {
         if m.mr.is_some() {
             forget_handle(m.ibv.handle);
+            // SAFETY: the region's PD outlives it.
+            unsafe { release_pd(m.ibv.pd) };
         }
     }
     // SAFETY: per the contract.
@@ -218,8 +225,9 @@ pub unsafe extern "C" fn ferroce_ibv_rereg_mr(
     drop(r);
     // SAFETY: the program's MR header; libibverbs updates it the same way.
     unsafe {
-        if let Some(p) = new_pd {
-            let _ = p;
+        if new_pd.is_some() {
+            release_pd((*mr).pd);
+            hold_pd(pd);
             (*mr).pd = pd;
         }
         if memory.is_some() {

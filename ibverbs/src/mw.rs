@@ -17,7 +17,7 @@ use ferroce_verbs::MemoryWindow;
 
 use crate::device::set_errno;
 use crate::ffi;
-use crate::objects::{free, object, publish, Pd};
+use crate::objects::{free, hold_pd, object, publish, release_pd, Pd};
 use crate::qp::Qp;
 
 /// The `ibv_wr_*` operations memory windows add (`IBV_QP_EX_WITH_BIND_MW`, `_LOCAL_INV`).
@@ -59,16 +59,20 @@ pub(crate) unsafe extern "C" fn alloc_mw(
         }
     };
     match p.pd.alloc_mw(type2) {
-        Ok(mw) => publish(Mw {
-            ibv: ffi::ibv_mw {
-                context: p.ibv.context,
-                pd,
-                rkey: mw.rkey(),
-                handle: 0,
-                type_: t,
-            },
-            mw,
-        }),
+        Ok(mw) => {
+            // SAFETY: a live PD.
+            unsafe { hold_pd(pd) };
+            publish(Mw {
+                ibv: ffi::ibv_mw {
+                    context: p.ibv.context,
+                    pd,
+                    rkey: mw.rkey(),
+                    handle: 0,
+                    type_: t,
+                },
+                mw,
+            })
+        }
         Err(e) => {
             eprintln!("ferroce: ibv_alloc_mw: {e}");
             set_errno(libc::ENOMEM);
@@ -80,6 +84,11 @@ pub(crate) unsafe extern "C" fn alloc_mw(
 /// `ops.dealloc_mw`: the window's keys stop working at once.
 pub(crate) unsafe extern "C" fn dealloc_mw(mw: *mut ffi::ibv_mw) -> c_int {
     // SAFETY: the inline wrapper passes the program's window, not used again.
+    if let Some(w) = unsafe { object::<Mw, _>(mw) } {
+        // SAFETY: the window's PD outlives it.
+        unsafe { release_pd(w.ibv.pd) };
+    }
+    // SAFETY: as above.
     unsafe { free::<Mw, _>(mw) }
 }
 

@@ -3,6 +3,7 @@
 //! ferroce object behind it, boxed; the program's pointer is the box's.
 
 use std::ffi::c_int;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ferroce_stack::transport::AddressVector;
 use ferroce_verbs::{Gid, ProtectionDomain};
@@ -26,7 +27,43 @@ pub(crate) unsafe fn object<'a, T, H>(p: *mut H) -> Option<&'a T> {
 /// `p` came from [`publish`] as a `T` and is not used again.
 pub(crate) unsafe fn destroy<T, H>(p: *mut H) -> Option<Box<T>> {
     // SAFETY: per the contract.
-    (!p.is_null()).then(|| unsafe { Box::from_raw(p as *mut T) })
+    (!p.is_null()).then(|| {
+        LIVE.fetch_sub(1, Ordering::Relaxed);
+        // SAFETY: per the contract.
+        unsafe { Box::from_raw(p as *mut T) }
+    })
+}
+
+/// Counts an object made in `pd` (an MR, MW, QP, SRQ, AH, WQ): `ibv_dealloc_pd` is `EBUSY`
+/// until it goes, as the kernel refuses to free a PD that still has objects.
+///
+/// # Safety
+/// `pd` is null or a live PD.
+pub(crate) unsafe fn hold_pd(pd: *mut ffi::ibv_pd) {
+    // SAFETY: per the contract.
+    if let Some(p) = unsafe { object::<Pd, _>(pd) } {
+        p.children.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Undoes [`hold_pd`] when the object goes.
+///
+/// # Safety
+/// `pd` is null or a live PD that [`hold_pd`] counted the object in.
+pub(crate) unsafe fn release_pd(pd: *mut ffi::ibv_pd) {
+    // SAFETY: per the contract.
+    if let Some(p) = unsafe { object::<Pd, _>(pd) } {
+        p.children.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Objects handed out by [`publish`] and not yet destroyed.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// How many objects (PDs, MRs, CQs, QPs, ...; not contexts) the process holds: what a test
+/// that creates and destroys objects checks comes back to where it was.
+pub fn live_objects() -> usize {
+    LIVE.load(Ordering::Relaxed)
 }
 
 /// A destroy verb: frees the object, 0; EINVAL for a null pointer.
@@ -43,6 +80,7 @@ pub(crate) unsafe fn free<T, H>(p: *mut H) -> c_int {
 
 /// Hands an object to the program as a pointer to its header.
 pub(crate) fn publish<T, H>(obj: T) -> *mut H {
+    LIVE.fetch_add(1, Ordering::Relaxed);
     Box::into_raw(Box::new(obj)) as *mut H
 }
 
@@ -153,7 +191,8 @@ pub unsafe extern "C" fn ferroce_ibv_alloc_pd(ctx: *mut ffi::ibv_context) -> *mu
 }
 symver!(ferroce_ibv_alloc_pd => "ibv_alloc_pd" @ "IBVERBS_1.1");
 
-/// `ibv_dealloc_pd` (also of a parent domain): `EBUSY` while a parent domain stands on it.
+/// `ibv_dealloc_pd` (also of a parent domain): `EBUSY` while a parent domain stands on it
+/// or an object was made in it and not destroyed.
 ///
 /// # Safety
 /// `pd` came from `ibv_alloc_pd` (or `ibv_alloc_parent_domain`) and is not used again.
@@ -241,14 +280,18 @@ pub unsafe extern "C" fn ferroce_ibv_create_ah(
     // SAFETY: PDs are made with a live context.
     let c = unsafe { owner(p.ibv.context) };
     match path_of(c, a) {
-        Ok(av) => publish(Ah {
-            ibv: ffi::ibv_ah {
-                context: p.ibv.context,
-                pd,
-                handle: 0,
-            },
-            av,
-        }),
+        Ok(av) => {
+            // SAFETY: a live PD.
+            unsafe { hold_pd(pd) };
+            publish(Ah {
+                ibv: ffi::ibv_ah {
+                    context: p.ibv.context,
+                    pd,
+                    handle: 0,
+                },
+                av,
+            })
+        }
         Err(e) => {
             set_errno(e);
             std::ptr::null_mut()
@@ -389,6 +432,11 @@ symver!(ferroce_ibv_resolve_eth_l2_from_gid => "ibv_resolve_eth_l2_from_gid" @ "
 /// `ah` came from `ibv_create_ah` and is not used again.
 #[no_mangle]
 pub unsafe extern "C" fn ferroce_ibv_destroy_ah(ah: *mut ffi::ibv_ah) -> c_int {
+    // SAFETY: per the contract.
+    if let Some(a) = unsafe { object::<Ah, _>(ah) } {
+        // SAFETY: the AH's PD outlives it.
+        unsafe { release_pd(a.ibv.pd) };
+    }
     // SAFETY: per the contract.
     unsafe { free::<Ah, _>(ah) }
 }

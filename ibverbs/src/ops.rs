@@ -20,8 +20,20 @@ use crate::srq::Srq;
 /// Most scatter/gather elements in one WR (the device's `max_sge`).
 const MAX_SGE: usize = 30;
 
-/// The errno for a refused WR: a full queue is ENOMEM, as in libibverbs' providers.
+/// The errno for a refused send WR, as mlx5 gives it: a full queue, more gather elements or
+/// inline bytes than the QP was granted are ENOMEM (the WQE does not fit); the rest EINVAL.
 pub(crate) fn errno(e: PostError) -> c_int {
+    match e {
+        PostError::QueueFull(_)
+        | PostError::TooManySges { .. }
+        | PostError::InlineTooLong { .. } => libc::ENOMEM,
+        _ => libc::EINVAL,
+    }
+}
+
+/// The errno for a refused receive WR: a full queue is ENOMEM, anything else (too many
+/// scatter elements included) EINVAL, as mlx5 gives them.
+fn recv_errno(e: PostError) -> c_int {
     match e {
         PostError::QueueFull(_) => libc::ENOMEM,
         _ => libc::EINVAL,
@@ -85,7 +97,14 @@ pub(crate) unsafe fn post_one(q: &Qp, w: &ffi::ibv_send_wr) -> Result<(), c_int>
     }
     let mut list = [Sge::default(); MAX_SGE];
     // SAFETY: per the contract.
-    let n = unsafe { sges(w.sg_list, w.num_sge, &mut list) }.ok_or(libc::EINVAL)?;
+    let n = unsafe { sges(w.sg_list, w.num_sge, &mut list) }.ok_or(
+        // More elements than any QP is granted do not fit the WQE: ENOMEM, as mlx5 says.
+        if w.num_sge > MAX_SGE as c_int {
+            libc::ENOMEM
+        } else {
+            libc::EINVAL
+        },
+    )?;
     let flags = w.send_flags;
     // Only an inline WR pays for (and zeroes) the copy buffer.
     let mut inline;
@@ -97,7 +116,7 @@ pub(crate) unsafe fn post_one(q: &Qp, w: &ffi::ibv_send_wr) -> Result<(), c_int>
         for s in &list[..n] {
             let l = s.length as usize;
             if len + l > inline.len() {
-                return Err(libc::EINVAL);
+                return Err(libc::ENOMEM);
             }
             if l > 0 {
                 // SAFETY: the program promises `l` readable bytes at `addr` for an inline WR.
@@ -203,7 +222,7 @@ pub(crate) unsafe fn post_recvs(
                 wr_id: w.wr_id,
                 sg_list: &list[..n],
             })
-            .map_err(errno),
+            .map_err(recv_errno),
             None => Err(libc::EINVAL),
         };
         if let Err(e) = r {

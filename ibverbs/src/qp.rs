@@ -233,6 +233,8 @@ pub(crate) fn create(a: Create<'_>) -> Result<*mut ffi::ibv_qp, c_int> {
     unsafe { init_sync(&mut ibv.qp_base.mutex, &mut ibv.qp_base.cond) };
     scq.users.fetch_add(1, Ordering::AcqRel);
     rcq.users.fetch_add(1, Ordering::AcqRel);
+    // SAFETY: a live PD.
+    unsafe { crate::objects::hold_pd(a.pd) };
     if let Some(s) = srq {
         s.users.fetch_add(1, Ordering::AcqRel);
     }
@@ -377,6 +379,7 @@ pub unsafe extern "C" fn ferroce_ibv_destroy_qp(qp: *mut ffi::ibv_qp) -> c_int {
             }
         }
         crate::wq::release_table(q.ind_table);
+        crate::objects::release_pd(h.pd);
         if !h.srq.is_null() {
             crate::srq::srq_of(h.srq)
                 .users

@@ -62,6 +62,8 @@ fn create(
     unsafe { init_sync(&mut ibv.mutex, &mut ibv.cond) };
     let srq = p.pd.create_srq(max_wr, max_sge);
     let id = srq.id();
+    // SAFETY: a live PD.
+    unsafe { crate::objects::hold_pd(pd) };
     let ptr: *mut ffi::ibv_srq = publish(Srq {
         ibv,
         srq,
@@ -215,6 +217,8 @@ pub unsafe extern "C" fn ferroce_ibv_destroy_srq(srq: *mut ffi::ibv_srq) -> c_in
         s.async_reported
             .wait_acked(&mut h.mutex, &mut h.cond, &h.events_completed);
     }
+    // SAFETY: the SRQ's PD outlives it.
+    unsafe { crate::objects::release_pd(s.ibv.pd) };
     // SAFETY: per the contract.
     drop(unsafe { destroy::<Srq, _>(srq) });
     0

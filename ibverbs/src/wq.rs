@@ -128,6 +128,8 @@ unsafe fn make_wq(
     // SAFETY: fresh, unshared storage.
     unsafe { init_sync(&mut ibv.mutex, &mut ibv.cond) };
     cq.users.fetch_add(1, Ordering::AcqRel);
+    // SAFETY: a live PD.
+    unsafe { crate::objects::hold_pd(a.pd) };
     Ok(publish(Wq {
         ibv,
         wq,
@@ -191,6 +193,8 @@ pub(crate) unsafe extern "C" fn destroy_wq(wq: *mut ffi::ibv_wq) -> c_int {
     unsafe { crate::cq::cq_of(w.ibv.cq) }
         .users
         .fetch_sub(1, Ordering::AcqRel);
+    // SAFETY: the WQ's PD outlives it.
+    unsafe { crate::objects::release_pd(w.ibv.pd) };
     // SAFETY: per the contract, not used again.
     unsafe { free::<Wq, _>(wq) }
 }
@@ -339,6 +343,8 @@ pub(crate) unsafe fn create_rss_qp(
     // SAFETY: fresh, unshared storage.
     unsafe { init_sync(&mut ibv.qp_base.mutex, &mut ibv.qp_base.cond) };
     table.users.fetch_add(1, Ordering::AcqRel);
+    // SAFETY: a live PD.
+    unsafe { crate::objects::hold_pd(a.pd) };
     let ptr: *mut ffi::ibv_qp = publish(Qp {
         ibv,
         qp: QpKind::Raw(raw),

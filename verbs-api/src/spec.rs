@@ -1,5 +1,5 @@
 //! Devices opened from a specification string, as `FERROCE_DEVICES`, `ferroce perf --device`
-//! and the libibverbs drop-in name them: `afpacket:IFACE [gso]`, `tap:NAME[@IP]` and (with the
+//! and the libibverbs drop-in name them: `afpacket:IFACE [gso]`, `tap:NAME[@IP]`, `loop[:IP]` and (with the
 //! `dpdk` feature) `dpdk:EAL ARGS @IP [options]`. Each driver's options are parsed here, in one
 //! place; the simulated fabric's devices come from [`SimNet`](crate::sim::SimNet) instead.
 
@@ -14,7 +14,10 @@ use crate::verbs::{Context, VerbsError};
 /// Opens a device from its specification: `afpacket:IFACE [gso]` (a Linux interface through
 /// an AF_PACKET socket; `gso` sends runs of data packets as one segmented datagram, see
 /// [`AfPacketOptions`](ferroce_drivers::afpacket::AfPacketOptions)) or `tap:NAME[@IP]` (the far end of a TAP interface, with ferroce's own
-/// address on it); both need root. `sim` devices come in pairs from [`SimNet::pair`].
+/// address on it); both need root. `loop[:IP]` is a port with a loopback plug (no root, no
+/// network: its QPs reach each other by the port's own GID, through the engine's
+/// loopback; IP defaults to 10.0.9.1). `sim` devices come in pairs from
+/// [`SimNet::pair`].
 pub fn open_device(spec: &str) -> Result<Context, VerbsError> {
     open_device_with_pcap(spec, None)
 }
@@ -91,6 +94,15 @@ pub fn open_device_with_pcap(
             dev.join_loopback();
             Ok(Context { dev })
         }
+        _ if spec == "loop" || spec.starts_with("loop:") => {
+            let ip = match spec.strip_prefix("loop:") {
+                Some(ip) => ip.parse::<IpAddr>().map_err(|_| {
+                    VerbsError::Open(format!("'{ip}' in {spec} is not an IP address"))
+                })?,
+                None => IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 9, 1)),
+            };
+            device(spec, ferroce_drivers::pipe::plug(1500), ip, 0x100b, pcap, None)
+        }
         Some(("tap", rest)) if !rest.is_empty() => {
             let (name, ip) = match rest.split_once('@') {
                 Some((n, ip)) => {
@@ -114,7 +126,7 @@ pub fn open_device_with_pcap(
             dpdk_device(spec, &d, zero_copy, pcap)
         }
         _ => Err(VerbsError::Open(format!(
-            "unknown device '{spec}'; use sim, afpacket:IFACE[ gso] (e.g. afpacket:veth0), tap:NAME[@IP]{}",
+            "unknown device '{spec}'; use sim, afpacket:IFACE[ gso] (e.g. afpacket:veth0), tap:NAME[@IP], loop[:IP]{}",
             if cfg!(feature = "dpdk") { " or dpdk:EAL ARGS @IP [port=N] [queues=N] [cores=LIST] [desc=N] [zerocopy] [isolate] [control=smoltcp|kernel]" } else { " (dpdk: needs the dpdk feature)" }
         ))),
     }

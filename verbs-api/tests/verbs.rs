@@ -538,11 +538,15 @@ fn a_qp_moved_between_engines_mid_transfer_loses_nothing() {
 /// A device with two ports (two rails between two simulated hosts): the connection exchange
 /// carries both ports' addresses, each QP gets the peer's second port as its alternate path,
 /// and when rail 1's link fails in the middle of a WRITE stream with FETCH_ADDs among it the
-/// QPs move to port 2 on the link event and every WR completes, once.
+/// QPs move to port 2 on the link event and every WR completes, once. The device raises the
+/// port's error and the QP's path migration as asynchronous events.
 #[test]
 fn a_two_port_device_moves_its_qps_when_a_link_fails() {
     let (net, links, ca, cb) =
         SimNet::rails(21, LinkModel::new(25_000_000_000, 2_000), 4096).unwrap();
+    let events = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = events.clone();
+    assert!(ca.set_async_handler(Box::new(move |e| sink.lock().unwrap().push(e))));
     assert_eq!(ca.query_device().phys_port_cnt, 2);
     assert_eq!(&ca.query_gid_on(2, 0).unwrap().0[12..], &[10, 0, 1, 1]);
     assert_ne!(ca.port_mac(1).unwrap(), ca.port_mac(2).unwrap());
@@ -591,6 +595,16 @@ fn a_two_port_device_moves_its_qps_when_a_link_fails() {
     assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
     assert_eq!(a.qp.path_state().unwrap().0, Some(2), "moved to port 2");
     assert_eq!(b.qp.path_state().unwrap().0, Some(2), "the peer too");
+    let events = events.lock().unwrap().clone();
+    assert!(events.contains(&AsyncEvent::PortError(1)), "{events:?}");
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| **e == AsyncEvent::PathMigrated(a.qp.qpn()))
+            .count(),
+        1,
+        "{events:?}"
+    );
     // Each FETCH_ADD ran once: the results are 0..12 and the counter is 12.
     let mut seen: Vec<u64> = (0..12)
         .map(|i| {

@@ -42,6 +42,9 @@ pub(super) struct Slot {
     /// invalidate), which runs once everything posted before it has completed: send queue
     /// order, for the operations the engine carries out itself. Empty almost always.
     pub(super) parked: VecDeque<OwnedSendWr>,
+    /// The QP's path migrations as of the last settle: one more raises
+    /// `IBV_EVENT_PATH_MIG`.
+    pub(super) migrations: u64,
 }
 
 impl Slot {
@@ -216,9 +219,11 @@ impl EngineCore {
         recv_cq: Arc<CqShared>,
     ) {
         let qpn = qp.qpn().value();
+        let migrations = qp.path_migrations();
         self.qps.insert(
             qpn,
             Slot {
+                migrations,
                 qp,
                 shared,
                 send_cq,
@@ -531,6 +536,13 @@ impl EngineCore {
         let state = state_code(slot.qp.state());
         if sh.state.swap(state, Ordering::AcqRel) != state && slot.qp.state() == QpState::Err {
             Self::entered_error(slot);
+        }
+        let moves = slot.qp.path_migrations();
+        if moves != slot.migrations {
+            slot.migrations = moves;
+            slot.shared
+                .events
+                .emit(AsyncEvent::PathMigrated(slot.qp.qpn()));
         }
         let sh = &slot.shared;
         // Release the slots of the WRs the QP let go since the last settle.
