@@ -45,7 +45,6 @@ ALLOWED_SKIPS = [
     (r"^Allocating dmabuf is not supported", "dma-buf (another device's memory)"),
     (r"^Device \S+ doesn't have net interface$", "rdma_cm's sysfs net-interface lookup"),
     (r"^Create XRCD is not supported$", "XRC"),
-    (r"^Extended CQ is not supported$", "tag matching (its CQ needs IBV_WC_EX_WITH_TM_INFO)"),
     (r"^Can not run the test over non (MLX5|EFA) device$", "vendor-specific test"),
     (r"^Create player with xrc_send", "XRC"),
     (r"^ODP implicit is not supported$", "implicit on-demand paging (the whole address space)"),

@@ -138,6 +138,12 @@ fn mixed_run_capture_parses_and_covers_every_packet_kind() {
             swap: 1,
             ..SendWr::new(0, WrOpcode::CmpSwp, Payload::Sges(&res)).remote(0xa_0008, bk.rkey)
         });
+        // RDMA ATOMIC WRITE (IBTA 1.5): its 8 bytes inline.
+        let eight = (0x1122_3344_5566_7788u64 + round as u64).to_le_bytes();
+        post(
+            SendWr::new(0, WrOpcode::AtomicWrite, Payload::Inline(&eight))
+                .remote(0xa_0010, bk.rkey),
+        );
     }
     // SEND_WITH_INV (one packet and three) on regions b registers for them.
     for (i, s) in [&one, &three].into_iter().enumerate() {
@@ -185,7 +191,7 @@ fn mixed_run_capture_parses_and_covers_every_packet_kind() {
         .iter()
         .filter(|c| c.qp_num == Qpn::new(0x11))
         .collect();
-    assert_eq!(rc.len(), 54);
+    assert_eq!(rc.len(), 58);
     assert!(rc.iter().all(|c| c.status == WcStatus::Success), "{rc:#?}");
     let hosts = std::mem::take(&mut w.hosts);
     for h in hosts {

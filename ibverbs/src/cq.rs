@@ -132,11 +132,13 @@ unsafe fn ex<'a>(cq: *mut ffi::ibv_cq_ex) -> &'a Cq {
     unsafe { &*(cq as *const Cq) }
 }
 
-/// The `wc_flags` an extended CQ offers: the standard set, and timestamps on the engine's
-/// clock and on the wall clock. VLANs, flow tags and tag matching are not offered.
+/// The `wc_flags` an extended CQ offers: the standard set, timestamps on the engine's
+/// clock and on the wall clock, and tag matching's tag. VLANs and flow tags are not
+/// offered.
 const SUPPORTED_WC_FLAGS: u64 = ffi::IBV_WC_STANDARD_FLAGS as u64
     | ffi::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP as u64
-    | ffi::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK as u64;
+    | ffi::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK as u64
+    | ffi::IBV_WC_EX_WITH_TM_INFO as u64;
 
 /// Makes a CQ; Err holds the errno.
 fn create(
@@ -181,6 +183,7 @@ fn create(
         read_dlid_path_bits: Some(read_dlid_path_bits),
         read_completion_ts: Some(read_completion_ts),
         read_completion_wallclock_ns: Some(read_completion_wallclock_ns),
+        read_tm_info: Some(read_tm_info),
         ..Default::default()
     };
     // SAFETY: fresh, unshared storage.
@@ -505,4 +508,23 @@ unsafe extern "C" fn read_completion_ts(cq: *mut ffi::ibv_cq_ex) -> u64 {
 }
 unsafe extern "C" fn read_completion_wallclock_ns(cq: *mut ffi::ibv_cq_ex) -> u64 {
     read(cq, |_, ts, c| c.wall_zero.wrapping_add(ts))
+}
+/// A tag matching completion's tag and application context (0 for the others).
+unsafe extern "C" fn read_tm_info(cq: *mut ffi::ibv_cq_ex, info: *mut ffi::ibv_wc_tm_info) {
+    let matched = |w: &WorkCompletion| {
+        w.opcode == ferroce_verbs::WcOpcode::TmRecv
+            && w.wc_flags.contains(ferroce_verbs::WcFlags::TM_MATCH)
+    };
+    let (tag, ctx) = read(cq, |w, _, _| {
+        if matched(w) {
+            (w.tag, w.imm_data)
+        } else {
+            (0, 0)
+        }
+    });
+    // SAFETY: the program passes its structure (the header's inline wrapper).
+    if let Some(i) = unsafe { info.as_mut() } {
+        i.tag = tag;
+        i.priv_ = ctx;
+    }
 }

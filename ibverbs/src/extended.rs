@@ -9,6 +9,7 @@ pub(crate) fn install(v: &mut ffi::verbs_context) {
     v.create_qp_ex = Some(crate::qp::create_qp_ex);
     v.create_srq_ex = Some(crate::srq::create_srq_ex);
     v.get_srq_num = Some(crate::srq::get_srq_num);
+    v.post_srq_ops = Some(crate::srq::post_srq_ops);
     v.alloc_td = Some(crate::domain::alloc_td);
     v.dealloc_td = Some(crate::domain::dealloc_td);
     v.alloc_parent_domain = Some(crate::domain::alloc_parent_domain);
@@ -55,5 +56,6 @@ pub(crate) fn fill_device_attr_ex(a: &mut ffi::ibv_device_attr_ex) {
     a.odp_caps.per_transport_caps.uc_odp_caps = send_recv | ffi::IBV_ODP_SUPPORT_WRITE;
     a.odp_caps.per_transport_caps.ud_odp_caps = send_recv;
     a.rss_caps = crate::wq::rss_caps();
+    a.tm_caps = crate::srq::tm_caps();
     a.max_wq_type_rq = max_qp;
 }

@@ -368,6 +368,7 @@ mod tests {
             src_qp: Qpn::new(0),
             smac: ferroce_stack::wire::MacAddr([0; 6]),
             solicited: false,
+            tag: 0,
         };
         let out = to_wc(&wc);
         // SAFETY: reading the member just written.

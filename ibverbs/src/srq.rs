@@ -1,6 +1,8 @@
 //! Shared receive queues: create (basic and extended), query, modify (size, limit),
 //! destroy. Crossing an armed limit raises `IBV_EVENT_SRQ_LIMIT_REACHED` (see
-//! [`crate::events`]). XRC and tag-matching SRQs are not offered (`EOPNOTSUPP`).
+//! [`crate::events`]). Tag matching SRQs (`IBV_SRQT_TM`) hold tagged buffers besides their
+//! receives, manipulated by `ibv_post_srq_ops` and completed on the SRQ's CQ (see
+//! `ferroce_stack::transport::tm`); XRC SRQs are not offered (`EOPNOTSUPP`).
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -22,6 +24,26 @@ pub struct Srq {
     pub(crate) async_reported: Reported,
     /// QPs using it (it cannot be destroyed while any does).
     pub(crate) users: AtomicU32,
+    /// A tag matching SRQ's CQ (its address; 0 for others), which it keeps from going.
+    tm_cq: usize,
+}
+
+/// Tagged buffers a tag matching SRQ holds at most, operations outstanding, elements per
+/// tagged buffer, and the largest rendezvous request (`tm_caps`, as mlx5 reports them).
+pub(crate) const TM_MAX_TAGS: u32 = 127;
+pub(crate) const TM_MAX_OPS: u32 = 1 << 15;
+pub(crate) const TM_MAX_SGE: u32 = 1;
+pub(crate) const TM_MAX_RNDV_HDR: u32 = 64;
+
+/// The tag matching capabilities of `ibv_query_device_ex`.
+pub(crate) fn tm_caps() -> ffi::ibv_tm_caps {
+    ffi::ibv_tm_caps {
+        max_rndv_hdr_size: TM_MAX_RNDV_HDR,
+        max_num_tags: TM_MAX_TAGS,
+        flags: ffi::IBV_TM_CAP_RC,
+        max_ops: TM_MAX_OPS,
+        max_sge: TM_MAX_SGE,
+    }
 }
 
 /// The SRQ of a live SRQ pointer.
@@ -39,6 +61,7 @@ fn create(
     pd: *mut ffi::ibv_pd,
     srq_context: *mut c_void,
     attr: &mut ffi::ibv_srq_attr,
+    tm: Option<(u32, *mut ffi::ibv_cq)>,
 ) -> Result<*mut ffi::ibv_srq, c_int> {
     // SAFETY: null or a live PD, per the callers' contracts.
     let p = unsafe { object::<Pd, _>(pd) }.ok_or(libc::EINVAL)?;
@@ -60,7 +83,19 @@ fn create(
     };
     // SAFETY: fresh, unshared storage.
     unsafe { init_sync(&mut ibv.mutex, &mut ibv.cond) };
-    let srq = p.pd.create_srq(max_wr, max_sge);
+    let tm_cq = tm.map_or(0, |(_, cq)| cq as usize);
+    let srq = match tm {
+        None => p.pd.create_srq(max_wr, max_sge),
+        Some((max_tags, cq)) => {
+            // SAFETY: null or a live CQ, per the callers' contracts.
+            let cq = unsafe { object::<crate::cq::Cq, _>(cq) }.ok_or(libc::EINVAL)?;
+            if cq.ibv.context != p.ibv.context || max_tags > TM_MAX_TAGS {
+                return Err(libc::EINVAL);
+            }
+            cq.users.fetch_add(1, Ordering::AcqRel);
+            p.pd.create_tm_srq(max_wr, max_sge, max_tags.max(1), &cq.cq)
+        }
+    };
     let id = srq.id();
     // SAFETY: a live PD.
     unsafe { crate::objects::hold_pd(pd) };
@@ -69,6 +104,7 @@ fn create(
         srq,
         async_reported: Reported::default(),
         users: AtomicU32::new(0),
+        tm_cq,
     });
     c.events.register(Kind::Srq, id, ptr as *mut c_void);
     Ok(ptr)
@@ -88,7 +124,7 @@ pub unsafe extern "C" fn ferroce_ibv_create_srq(
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     };
-    match create(pd, a.srq_context, &mut a.attr) {
+    match create(pd, a.srq_context, &mut a.attr, None) {
         Ok(p) => p,
         Err(e) => {
             set_errno(e);
@@ -99,7 +135,8 @@ pub unsafe extern "C" fn ferroce_ibv_create_srq(
 symver!(ferroce_ibv_create_srq => "ibv_create_srq" @ "IBVERBS_1.1");
 
 /// `verbs_context.create_srq_ex` (the header's `ibv_create_srq_ex`): a basic SRQ on the PD
-/// given; XRC and tag-matching SRQs are `EOPNOTSUPP`.
+/// given, or a tag matching one (`IBV_SRQT_TM` with `IBV_SRQ_INIT_ATTR_TM` and its CQ);
+/// XRC SRQs are `EOPNOTSUPP`.
 pub(crate) unsafe extern "C" fn create_srq_ex(
     ctx: *mut ffi::ibv_context,
     attr: *mut ffi::ibv_srq_init_attr_ex,
@@ -118,11 +155,27 @@ pub(crate) unsafe extern "C" fn create_srq_ex(
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     }
-    if a.comp_mask & ffi::IBV_SRQ_INIT_ATTR_TYPE != 0 && a.srq_type != ffi::IBV_SRQT_BASIC {
-        set_errno(libc::EOPNOTSUPP);
-        return std::ptr::null_mut();
-    }
-    match create(a.pd, a.srq_context, &mut a.attr) {
+    let srq_type = if a.comp_mask & ffi::IBV_SRQ_INIT_ATTR_TYPE != 0 {
+        a.srq_type
+    } else {
+        ffi::IBV_SRQT_BASIC
+    };
+    let tm = match srq_type {
+        ffi::IBV_SRQT_BASIC => None,
+        ffi::IBV_SRQT_TM => {
+            let need = ffi::IBV_SRQ_INIT_ATTR_TM | ffi::IBV_SRQ_INIT_ATTR_CQ;
+            if a.comp_mask & need != need || a.tm_cap.max_ops > TM_MAX_OPS {
+                set_errno(libc::EINVAL);
+                return std::ptr::null_mut();
+            }
+            Some((a.tm_cap.max_num_tags, a.cq))
+        }
+        _ => {
+            set_errno(libc::EOPNOTSUPP);
+            return std::ptr::null_mut();
+        }
+    };
+    match create(a.pd, a.srq_context, &mut a.attr, tm) {
         Ok(p) => p,
         Err(e) => {
             set_errno(e);
@@ -217,10 +270,109 @@ pub unsafe extern "C" fn ferroce_ibv_destroy_srq(srq: *mut ffi::ibv_srq) -> c_in
         s.async_reported
             .wait_acked(&mut h.mutex, &mut h.cond, &h.events_completed);
     }
-    // SAFETY: the SRQ's PD outlives it.
-    unsafe { crate::objects::release_pd(s.ibv.pd) };
+    // SAFETY: the SRQ's PD and CQ outlive it.
+    unsafe {
+        crate::objects::release_pd(s.ibv.pd);
+        if s.tm_cq != 0 {
+            crate::cq::cq_of(s.tm_cq as *mut ffi::ibv_cq)
+                .users
+                .fetch_sub(1, Ordering::AcqRel);
+        }
+    }
     // SAFETY: per the contract.
     drop(unsafe { destroy::<Srq, _>(srq) });
     0
 }
 symver!(ferroce_ibv_destroy_srq => "ibv_destroy_srq" @ "IBVERBS_1.1");
+
+/// `verbs_context.post_srq_ops` (the header's `ibv_post_srq_ops`): tag list operations on a
+/// tag matching SRQ, in order; an add writes its handle into the WR. The first refused is
+/// returned in `bad_wr`: a full list is `ENOMEM`, a bad opcode, element count or an SRQ
+/// without tag matching `EINVAL`.
+pub(crate) unsafe extern "C" fn post_srq_ops(
+    srq: *mut ffi::ibv_srq,
+    wr: *mut ffi::ibv_ops_wr,
+    bad: *mut *mut ffi::ibv_ops_wr,
+) -> c_int {
+    // SAFETY: the inline wrapper passes the program's SRQ.
+    let Some(s) = (unsafe { object::<Srq, _>(srq) }) else {
+        return libc::EINVAL;
+    };
+    let mut cur = wr;
+    // SAFETY: the program's list of WRs, each valid until this returns.
+    while let Some(w) = unsafe { cur.as_mut() } {
+        // SAFETY: as above; the gather list is the program's.
+        let r = unsafe { post_op(s, w) };
+        if let Err(e) = r {
+            if !bad.is_null() {
+                // SAFETY: the program's out-pointer.
+                unsafe { *bad = cur };
+            }
+            return e;
+        }
+        cur = w.next;
+    }
+    0
+}
+
+/// One tag list operation.
+///
+/// # Safety
+/// `w`'s gather list holds `num_sge` elements.
+unsafe fn post_op(s: &Srq, w: &mut ffi::ibv_ops_wr) -> Result<(), c_int> {
+    if s.tm_cq == 0 {
+        return Err(libc::EINVAL);
+    }
+    let signaled = w.flags & ffi::IBV_OPS_SIGNALED as c_int != 0;
+    let unexpected = (w.flags & ffi::IBV_OPS_TM_SYNC as c_int != 0).then_some(w.tm.unexpected_cnt);
+    let mut list = [ferroce_verbs::Sge::default(); TM_MAX_SGE as usize];
+    let op = match w.opcode {
+        ffi::IBV_WR_TAG_ADD => {
+            let a = w.tm.add;
+            let n = usize::try_from(a.num_sge).map_err(|_| libc::EINVAL)?;
+            if n > list.len() || (n > 0 && a.sg_list.is_null()) {
+                return Err(libc::EINVAL);
+            }
+            for (i, slot) in list.iter_mut().enumerate().take(n) {
+                // SAFETY: `i < n` elements, per the contract.
+                let e = unsafe { &*a.sg_list.add(i) };
+                *slot = ferroce_verbs::Sge {
+                    addr: e.addr,
+                    length: e.length,
+                    lkey: e.lkey,
+                };
+            }
+            ferroce_verbs::TagOp::Add {
+                wr_id: w.wr_id,
+                unexpected,
+                tag: a.tag,
+                mask: a.mask,
+                recv_wr_id: a.recv_wr_id,
+                sg_list: &list[..n],
+                signaled,
+            }
+        }
+        ffi::IBV_WR_TAG_DEL => ferroce_verbs::TagOp::Del {
+            wr_id: w.wr_id,
+            unexpected,
+            handle: w.tm.handle,
+            signaled,
+        },
+        ffi::IBV_WR_TAG_SYNC => ferroce_verbs::TagOp::Sync {
+            wr_id: w.wr_id,
+            unexpected: w.tm.unexpected_cnt,
+            signaled,
+        },
+        _ => return Err(libc::EINVAL),
+    };
+    match s.srq.post_tag_op(&op) {
+        Ok(handle) => {
+            if w.opcode == ffi::IBV_WR_TAG_ADD {
+                w.tm.handle = handle;
+            }
+            Ok(())
+        }
+        Err(ferroce_verbs::PostError::QueueFull(_)) => Err(libc::ENOMEM),
+        Err(_) => Err(libc::EINVAL),
+    }
+}

@@ -35,5 +35,5 @@ pub use ferroce_stack::transport::{
 pub use verbs::{
     AddressHandle, CompletionChannel, CompletionQueue, Context, DeviceAttr, Flow, Gid,
     MemoryRegion, MemoryWindow, PortAttr, PortState, PostFailure, ProtectionDomain, QueuePair,
-    RawQueuePair, SharedReceiveQueue, VerbsError, GID_TABLE_LEN,
+    RawQueuePair, SharedReceiveQueue, TagOp, VerbsError, GID_TABLE_LEN,
 };

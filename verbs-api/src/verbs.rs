@@ -535,7 +535,35 @@ impl ProtectionDomain {
         srq.set_limit_handler(Box::new(move || {
             events.emit(crate::AsyncEvent::SrqLimitReached(id))
         }));
-        SharedReceiveQueue { srq, id }
+        SharedReceiveQueue {
+            srq,
+            id,
+            tm_cq: None,
+        }
+    }
+
+    /// `ibv_create_srq_ex` of a tag matching SRQ (`IBV_SRQT_TM`): ordinary receives, and a
+    /// list of up to `max_tags` tagged buffers (one element each), whose operations
+    /// ([`SharedReceiveQueue::post_tag_op`]) complete on `cq`. Messages to its QPs are
+    /// matched by their tag matching header (see `ferroce_stack::transport::tm`).
+    pub fn create_tm_srq(
+        &self,
+        max_wr: u32,
+        max_sge: u32,
+        max_tags: u32,
+        cq: &CompletionQueue,
+    ) -> SharedReceiveQueue {
+        let srq = ferroce_stack::transport::Srq::with_tag_matching(max_wr, max_sge, max_tags, 1);
+        let id = self.ctx.dev.next_id();
+        let events = self.ctx.dev.events.clone();
+        srq.set_limit_handler(Box::new(move || {
+            events.emit(crate::AsyncEvent::SrqLimitReached(id))
+        }));
+        SharedReceiveQueue {
+            srq,
+            id,
+            tm_cq: Some((cq.ctx.clone(), cq.shared.clone())),
+        }
     }
 
     /// `ibv_create_qp` with `srq` set: receives come from the shared queue.
@@ -547,6 +575,12 @@ impl ProtectionDomain {
         recv_cq: &CompletionQueue,
         srq: &SharedReceiveQueue,
     ) -> Result<QueuePair, VerbsError> {
+        // A tag matching SRQ reports its QPs' receives on its own CQ, as rdma-core has it.
+        let tm_cq = srq.tm_cq.as_ref().map(|(ctx, shared)| CompletionQueue {
+            ctx: ctx.clone(),
+            shared: shared.clone(),
+        });
+        let recv_cq = tm_cq.as_ref().unwrap_or(recv_cq);
         self.create(qp_type, caps, send_cq, recv_cq, Some(srq.srq.clone()))
     }
 
@@ -1038,6 +1072,54 @@ impl CompletionQueue {
 pub struct SharedReceiveQueue {
     srq: ferroce_stack::transport::Srq,
     id: u32,
+    /// A tag matching SRQ's CQ: where its tag list operations complete.
+    tm_cq: Option<(Context, Arc<CqShared>)>,
+}
+
+/// A tag list operation on a tag matching SRQ (`struct ibv_ops_wr`): each may report the
+/// count of unexpected messages software has handled (`IBV_OPS_TM_SYNC`; an add or remove
+/// without one goes by the count last reported), and completes on the SRQ's CQ when
+/// `signaled` (or when it fails).
+#[derive(Clone, Copy, Debug)]
+pub enum TagOp<'a> {
+    /// `IBV_WR_TAG_ADD`: a buffer for messages whose tag agrees with `tag` under `mask`,
+    /// completed as `recv_wr_id`.
+    Add {
+        /// The operation's id.
+        wr_id: u64,
+        /// Unexpected messages handled, if reported.
+        unexpected: Option<u32>,
+        /// The tag.
+        tag: u64,
+        /// Its mask.
+        mask: u64,
+        /// The id its receive completions carry.
+        recv_wr_id: u64,
+        /// The buffer.
+        sg_list: &'a [ferroce_stack::transport::Sge],
+        /// Complete it on success too.
+        signaled: bool,
+    },
+    /// `IBV_WR_TAG_DEL`: removes the tag with `handle`.
+    Del {
+        /// The operation's id.
+        wr_id: u64,
+        /// Unexpected messages handled, if reported.
+        unexpected: Option<u32>,
+        /// The tag's handle (from its add).
+        handle: u32,
+        /// Complete it on success too.
+        signaled: bool,
+    },
+    /// `IBV_WR_TAG_SYNC`: reports the count.
+    Sync {
+        /// The operation's id.
+        wr_id: u64,
+        /// Unexpected messages handled.
+        unexpected: u32,
+        /// Complete it on success too.
+        signaled: bool,
+    },
 }
 
 impl SharedReceiveQueue {
@@ -1070,6 +1152,70 @@ impl SharedReceiveQueue {
                 .map_err(|error| PostFailure { index, error })?;
         }
         Ok(())
+    }
+
+    /// `ibv_post_srq_ops` for one operation: the added tag's handle (0 for the others).
+    /// A failed add or remove (a stale unexpected count, a handle a message consumed)
+    /// completes with `IBV_WC_TM_ERR`; a full list or too many elements is refused here.
+    /// Completions carry `IBV_WC_TM_SYNC_REQ` while software is behind.
+    pub fn post_tag_op(&self, op: &TagOp<'_>) -> Result<u32, PostError> {
+        use ferroce_stack::transport::{TmError, WcFlags, WcOpcode, WcStatus, WorkCompletion};
+        let Some((ctx, cq)) = &self.tm_cq else {
+            return Err(PostError::UsesSrq);
+        };
+        let (wr_id, signaled, opcode, done): (_, _, _, Result<u32, TmError>) = match *op {
+            TagOp::Add {
+                wr_id,
+                unexpected,
+                tag,
+                mask,
+                recv_wr_id,
+                sg_list,
+                signaled,
+            } => (
+                wr_id,
+                signaled,
+                WcOpcode::TmAdd,
+                self.srq
+                    .add_tag(unexpected, tag, mask, recv_wr_id, sg_list)
+                    .expect("a tag matching SRQ"),
+            ),
+            TagOp::Del {
+                wr_id,
+                unexpected,
+                handle,
+                signaled,
+            } => (
+                wr_id,
+                signaled,
+                WcOpcode::TmDel,
+                self.srq
+                    .remove_tag(unexpected, handle)
+                    .expect("a tag matching SRQ")
+                    .map(|()| 0),
+            ),
+            TagOp::Sync {
+                wr_id,
+                unexpected,
+                signaled,
+            } => {
+                self.srq.sync_tags(unexpected);
+                (wr_id, signaled, WcOpcode::TmSync, Ok(0))
+            }
+        };
+        let status = match done {
+            Err(e @ (TmError::Full(_) | TmError::TooManySges { .. })) => return Err(e.into()),
+            Err(_) => WcStatus::TmErr,
+            Ok(_) => WcStatus::Success,
+        };
+        if signaled || status != WcStatus::Success {
+            let mut wc = WorkCompletion::of_request(wr_id, status, opcode, 0);
+            if self.srq.tag_sync_required() {
+                wc.wc_flags = WcFlags::TM_SYNC_REQ;
+            }
+            cq.push(wc, ctx.dev.now());
+        }
+        Ok(done.unwrap_or(0))
     }
 
     /// Receives waiting.

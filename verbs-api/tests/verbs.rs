@@ -794,3 +794,206 @@ fn rss_spreads_frames_over_work_queues_by_toeplitz_hash() {
     assert_eq!(per_wq, want);
     assert!(per_wq.iter().filter(|&&n| n > 0).count() > 1, "{per_wq:?}");
 }
+
+/// Tag matching (`IBV_SRQT_TM`) between two simulated hosts: `b`'s QP sits on a tag
+/// matching SRQ with tagged buffers. An eager message lands in the buffer its tag matches,
+/// without its header, across packets; one no tag matches goes whole to an ordinary receive
+/// and makes adds fail until software synchronizes; one sent without a tag too; a
+/// rendezvous request is completed as matched at once, its data read from the sender into
+/// the buffer (a second completion, `TM_DATA_VALID`), and a FIN carrying its headers reaches
+/// the sender; a buffer too small for a rendezvous gets its headers and
+/// `TM_RNDV_INCOMPLETE`.
+#[test]
+fn tag_matching_srq_matches_eager_and_rendezvous_messages() {
+    let (net, ca, cb) = SimNet::pair(41, LinkModel::default(), 1500, None).unwrap();
+    let a = end(&ca, 1 << 20, QpType::Rc);
+    let pb = cb.alloc_pd();
+    let all = Access::LOCAL_WRITE
+        .with(Access::REMOTE_WRITE)
+        .with(Access::REMOTE_READ);
+    let mb = pb.alloc_mr(1 << 20, all).unwrap();
+    let cqb = cb.create_cq(256, None);
+    let srq = pb.create_tm_srq(64, 1, 16, &cqb);
+    let qb = pb
+        .create_qp_with_srq(QpType::Rc, QpCaps::default(), &cqb, &cqb, &srq)
+        .unwrap();
+    let b = End {
+        ctx: cb.clone(),
+        cq: cqb,
+        qp: qb,
+        mr: mb,
+        _pd: pb,
+    };
+    wire(&a, &b);
+    for i in 0..4u64 {
+        srq.post_recv(&[RecvWr {
+            wr_id: 200 + i,
+            sg_list: &[b.mr.sge(0x1_0000 + 0x1000 * i as usize, 0x1000)],
+        }])
+        .unwrap();
+    }
+    let add = |tag: u64, unexpected: Option<u32>, at: usize, len: usize| {
+        let sge = [b.mr.sge(at, len)];
+        srq.post_tag_op(&TagOp::Add {
+            wr_id: 900 + tag,
+            unexpected,
+            tag,
+            mask: u64::MAX,
+            recv_wr_id: 100 + tag,
+            sg_list: &sge,
+            signaled: true,
+        })
+        .unwrap()
+    };
+    for tag in 1..=4u64 {
+        assert_ne!(
+            add(tag, Some(0), 0x4_0000 + 0x1000 * tag as usize, 0x1000),
+            0
+        );
+    }
+    let mut got = Vec::new();
+    b.cq.poll(&mut got, 16);
+    assert_eq!(got.len(), 4);
+    assert!(got.iter().all(|c| c.opcode == WcOpcode::TmAdd
+        && c.status == WcStatus::Success
+        && c.wc_flags == WcFlags(0)));
+    // IBV_TMH_NO_TAG 0, _RNDV 1, _FIN 2, _EAGER 3.
+    let tmh = |op: u8, tag: u64| {
+        let mut h = vec![op, 0, 0, 0, 0, 0, 0, 0x77];
+        h.extend_from_slice(&tag.to_be_bytes());
+        h
+    };
+    // Sends `msg` from a's memory at 0 and runs until b has `n` completions (a's SEND
+    // completion taken too).
+    let send = |msg: &[u8], n: usize| -> Vec<WorkCompletion> {
+        assert!(a.mr.write(0, msg));
+        a.qp.post_send(&[
+            SendWr::new(1, WrOpcode::Send, Payload::Sges(&[a.mr.sge(0, msg.len())]))
+                .flags(SendFlags::SIGNALED),
+        ])
+        .unwrap();
+        let (mut sa, mut sb) = (Vec::new(), Vec::new());
+        assert!(net.run_until(|| {
+            a.cq.poll(&mut sa, 16);
+            b.cq.poll(&mut sb, 16);
+            sa.iter().any(|c| c.opcode == WcOpcode::Send) && sb.len() >= n
+        }));
+        assert!(sa.iter().all(|c| c.status == WcStatus::Success), "{sa:?}");
+        sb
+    };
+
+    // Eager, tag 3, two packets of payload: into tag 3's buffer, header stripped.
+    let data: Vec<u8> = (0..2000u32).map(|i| (i * 7 + 1) as u8).collect();
+    let mut m = tmh(3, 3);
+    m.extend_from_slice(&data);
+    let c = send(&m, 1);
+    assert_eq!(c.len(), 1, "{c:?}");
+    let c = c[0];
+    assert_eq!(
+        (c.wr_id, c.opcode, c.status),
+        (103, WcOpcode::TmRecv, WcStatus::Success)
+    );
+    assert_eq!(c.wc_flags, WcFlags::TM_MATCH.with(WcFlags::TM_DATA_VALID));
+    assert_eq!((c.byte_len, c.tag, c.imm_data), (2000, 3, 0x77));
+    let mut out = vec![0u8; 2000];
+    assert!(b.mr.read(0x4_3000, &mut out));
+    assert_eq!(out, data);
+
+    // No tag matches 99: whole, into the first ordinary receive; adds now need a sync.
+    let m = tmh(3, 99);
+    let c = send(&m, 1)[0];
+    assert_eq!(
+        (c.wr_id, c.opcode, c.wc_flags),
+        (200, WcOpcode::TmRecv, WcFlags(0))
+    );
+    assert_eq!((c.byte_len, c.tag), (16, 0));
+    let mut out = vec![0u8; 16];
+    assert!(b.mr.read(0x1_0000, &mut out));
+    assert_eq!(out, m);
+    add(5, None, 0x4_5000, 0x1000);
+    let mut got = Vec::new();
+    b.cq.poll(&mut got, 4);
+    assert_eq!(got.len(), 1);
+    assert_eq!(
+        (got[0].opcode, got[0].status),
+        (WcOpcode::TmAdd, WcStatus::TmErr)
+    );
+    assert_eq!(got[0].wc_flags, WcFlags::TM_SYNC_REQ);
+    srq.post_tag_op(&TagOp::Sync {
+        wr_id: 7,
+        unexpected: 1,
+        signaled: true,
+    })
+    .unwrap();
+    got.clear();
+    b.cq.poll(&mut got, 4);
+    assert_eq!(
+        (got[0].opcode, got[0].status, got[0].wc_flags),
+        (WcOpcode::TmSync, WcStatus::Success, WcFlags(0))
+    );
+
+    // Without a tag: an ordinary receive, TM_NO_TAG.
+    let c = send(&tmh(0, 4), 1)[0];
+    assert_eq!(
+        (c.wr_id, c.opcode, c.wc_flags),
+        (201, WcOpcode::TmNoTag, WcFlags(0))
+    );
+
+    // Rendezvous for tag 7 (a 16 KiB buffer): 8000 bytes read from a, then a FIN to a.
+    add(7, None, 0x8_0000, 0x4000);
+    b.cq.poll(&mut got, 4);
+    let payload: Vec<u8> = (0..8000u32).map(|i| (i * 13 + 5) as u8).collect();
+    assert!(a.mr.write(0x5_0000, &payload));
+    a.qp.post_recv(&[RecvWr {
+        wr_id: 55,
+        sg_list: &[a.mr.sge(0x6_0000, 64)],
+    }])
+    .unwrap();
+    let rndv = |tag: u64| {
+        let mut m = tmh(1, tag);
+        m.extend_from_slice(&(a.mr.addr() + 0x5_0000).to_be_bytes());
+        m.extend_from_slice(&a.mr.rkey().to_be_bytes());
+        m.extend_from_slice(&8000u32.to_be_bytes());
+        m.extend_from_slice(b"meta data");
+        m
+    };
+    let m = rndv(7);
+    let c = send(&m, 2);
+    assert_eq!(c.len(), 2, "{c:?}");
+    assert_eq!(
+        (c[0].wr_id, c[0].opcode, c[0].wc_flags, c[0].tag),
+        (107, WcOpcode::TmRecv, WcFlags::TM_MATCH, 7)
+    );
+    assert_eq!(
+        (c[1].wr_id, c[1].opcode, c[1].wc_flags, c[1].byte_len),
+        (107, WcOpcode::TmRecv, WcFlags::TM_DATA_VALID, 8000)
+    );
+    assert!(c.iter().all(|c| c.status == WcStatus::Success));
+    let mut out = vec![0u8; 8000];
+    assert!(b.mr.read(0x8_0000, &mut out));
+    assert_eq!(out, payload);
+    let mut fin = Vec::new();
+    assert!(net.run_until(|| {
+        a.cq.poll(&mut fin, 4);
+        fin.iter().any(|c| c.opcode == WcOpcode::Recv)
+    }));
+    let f = fin.iter().find(|c| c.opcode == WcOpcode::Recv).unwrap();
+    assert_eq!((f.wr_id, f.byte_len, f.status), (55, 32, WcStatus::Success));
+    let mut h = vec![0u8; 32];
+    assert!(a.mr.read(0x6_0000, &mut h));
+    assert_eq!(h[0], 2, "the FIN opcode");
+    assert_eq!(h[1..32], m[1..32]);
+
+    // Tag 1's buffer holds 4 KiB: a rendezvous of 8000 bytes gets only its headers.
+    let m = rndv(1);
+    let c = send(&m, 1)[0];
+    assert_eq!(
+        (c.wr_id, c.opcode, c.status, c.tag),
+        (101, WcOpcode::TmRecv, WcStatus::TmRndvIncomplete, 1)
+    );
+    let mut out = vec![0u8; 32];
+    assert!(b.mr.read(0x4_1000, &mut out));
+    assert_eq!(out, m[..32]);
+    assert_eq!(a.qp.state(), QpState::Rts);
+    assert_eq!(b.qp.state(), QpState::Rts);
+}

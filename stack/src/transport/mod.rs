@@ -39,6 +39,7 @@ pub mod sink;
 pub mod srq;
 pub mod state;
 pub mod timers;
+pub mod tm;
 pub mod tx;
 pub mod wr;
 
@@ -62,6 +63,7 @@ pub use sg::{scatter_from_start, SgError};
 pub use sink::{Sunk, WriteImmSink};
 pub use srq::{Srq, SrqModifyError};
 pub use state::{check_modify, required_mask, AttrMask, ModifyError, QpState, QpType};
+pub use tm::TmError;
 pub use tx::TxOut;
 pub use wr::{
     OwnedSendWr, Payload, PostError, RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode,

@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use smallvec::SmallVec;
 
+use super::tm::{TagList, Taken, TmError};
 use super::wr::RecvWqe;
-use super::wr::{PostError, RecvWr};
+use super::wr::{PostError, RecvWr, Sge};
 
 struct Inner {
     queue: VecDeque<RecvWqe>,
@@ -18,6 +19,30 @@ struct Inner {
     /// `on_limit` runs once and the limit disarms (0).
     limit: u32,
     on_limit: Option<Box<dyn Fn() + Send + Sync>>,
+    /// A tag matching SRQ's tag list (see [`super::tm`]).
+    tm: Option<TagList>,
+}
+
+impl Inner {
+    fn pop(&mut self) -> Option<RecvWqe> {
+        pop_ordinary(&mut self.queue, &mut self.limit, &self.on_limit)
+    }
+}
+
+/// Takes the first ordinary receive, crossing the armed limit if it is.
+fn pop_ordinary(
+    queue: &mut VecDeque<RecvWqe>,
+    limit: &mut u32,
+    on_limit: &Option<Box<dyn Fn() + Send + Sync>>,
+) -> Option<RecvWqe> {
+    let w = queue.pop_front();
+    if w.is_some() && *limit != 0 && (queue.len() as u32) < *limit {
+        *limit = 0;
+        if let Some(f) = on_limit {
+            f();
+        }
+    }
+    w
 }
 
 impl std::fmt::Debug for Inner {
@@ -65,7 +90,74 @@ impl Srq {
             max_sge,
             limit: 0,
             on_limit: None,
+            tm: None,
         })))
+    }
+
+    /// A tag matching SRQ (`IBV_SRQT_TM`): ordinary receives as [`new`](Self::new), and a
+    /// list of up to `max_tags` tagged buffers of up to `tag_sge` elements each.
+    pub fn with_tag_matching(max_wr: u32, max_sge: u32, max_tags: u32, tag_sge: u32) -> Self {
+        let srq = Self::new(max_wr, max_sge);
+        srq.lock().tm = Some(TagList::new(max_tags, tag_sge));
+        srq
+    }
+
+    /// True for a tag matching SRQ.
+    pub fn is_tag_matching(&self) -> bool {
+        self.lock().tm.is_some()
+    }
+
+    /// Runs `f` on the tag list; `None` for an SRQ without one.
+    fn with_tags<T>(&self, f: impl FnOnce(&mut TagList) -> T) -> Option<T> {
+        self.lock().tm.as_mut().map(f)
+    }
+
+    /// `IBV_WR_TAG_ADD`: a tagged buffer for messages whose tag agrees with `tag` under
+    /// `mask`, completed with `recv_wr_id`; its handle. `unexpected`, when given, is the
+    /// count of unexpected messages software has handled (`IBV_OPS_TM_SYNC`).
+    pub fn add_tag(
+        &self,
+        unexpected: Option<u32>,
+        tag: u64,
+        mask: u64,
+        recv_wr_id: u64,
+        sges: &[Sge],
+    ) -> Option<Result<u32, TmError>> {
+        self.with_tags(|t| t.add(unexpected, tag, mask, recv_wr_id, sges))
+    }
+
+    /// `IBV_WR_TAG_DEL`.
+    pub fn remove_tag(&self, unexpected: Option<u32>, handle: u32) -> Option<Result<(), TmError>> {
+        self.with_tags(|t| t.remove(unexpected, handle))
+    }
+
+    /// `IBV_WR_TAG_SYNC`.
+    pub fn sync_tags(&self, unexpected: u32) -> Option<()> {
+        self.with_tags(|t| t.sync(unexpected))
+    }
+
+    /// True while software has not reported every unexpected message (what completions
+    /// flag with `IBV_WC_TM_SYNC_REQ`).
+    pub fn tag_sync_required(&self) -> bool {
+        self.with_tags(|t| t.sync_required()).unwrap_or(false)
+    }
+
+    /// The buffer a SEND whose first packet carries `payload` goes to, and why: for a tag
+    /// matching SRQ by its header, for any other the next receive.
+    pub(crate) fn take_message(&self, payload: &[u8]) -> Option<(RecvWqe, Taken)> {
+        let mut q = self.lock();
+        let Inner {
+            queue,
+            limit,
+            on_limit,
+            tm,
+            ..
+        } = &mut *q;
+        let mut ordinary = || pop_ordinary(queue, limit, on_limit);
+        match tm {
+            None => ordinary().map(|w| (w, Taken::Plain)),
+            Some(tm) => tm.take(payload, ordinary),
+        }
     }
 
     /// Runs `f` when an armed limit is crossed (what an RNIC reports as
@@ -144,15 +236,7 @@ impl Srq {
     }
 
     pub(crate) fn pop(&self) -> Option<RecvWqe> {
-        let mut q = self.lock();
-        let w = q.queue.pop_front();
-        if w.is_some() && q.limit != 0 && (q.queue.len() as u32) < q.limit {
-            q.limit = 0;
-            if let Some(f) = &q.on_limit {
-                f();
-            }
-        }
-        w
+        self.lock().pop()
     }
 
     /// Puts back a receive a dropped message had taken, first in line.

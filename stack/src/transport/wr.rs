@@ -105,6 +105,12 @@ impl SendFlags {
     pub const SOLICITED: Self = Self(4);
     /// The payload is carried in the request (copied at post time).
     pub const INLINE: Self = Self(8);
+    /// A request the QP made itself (a tag matching rendezvous READ or FIN): its completion
+    /// is the QP's to handle, never the program's. Not a flag programs can set: `post_send`
+    /// clears it.
+    pub(crate) const INTERNAL: Self = Self(1 << 31);
+    /// With `INTERNAL`: the READ of a matched rendezvous request's data.
+    pub(crate) const TM_READ: Self = Self(1 << 30);
 }
 
 /// Where a UD send goes: the peer's address vector, QPN and Q_Key.
@@ -346,6 +352,12 @@ pub enum WcStatus {
     /// A memory window bind or a local invalidate was refused (memory management
     /// operation error).
     MwBindErr = 6,
+    /// A tag matching list operation failed: a tag added while the queue's unexpected
+    /// count was stale, a tag removed that a message had consumed.
+    TmErr = 22,
+    /// A rendezvous request matched a tagged buffer too small for its data: the headers
+    /// are in the buffer, the data was not read.
+    TmRndvIncomplete = 23,
 }
 
 impl WcStatus {
@@ -364,6 +376,8 @@ impl WcStatus {
             Self::RemOpErr => "remote operation error",
             Self::RetryExcErr => "transport retry counter exceeded",
             Self::RnrRetryExcErr => "RNR retry counter exceeded",
+            Self::TmErr => "TM error",
+            Self::TmRndvIncomplete => "TM software rendezvous",
         }
     }
 }
@@ -398,6 +412,17 @@ pub enum WcOpcode {
     Recv = 128,
     /// A receive consumed by a WRITE with immediate.
     RecvRdmaWithImm = 129,
+    /// A tag was added to a tag matching SRQ's list.
+    TmAdd = 130,
+    /// A tag was removed from the list.
+    TmDel = 131,
+    /// The list's unexpected count was synchronized.
+    TmSync = 132,
+    /// A tag matching message: matched to a tagged buffer (`wc_flags` say how far), or
+    /// unexpected (no flags; in an ordinary receive of the SRQ).
+    TmRecv = 133,
+    /// A message sent without a tag, in an ordinary receive of the SRQ.
+    TmNoTag = 134,
 }
 
 impl WcOpcode {
@@ -420,6 +445,12 @@ impl WcFlags {
     pub const WITH_IMM: Self = Self(2);
     /// `invalidated_rkey` is valid.
     pub const WITH_INV: Self = Self(8);
+    /// The tag matching SRQ's unexpected count is behind: synchronize before adding tags.
+    pub const TM_SYNC_REQ: Self = Self(16);
+    /// A tagged buffer took the message ([`WorkCompletion::tag`] is its tag).
+    pub const TM_MATCH: Self = Self(32);
+    /// All of the matched message's data is in the tagged buffer.
+    pub const TM_DATA_VALID: Self = Self(64);
 }
 
 /// A work completion.
@@ -445,6 +476,9 @@ pub struct WorkCompletion {
     pub smac: MacAddr,
     /// The solicited-event bit of the message's last packet.
     pub solicited: bool,
+    /// A matched tag matching message: the tag its header carried (its `app_ctx` is in
+    /// `imm_data`), as `ibv_wc_read_tm_info` reads them.
+    pub tag: u64,
 }
 
 impl WorkCompletion {
@@ -469,6 +503,7 @@ impl WorkCompletion {
             src_qp: Qpn::new(0),
             smac: MacAddr([0; 6]),
             solicited: false,
+            tag: 0,
         }
     }
 }

@@ -624,6 +624,7 @@ pub(super) fn empty_wc(qpn: u32) -> WorkCompletion {
         src_qp: ferroce_stack::wire::Qpn::new(0),
         smac: ferroce_stack::wire::MacAddr([0; 6]),
         solicited: false,
+        tag: 0,
     }
 }
 

@@ -62,7 +62,7 @@ impl CqShared {
         }
     }
 
-    pub(super) fn push(&self, wc: WorkCompletion, now: u64) {
+    pub(crate) fn push(&self, wc: WorkCompletion, now: u64) {
         if self.queue.len() >= self.capacity.load(Ordering::Relaxed) {
             // The first completion lost is the error an RNIC reports; the CQ stays in it.
             if self.overruns.fetch_add(1, Ordering::Relaxed) == 0 {

@@ -37,8 +37,8 @@ use super::state::{check_modify, required_mask, AttrMask, ModifyError, QpState, 
 use super::timers::local_ack_timeout_ns;
 use super::tx::TxOut;
 use super::wr::{
-    Payload, PostError, RecvWr, SendFlags, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
-    WrOpcode,
+    Payload, PostError, RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
 };
 use crate::wire::{
     Checks, Malformed, Opcode, PathControl, PathControlKind, Psn, Qpn, RocePacket, RoceRepr,
@@ -335,6 +335,13 @@ pub(crate) struct Extensions {
     pub(crate) control: PathControlStats,
     /// DCQCN's notification point, once set or once a CE-marked packet came.
     pub(crate) np: Option<super::notify::Np>,
+    /// Tag matching rendezvous: reads to start, the FIN headers of the reads under way (in
+    /// posting order, which is completion order), FINs to send.
+    pub(crate) tm_reads: VecDeque<(RecvWqe, super::tm::Rendezvous)>,
+    pub(crate) tm_inflight: VecDeque<[u8; super::tm::TMH_LEN + super::tm::RVH_LEN]>,
+    pub(crate) tm_fins: VecDeque<[u8; super::tm::TMH_LEN + super::tm::RVH_LEN]>,
+    /// Requests of the QP's own in the send queue (not the program's to count).
+    pub(crate) tm_queued: usize,
 }
 
 /// What a QP's path control exchange did (see [`Qp::path_control_stats`]).
@@ -543,7 +550,7 @@ impl Qp {
 
     /// Send WRs posted and not yet completed.
     pub fn send_queue_len(&self) -> usize {
-        self.req.sq.len()
+        self.req.sq.len() - self.cx.ext.as_ref().map_or(0, |e| e.tm_queued)
     }
 
     /// Receive WRs posted and not yet consumed.
@@ -1106,6 +1113,10 @@ impl Qp {
         if let Some(e) = self.cx.ext.as_mut() {
             e.paths = None;
             e.control_out = None;
+            e.tm_reads.clear();
+            e.tm_inflight.clear();
+            e.tm_fins.clear();
+            e.tm_queued = 0;
             if let Some(d) = e.discovery.as_mut() {
                 *d = Discovery::new(d.local);
             }
@@ -1138,7 +1149,7 @@ impl Qp {
         if (t == QpType::Ud) != wr.ud.is_some() {
             return Err(PostError::Destination);
         }
-        if self.req.sq.len() >= self.cx.caps.max_send_wr as usize {
+        if self.send_queue_len() >= self.cx.caps.max_send_wr as usize {
             return Err(PostError::QueueFull(self.cx.caps.max_send_wr));
         }
         let (data, len) = match wr.payload {
@@ -1177,7 +1188,7 @@ impl Qp {
         let wqe = SendWqe {
             wr_id: wr.wr_id,
             op: wr.opcode,
-            flags: wr.flags,
+            flags: SendFlags(wr.flags.0 & !(SendFlags::INTERNAL.0 | SendFlags::TM_READ.0)),
             imm: wr.imm_data,
             remote_addr: wr.remote_addr,
             rkey: wr.rkey,
@@ -1305,6 +1316,76 @@ impl Qp {
         } else {
             self.resp.receive(&mut self.cx, pkt, mem);
             self.apply_failure();
+        }
+        if self.cx.ext.is_some() {
+            self.run_tag_matching();
+        }
+    }
+
+    /// Queues the requests tag matching owes: the READs of matched rendezvous requests and
+    /// the FINs of finished ones, behind whatever the program posted, past the queue's
+    /// depth (the TM-SRQ owns the QP's send queue for these, as rdma-core describes). A QP
+    /// that cannot send any more fails the READs as flushed.
+    #[inline]
+    fn run_tag_matching(&mut self) {
+        let Some(e) = self.cx.ext.as_deref_mut() else {
+            return;
+        };
+        if e.tm_reads.is_empty() && e.tm_fins.is_empty() {
+            return;
+        }
+        let sending = matches!(self.cx.state, QpState::Rts | QpState::Sqd);
+        let mut flushed = Vec::new();
+        while let Some((w, r)) = e.tm_reads.pop_front() {
+            if !sending {
+                flushed.push(w.wr_id);
+                continue;
+            }
+            e.tm_inflight.push_back(r.headers);
+            e.tm_queued += 1;
+            self.req.sq.push_back(SendWqe {
+                wr_id: w.wr_id,
+                op: WrOpcode::Read,
+                flags: SendFlags::INTERNAL
+                    .with(SendFlags::TM_READ)
+                    .with(SendFlags::SIGNALED),
+                imm: 0,
+                remote_addr: r.va,
+                rkey: r.rkey,
+                compare_add: 0,
+                swap: 0,
+                data: WqeData::Sges(w.sges),
+                len: r.len,
+                ud: None,
+                first_psn: Psn::new(0),
+                npkts: 0,
+            });
+        }
+        while let Some(h) = e.tm_fins.pop_front() {
+            if !sending {
+                continue;
+            }
+            e.tm_queued += 1;
+            self.req.sq.push_back(SendWqe {
+                wr_id: 0,
+                op: WrOpcode::Send,
+                flags: SendFlags::INTERNAL,
+                imm: 0,
+                remote_addr: 0,
+                rkey: 0,
+                compare_add: 0,
+                swap: 0,
+                data: WqeData::Inline(SmallVec::from_slice(&h)),
+                len: h.len() as u32,
+                ud: None,
+                first_psn: Psn::new(0),
+                npkts: 0,
+            });
+        }
+        for wr_id in flushed {
+            let wc =
+                WorkCompletion::new(wr_id, WcStatus::WrFlushErr, WcOpcode::TmRecv, self.cx.qpn);
+            self.cx.completions.push_back(wc);
         }
     }
 
@@ -1620,6 +1701,10 @@ impl QpContext {
     }
 
     pub(crate) fn push_send_completion(&mut self, w: &SendWqe, status: WcStatus, byte_len: u32) {
+        if w.flags.contains(SendFlags::INTERNAL) {
+            self.internal_done(w, status, byte_len);
+            return;
+        }
         let signaled = self.caps.sq_sig_all || w.flags.contains(SendFlags::SIGNALED);
         match status {
             WcStatus::Success if !signaled => return,
@@ -1630,6 +1715,39 @@ impl QpContext {
         let mut wc = WorkCompletion::new(w.wr_id, status, w.op.wc_opcode(), self.qpn);
         wc.byte_len = byte_len;
         self.completions.push_back(wc);
+    }
+
+    /// A request the QP made itself finished. A rendezvous READ completes its tagged buffer
+    /// (`IBV_WC_TM_RECV` with `TM_DATA_VALID`, or the READ's error) and, done, owes the
+    /// sender its FIN; a FIN's own completion is nobody's.
+    #[cold]
+    fn internal_done(&mut self, w: &SendWqe, status: WcStatus, byte_len: u32) {
+        let e = self.ext.get_or_insert_with(Box::default);
+        e.tm_queued = e.tm_queued.saturating_sub(1);
+        if !w.flags.contains(SendFlags::TM_READ) {
+            return;
+        }
+        let headers = e.tm_inflight.pop_front();
+        let mut wc = WorkCompletion::new(w.wr_id, status, WcOpcode::TmRecv, self.qpn);
+        if status == WcStatus::Success {
+            wc.wc_flags = WcFlags::TM_DATA_VALID;
+            wc.byte_len = byte_len;
+            if let Some(h) = headers {
+                e.tm_fins.push_back(h);
+            }
+        } else {
+            self.counters.resp_cqe_error += 1;
+        }
+        self.completions.push_back(wc);
+    }
+
+    /// A tagged buffer took a rendezvous request: the QP reads the data into it (started
+    /// by [`Qp::run_tag_matching`] once the packet is handled).
+    pub(crate) fn tm_read(&mut self, w: RecvWqe, read: super::tm::Rendezvous) {
+        self.ext
+            .get_or_insert_with(Box::default)
+            .tm_reads
+            .push_back((w, read));
     }
 
     pub(crate) fn push_recv_flush(&mut self, w: &RecvWqe) {

@@ -17,6 +17,7 @@ use crate::transport::sg::{self, SgError};
 use crate::transport::sink::Sunk;
 use crate::transport::srq::Srq;
 use crate::transport::state::{QpState, QpType};
+use crate::transport::tm::{Taken, TMH_LEN};
 use crate::transport::tx::{self, TxOut};
 use crate::transport::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::wire::{
@@ -129,6 +130,9 @@ enum MsgKind {
 enum InMsg {
     Send {
         offset: u32,
+        /// The rest of a rendezvous request a tagged buffer took at its first packet: the
+        /// data comes by READ, these bytes land nowhere.
+        discard: bool,
     },
     Write {
         va: u64,
@@ -191,6 +195,8 @@ pub(crate) struct Responder {
     atomics: VecDeque<(Psn, u64)>,
     /// Placement delivery only (boxed: Go-Back-N QPs carry a pointer, not the state).
     pub(crate) ooo: Option<Box<Ooo>>,
+    /// Where the SEND in progress goes on a tag matching SRQ, when not an ordinary receive.
+    tm: Option<Box<Taken>>,
 }
 
 impl Responder {
@@ -221,6 +227,7 @@ impl Responder {
             replies: VecDeque::new(),
             atomics: VecDeque::new(),
             ooo: None,
+            tm: None,
         }
     }
 
@@ -594,18 +601,51 @@ impl Responder {
         last: bool,
     ) -> Result<(), Fault> {
         if starts {
-            // A receive left from a message UC dropped goes back first.
-            self.return_recv();
-            self.cur_recv = self.take_recv();
+            // A receive left from a message UC dropped goes back first (tag matching is RC
+            // only, so such a receive is an ordinary one).
+            if self.tm.is_none() {
+                self.return_recv();
+            }
+            self.tm = None;
+            self.cur_recv = match &self.srq {
+                Some(srq) => match srq.take_message(pkt.payload) {
+                    Some((w, Taken::Plain)) => Some(w),
+                    Some((w, t)) => {
+                        self.tm = Some(Box::new(t));
+                        Some(w)
+                    }
+                    None => None,
+                },
+                None => self.rq.pop_front(),
+            };
+            if matches!(self.tm.as_deref(), Some(Taken::Rndv { .. })) {
+                return self.start_rendezvous(cx, pkt, mem, last);
+            }
+        }
+        let (offset, discard) = match self.msg {
+            Some(InMsg::Send { offset, discard }) if !starts => (offset, discard),
+            _ => (0, false),
+        };
+        if discard {
+            if last {
+                self.msg = None;
+                self.msn = self.msn.next();
+            }
+            return Ok(());
         }
         let Some(wqe) = self.cur_recv.as_ref() else {
             return Err(Fault::NoReceive);
         };
-        let offset = match self.msg {
-            Some(InMsg::Send { offset }) if !starts => offset,
-            _ => 0,
+        // A matched eager message lands without its tag matching header.
+        let (data, at) = match self.tm.as_deref() {
+            Some(Taken::Eager { .. }) => {
+                let skip = (TMH_LEN as u32).saturating_sub(offset) as usize;
+                let at = (offset as usize + skip - TMH_LEN) as u64;
+                (pkt.payload.get(skip..).unwrap_or(&[]), at)
+            }
+            _ => (pkt.payload, u64::from(offset)),
         };
-        match sg::scatter(mem, cx.pd, &wqe.sges, u64::from(offset), pkt.payload) {
+        match sg::scatter(mem, cx.pd, &wqe.sges, at, data) {
             Ok(()) => {}
             Err(SgError::Length) => {
                 cx.counters.resp_local_length_error += 1;
@@ -623,7 +663,10 @@ impl Responder {
         }
         let offset = offset + pkt.payload.len() as u32;
         if !last {
-            self.msg = Some(InMsg::Send { offset });
+            self.msg = Some(InMsg::Send {
+                offset,
+                discard: false,
+            });
             return Ok(());
         }
         let ext = &pkt.repr.ext;
@@ -646,14 +689,75 @@ impl Responder {
         let Some(w) = self.cur_recv.take() else {
             return Err(Fault::NoReceive);
         };
-        let mut wc = WorkCompletion::new(w.wr_id, WcStatus::Success, WcOpcode::Recv, cx.qpn);
-        wc.byte_len = offset;
+        let (opcode, byte_len, tag) = match self.tm.take().map(|t| *t) {
+            None | Some(Taken::Plain | Taken::Rndv { .. }) => (WcOpcode::Recv, offset, 0),
+            Some(Taken::NoTag) => (WcOpcode::TmNoTag, offset, 0),
+            Some(Taken::Unexpected) => (WcOpcode::TmRecv, offset, 0),
+            Some(Taken::Eager { tag, app_ctx }) => {
+                flags = flags.with(WcFlags::TM_MATCH).with(WcFlags::TM_DATA_VALID);
+                if ext.imm_dt.is_none() && ext.ieth.is_none() {
+                    imm = app_ctx;
+                }
+                (WcOpcode::TmRecv, offset.saturating_sub(TMH_LEN as u32), tag)
+            }
+        };
+        let mut wc = WorkCompletion::new(w.wr_id, WcStatus::Success, opcode, cx.qpn);
+        wc.byte_len = byte_len;
         wc.imm_data = imm;
         wc.wc_flags = flags;
+        wc.tag = tag;
         wc.solicited = pkt.repr.bth.solicited;
         cx.completions.push_back(wc);
         self.msg = None;
         self.msn = self.msn.next();
+        Ok(())
+    }
+
+    /// A rendezvous request a tagged buffer took: the match completes now (`TM_MATCH`,
+    /// no data yet) and the QP reads the data into the buffer ([`QpContext::tm_read`]),
+    /// completing it again with `TM_DATA_VALID` and telling the sender with a FIN. A buffer
+    /// too small for the data gets the headers instead, completed `TM_RNDV_INCOMPLETE` for
+    /// software to finish. The rest of the request's packets land nowhere.
+    #[cold]
+    fn start_rendezvous(
+        &mut self,
+        cx: &mut QpContext,
+        pkt: &RocePacket<'_>,
+        mem: &mut MrTable,
+        last: bool,
+    ) -> Result<(), Fault> {
+        let (Some(w), Some(Taken::Rndv { tag, app_ctx, read })) =
+            (self.cur_recv.take(), self.tm.take().map(|t| *t))
+        else {
+            return Err(Fault::NoReceive);
+        };
+        let room = sg::total_len(&w.sges);
+        let mut wc = WorkCompletion::new(w.wr_id, WcStatus::Success, WcOpcode::TmRecv, cx.qpn);
+        wc.wc_flags = WcFlags::TM_MATCH;
+        wc.tag = tag;
+        wc.imm_data = app_ctx;
+        if u64::from(read.len) > room {
+            let headers = &pkt.payload[..pkt.payload.len().min(read.headers.len())];
+            wc.status = match sg::scatter(mem, cx.pd, &w.sges, 0, headers) {
+                Ok(()) => WcStatus::TmRndvIncomplete,
+                Err(SgError::Length) => WcStatus::LocLenErr,
+                Err(SgError::Access(_)) => WcStatus::LocProtErr,
+            };
+            wc.byte_len = headers.len() as u32;
+            cx.completions.push_back(wc);
+        } else {
+            cx.completions.push_back(wc);
+            cx.tm_read(w, read);
+        }
+        if last {
+            self.msg = None;
+            self.msn = self.msn.next();
+        } else {
+            self.msg = Some(InMsg::Send {
+                offset: pkt.payload.len() as u32,
+                discard: true,
+            });
+        }
         Ok(())
     }
 
