@@ -13,11 +13,16 @@ use std::process::Command;
 
 const SYSTEM: &str = "/usr/lib/x86_64-linux-gnu/libibverbs.so.1";
 
-/// The built drop-in: `target/<profile>/libibverbs.so`, beside this test's `deps/`.
+/// The built drop-in: cargo builds the crate's cdylib beside this test in `deps/` (it
+/// copies it up to `target/<profile>/` only for `cargo build`).
 fn ours() -> PathBuf {
     let exe = std::env::current_exe().expect("test path");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    dir.join("libibverbs.so")
+    let deps = exe.parent().expect("deps dir");
+    let beside = deps.join("libibverbs.so");
+    if beside.exists() {
+        return beside;
+    }
+    deps.parent().expect("target dir").join("libibverbs.so")
 }
 
 /// `(version, name)` of every function and object a library exports at its default version.
