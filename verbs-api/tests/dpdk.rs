@@ -8,6 +8,9 @@ use ferroce_verbs::connect::{connect_qp, ConnectOpts, Endpoint};
 use ferroce_verbs::spec::open_device;
 use ferroce_verbs::*;
 
+mod common;
+use common::through_the_port;
+
 #[test]
 fn rc_traffic_through_dpdk_ring_ports_with_and_without_zero_copy() {
     let eal = format!(
@@ -77,7 +80,8 @@ fn rc_write_send_read(ctx: &Context) -> PortCounters {
     let qb = pd
         .create_qp(QpType::Rc, QpCaps::default(), &cq, &cq)
         .unwrap();
-    let ep = |qp: &QueuePair, mr: &MemoryRegion, psn| Endpoint::of(ctx, qp, mr, psn);
+    let ep =
+        |qp: &QueuePair, mr: &MemoryRegion, psn| through_the_port(Endpoint::of(ctx, qp, mr, psn));
     let (ea, eb) = (ep(&qa, &ma, 1), ep(&qb, &mb, 2));
     let o = ConnectOpts {
         mtu: Mtu::Mtu1024,
@@ -136,7 +140,8 @@ fn moves_when_port_1_goes_down(ctx: &Context, dpdk_port: u16) {
     let qb = pd
         .create_qp(QpType::Rc, QpCaps::default(), &cq, &cq)
         .unwrap();
-    let ep = |qp: &QueuePair, mr: &MemoryRegion, psn| Endpoint::of(ctx, qp, mr, psn);
+    let ep =
+        |qp: &QueuePair, mr: &MemoryRegion, psn| through_the_port(Endpoint::of(ctx, qp, mr, psn));
     let (ea, eb) = (ep(&qa, &ma, 5), ep(&qb, &mb, 6));
     let o = ConnectOpts {
         mtu: Mtu::Mtu1024,

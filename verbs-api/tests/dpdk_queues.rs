@@ -15,6 +15,9 @@ use ferroce_verbs::connect::{connect_qp, ConnectOpts, Endpoint};
 use ferroce_verbs::spec::{open_device, open_device_with_pcap};
 use ferroce_verbs::*;
 
+mod common;
+use common::through_the_port;
+
 const QUEUES: u32 = 4;
 const LEN: usize = 100_000;
 const ADDS: u64 = 50;
@@ -118,7 +121,7 @@ fn traffic(ctx: &Context, queues: u32) -> PortCounters {
         across.contains(&true) && across.contains(&false),
         "{across:?}"
     );
-    let ep = |qp: &QueuePair, psn| Endpoint::of(ctx, qp, &mr, psn);
+    let ep = |qp: &QueuePair, psn| through_the_port(Endpoint::of(ctx, qp, &mr, psn));
     let o = ConnectOpts::default();
     for &(a, b) in &pairs {
         let (pa, pb) = (a as u32 * 100, b as u32 * 100 + 7);

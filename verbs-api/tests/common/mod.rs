@@ -17,3 +17,15 @@ pub struct End {
 pub fn endpoint(e: &End, psn: u32) -> Endpoint {
     Endpoint::of(&e.ctx, &e.qp, &e.mr, psn)
 }
+
+/// `e` with MACs that are not the port's: a frame to the port's own MAC never leaves it
+/// (the engine loops it back, as a ConnectX port does), and the DPDK tests are about the
+/// frames DPDK's rings carry. A net_ring hands them back to the port, whose engine takes
+/// them by QP number.
+pub fn through_the_port(mut e: Endpoint) -> Endpoint {
+    e.mac = ferroce_stack::wire::MacAddr([0x02, 0, 0, 0, 0x77, 0x01]);
+    if let Some((_, mac)) = e.alt.as_mut() {
+        *mac = ferroce_stack::wire::MacAddr([0x02, 0, 0, 0, 0x77, 0x02]);
+    }
+    e
+}
