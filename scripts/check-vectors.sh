@@ -8,6 +8,7 @@
 # 2. scapy must find every golden ICRC correct, and tshark every IPv4 header checksum.
 # 3. A fresh capture from the simulated fabric (`ferroce demo --pcap`) must read the same in
 #    tshark and in `ferroce decode`, field by field.
+# 4. A mixed transport run and 5. CM MADs on QP1 (below, where each is run).
 #
 # Needs: tshark, and a python with scapy >= 2.6 (SCAPY_PYTHON, default python3).
 set -euo pipefail
@@ -72,3 +73,14 @@ bad_sum=$(tshark -r "$mixed" -o ip.check_checksum:TRUE -Y 'ip.checksum.status ==
 malformed=$(tshark -r "$mixed" -Y '_ws.malformed || _ws.expert.severity >= "error"' 2>/dev/null | wc -l)
 [ "$malformed" -eq 0 ] || { echo "check-vectors: tshark flags $malformed transport frames as malformed"; exit 1; }
 echo "check-vectors: transport capture: $good/$frames ICRCs correct per scapy, tshark finds no malformed frame"
+
+# 5. Communication management MADs on QP1 (REQ, MRA, REP, RTU, DREQ, DREP, REJ, SIDR_REQ,
+#    SIDR_REP with the rdma_cm IP header), captured by tests/cm_wire.rs: tshark must read
+#    every field ferroce meant (tests/cm_wire.rs writes the expectation beside the capture),
+#    and flag no frame as malformed.
+cm=target/tmp/cm-mads.pcap
+[ -f "$cm" ] || cargo test -q --test cm_wire >/dev/null
+printf 'check-vectors: CM MADs vs tshark: '
+tshark -r "$cm" -T json 2>/dev/null | python3 scripts/vectors/cm_check.py target/tmp/cm-mads.expect.json
+malformed=$(tshark -r "$cm" -Y '_ws.malformed || _ws.expert.severity >= "error"' 2>/dev/null | wc -l)
+[ "$malformed" -eq 0 ] || { echo "check-vectors: tshark flags $malformed CM frames as malformed"; exit 1; }

@@ -109,8 +109,8 @@ r = json.load(sys.stdin)
 assert r["frames_sent"] == 20000 and r["receiver"]["valid"] > 0, r
 print("demo:", r["receiver"]["valid"], "valid frames of", r["frames_sent"])'
 
-step "fuzz the frame parser for ${FUZZ_SECONDS:-60} s, the QP for half that, the gso splitter and the SDR receiver for a third each"
-mkdir -p fuzz/corpus/parse_frame fuzz/corpus/qp_frames fuzz/corpus/gso_split fuzz/corpus/sdr_packets fuzz/seeds/sdr_packets
+step "fuzz the frame parser for ${FUZZ_SECONDS:-60} s, the QP for half that, the gso splitter and the SDR receiver for a third each, the CM MAD parser for a quarter"
+mkdir -p fuzz/corpus/parse_frame fuzz/corpus/qp_frames fuzz/corpus/gso_split fuzz/corpus/sdr_packets fuzz/seeds/sdr_packets fuzz/corpus/cm_mad fuzz/seeds/cm_mad
 fuzz_run() {
   (cd fuzz && cargo fuzz run "$1" -s none "corpus/$1" "seeds/$1" -- \
     -max_total_time="$2" -print_final_stats=1 2>&1 | grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|Done )|ERROR|panicked" ) || {
@@ -120,6 +120,7 @@ fuzz_run parse_frame "${FUZZ_SECONDS:-60}"
 fuzz_run qp_frames "$(( ${FUZZ_SECONDS:-60} / 2 ))"
 fuzz_run gso_split "$(( ${FUZZ_SECONDS:-60} / 3 ))"
 fuzz_run sdr_packets "$(( ${FUZZ_SECONDS:-60} / 3 ))"
+fuzz_run cm_mad "$(( ${FUZZ_SECONDS:-60} / 4 ))"
 
 step "benchmarks build"
 cargo bench --workspace --no-run -q 2>&1 | tail -n 2

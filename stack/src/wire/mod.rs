@@ -19,6 +19,7 @@ mod ext;
 pub(crate) mod field;
 pub mod icrc;
 mod ip;
+pub mod mad;
 mod opcode;
 mod pathctl;
 mod roce;
