@@ -5,6 +5,7 @@
 //! and the simulated fabric.
 #![warn(missing_docs)]
 
+pub mod cm;
 mod counter_set;
 pub mod switch;
 pub mod transport;
