@@ -8,6 +8,7 @@
 //! once) or on an engine thread ([`Context::start_engine_thread`]); in both, posting and polling
 //! go through lock-free queues. Deviations from libibverbs are listed in `docs/verbs.md`.
 
+pub mod cm;
 pub mod connect;
 pub mod engine;
 pub mod sdr;

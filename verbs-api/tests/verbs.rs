@@ -997,3 +997,130 @@ fn tag_matching_srq_matches_eager_and_rendezvous_messages() {
     assert_eq!(a.qp.state(), QpState::Rts);
     assert_eq!(b.qp.state(), QpState::Rts);
 }
+
+/// Two QPs connected through the communication manager on QP1 (REQ, REP, RTU as a kernel
+/// CM exchanges them), each moved to RTS with the numbers the other sent, then a SEND,
+/// WRITE and READ chain, then DREQ / DREP and time wait on both sides.
+#[test]
+fn qps_connect_and_disconnect_through_the_communication_manager() {
+    use ferroce_stack::wire::mad::{port_space, service_id, CmPath};
+    use ferroce_verbs::cm::*;
+    let (net, ca, cb) = SimNet::pair(51, LinkModel::default(), 1500, None).unwrap();
+    let (a, b) = (end(&ca, 4 << 20, QpType::Rc), end(&cb, 4 << 20, QpType::Rc));
+    let (cma, cmb) = (ca.connection_manager(), cb.connection_manager());
+    let svc = service_id(port_space::TCP, 7471);
+    cmb.listen(svc).unwrap();
+    let (pa, pb) = (cma.local_peer(), cmb.local_peer());
+    let params = ConnectParams {
+        service_id: svc,
+        qpn: a.qp.qpn().value(),
+        psn: 0x100,
+        responder_resources: 4,
+        initiator_depth: 4,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        path_mtu: 3,
+        transport_service_type: 0,
+        srq: false,
+        path: CmPath {
+            local_lid: 0xffff,
+            remote_lid: 0xffff,
+            local_gid: pa.gid,
+            remote_gid: pb.gid,
+            hop_limit: 64,
+            local_ack_timeout: 14,
+            ..CmPath::default()
+        },
+        response_timeout: 16,
+        max_cm_retries: 15,
+        private_data: b"hello b".to_vec(),
+    };
+    let conn = cma.connect(pb, &params).unwrap();
+    let take = |cm: &ConnectionManager, evs: &mut Vec<CmEvent>| {
+        while let Some(e) = cm.try_next_event() {
+            evs.push(e);
+        }
+    };
+    let (mut ea, mut eb) = (Vec::new(), Vec::new());
+    assert!(net.run_until(|| {
+        take(&cmb, &mut eb);
+        !eb.is_empty()
+    }));
+    let CmEvent::Request {
+        conn: bc,
+        peer,
+        req,
+    } = eb.remove(0)
+    else {
+        panic!("{eb:?}");
+    };
+    assert_eq!((peer, req.qpn, req.psn), (pa, a.qp.qpn().value(), 0x100));
+    assert_eq!(&req.private_data[..7], b"hello b");
+    let ep = |qpn, psn, p: Peer| Endpoint {
+        qpn,
+        psn,
+        gid: Gid(p.gid),
+        mac: p.mac,
+        addr: 0,
+        len: 0,
+        rkey: 0,
+        offers: Default::default(),
+        alt: None,
+        rd_atomic: 4,
+    };
+    let o = ConnectOpts::default();
+    connect_qp(&cb, &b.qp, 0x200, &ep(req.qpn, req.psn, peer), &o).unwrap();
+    cmb.accept(
+        bc,
+        &AcceptParams {
+            qpn: b.qp.qpn().value(),
+            psn: 0x200,
+            responder_resources: 4,
+            initiator_depth: 4,
+            rnr_retry_count: 7,
+            srq: false,
+            private_data: b"hello a".to_vec(),
+        },
+    )
+    .unwrap();
+    assert!(net.run_until(|| {
+        take(&cma, &mut ea);
+        !ea.is_empty()
+    }));
+    let CmEvent::Reply { conn: c, rep } = ea.remove(0) else {
+        panic!("{ea:?}");
+    };
+    assert_eq!((c, rep.qpn, rep.psn), (conn, b.qp.qpn().value(), 0x200));
+    assert_eq!(&rep.private_data[..7], b"hello a");
+    connect_qp(&ca, &a.qp, 0x100, &ep(rep.qpn, rep.psn, pb), &o).unwrap();
+    cma.ready_to_use(conn, &[]).unwrap();
+    assert!(net.run_until(|| {
+        take(&cma, &mut ea);
+        take(&cmb, &mut eb);
+        !ea.is_empty() && !eb.is_empty()
+    }));
+    assert_eq!(ea.remove(0), CmEvent::Established { conn });
+    assert_eq!(eb.remove(0), CmEvent::Established { conn: bc });
+    send_write_read(&net, &a, &b, 5);
+    cma.disconnect(conn, b"bye").unwrap();
+    assert!(net.run_until(|| {
+        take(&cma, &mut ea);
+        take(&cmb, &mut eb);
+        ea.len() == 2 && eb.len() == 2
+    }));
+    assert_eq!(
+        ea,
+        [
+            CmEvent::Disconnected { conn },
+            CmEvent::TimewaitExit { conn }
+        ]
+    );
+    assert_eq!(
+        eb,
+        [
+            CmEvent::Disconnected { conn: bc },
+            CmEvent::TimewaitExit { conn: bc }
+        ]
+    );
+    assert_eq!(cma.connections() + cmb.connections(), 0);
+}

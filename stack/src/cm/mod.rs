@@ -1059,6 +1059,11 @@ impl CmAgent {
         }
     }
 
+    /// True while MADs wait to be sent or events to be taken.
+    pub fn pending(&self) -> bool {
+        !self.out.is_empty() || !self.events.is_empty()
+    }
+
     /// Connections the agent holds (any state, time wait included).
     pub fn connections(&self) -> usize {
         self.conns.len() + self.sidr_pending.len()

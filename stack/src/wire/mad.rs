@@ -783,6 +783,32 @@ impl<'a> CmMad<'a> {
     }
 }
 
+/// The frame that carries a MAD: a UD SEND_ONLY from QP1 to QP1 with the GSI Q_Key and the
+/// default P_Key, as a kernel CM's MADs go over RoCEv2; its payload is the 256-byte MAD.
+pub fn mad_repr(
+    eth: super::EthernetRepr,
+    ip: super::IpRepr,
+    udp_src_port: u16,
+    psn: super::Psn,
+) -> super::RoceRepr {
+    let mut bth = super::BthRepr::new(super::Opcode::UD_SEND_ONLY, super::Qpn::new(GSI_QPN), psn);
+    bth.pkey = 0xffff;
+    super::RoceRepr {
+        eth,
+        ip,
+        udp_src_port,
+        bth,
+        ext: super::ExtHeaders {
+            deth: Some(super::DethRepr {
+                qkey: GSI_QKEY,
+                src_qp: super::Qpn::new(GSI_QPN),
+            }),
+            ..super::ExtHeaders::default()
+        },
+        payload_len: MAD_LEN,
+    }
+}
+
 /// rdma_cm's port spaces (`enum rdma_ucm_port_space`): the high part of a service ID.
 pub mod port_space {
     /// `RDMA_PS_IPOIB`.

@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 
 use ferroce_drivers::Port;
 use ferroce_stack::transport::{RecvWr, TxOut, WorkCompletion};
+use ferroce_stack::wire::mad::GSI_QPN;
 use ferroce_stack::wire::{Checks, RoceRepr};
 
 use qps::{deliver, empty_wc, steer_raw};
@@ -62,6 +63,7 @@ ferroce_stack::counter_set! {
     }
 }
 
+pub(crate) mod gsi;
 pub(crate) mod looped;
 mod qps;
 pub mod raw;
@@ -313,6 +315,7 @@ impl<P: Port> Engine<P> {
             looped,
             raws,
             flows,
+            gsi,
             ..
         } = &mut self.core;
         let checks = *checks;
@@ -335,7 +338,12 @@ impl<P: Port> Engine<P> {
                 match RoceRepr::parse(&buf, Checks::NONE) {
                     Ok(pkt) => {
                         let qpn = pkt.repr.bth.dest_qpn.value();
-                        if !deliver(qps, active, qpn, |qp| qp.handle_packet(now, &pkt, mem)) {
+                        if qpn == GSI_QPN {
+                            if let Some(g) = gsi.as_mut() {
+                                g.receive(&pkt);
+                            }
+                        } else if !deliver(qps, active, qpn, |qp| qp.handle_packet(now, &pkt, mem))
+                        {
                             let forwarded = steer
                                 .as_ref()
                                 .is_some_and(|st| st.forward_to_owner(qpn, &buf, counters));
@@ -396,6 +404,12 @@ impl<P: Port> Engine<P> {
                 match RoceRepr::parse(frame, checks) {
                     Ok(pkt) => {
                         let qpn = pkt.repr.bth.dest_qpn.value();
+                        if qpn == GSI_QPN {
+                            if let Some(g) = gsi.as_mut() {
+                                g.receive(&pkt);
+                                return;
+                            }
+                        }
                         if deliver(qps, active, qpn, |qp| qp.handle_packet(now, &pkt, mem)) {
                             return;
                         }
@@ -425,6 +439,23 @@ impl<P: Port> Engine<P> {
                     }
                 }
             });
+        }
+
+        // QP1: what the communication manager received, its deadlines, what it sends.
+        if let Some(g) = self.core.gsi.as_mut() {
+            if g.busy(now) {
+                let port = &mut self.ports[0];
+                let counters = &mut self.core.counters;
+                work += g.turn(now, &mut self.core.frame, |f| {
+                    match port.tx(f.len(), |b| b.copy_from_slice(f)) {
+                        Ok(()) => {
+                            counters.tx_frames += 1;
+                            counters.tx_bytes += f.len() as u64;
+                        }
+                        Err(_) => counters.tx_errors += 1,
+                    }
+                });
+            }
         }
 
         // 3. Timers.

@@ -92,6 +92,8 @@ pub struct EngineCore {
     pub(super) next_flow: u64,
     /// Some raw QP has frames to send.
     pub(super) raw_pending: bool,
+    /// QP1 and the communication manager (a device's first engine, once asked for).
+    pub(crate) gsi: Option<Box<super::gsi::Gsi>>,
 }
 
 impl EngineCore {
@@ -117,6 +119,7 @@ impl EngineCore {
             flows: Vec::new(),
             next_flow: 1,
             raw_pending: false,
+            gsi: None,
         }
     }
 
@@ -507,7 +510,12 @@ impl EngineCore {
 
     /// The earliest QP deadline, for a simulator deciding how far virtual time may jump.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.qps.values().filter_map(|s| s.qp.poll_timeout()).min()
+        let cm = self.gsi.as_ref().and_then(|g| g.agent.poll_timeout());
+        self.qps
+            .values()
+            .filter_map(|s| s.qp.poll_timeout())
+            .chain(cm)
+            .min()
     }
 
     /// True when some QP has work the next `poll` would do without new input.
@@ -517,6 +525,7 @@ impl EngineCore {
             || self.steer.as_ref().is_some_and(|s| !s.inbox().is_empty())
             || self.looped.as_ref().is_some_and(|l| !l.is_empty())
             || self.raw_pending
+            || self.gsi.as_ref().is_some_and(|g| g.pending())
     }
 
     /// Moves a QP's completions to its CQs, publishes its state and queue depths, and keeps

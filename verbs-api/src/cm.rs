@@ -1,0 +1,159 @@
+//! The connection manager a crate user (and the librdmacm drop-in) connects QPs with: the
+//! IBTA communication manager on the device's QP1 (see `ferroce_stack::cm` for the
+//! protocol), so a peer whose CM is the Linux kernel's (a ConnectX, rxe) can be reached
+//! without librdmacm, and ferroce's own librdmacm speaks the same.
+//!
+//! The agent runs in the device's first engine; calls here take its lock briefly, and its
+//! events come back through [`ConnectionManager::next_event`] (or the notification a
+//! program's event channel installs).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use ferroce_stack::cm::{
+    reason, AcceptParams, CmError, CmEvent, ConnId, ConnectParams, Peer, RepInfo, ReqInfo,
+};
+
+use crate::engine::gsi::{CmShared, Gsi};
+use crate::verbs::Context;
+
+/// A device's connection manager (its first port). Clones share it.
+#[derive(Clone, Debug)]
+pub struct ConnectionManager {
+    ctx: Context,
+    shared: Arc<CmShared>,
+}
+
+impl Context {
+    /// The device's connection manager, started on first use: from then on its engine
+    /// answers CM MADs on QP1 (before, they are dropped as for a QP that does not exist).
+    pub fn connection_manager(&self) -> ConnectionManager {
+        let slot = &self.dev.engines[0];
+        let mut e = slot.lock();
+        let core = e.core_mut();
+        if core.gsi.is_none() {
+            let (mac, ip) = self.dev.ports[0];
+            let seed = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0x5eed, |d| d.as_nanos() as u64)
+                ^ u64::from(std::process::id()) << 32;
+            let seed = if self.dev.sim.is_some() { 0x5eed } else { seed };
+            core.gsi = Some(Box::new(Gsi::new(mac, ip, seed)));
+        }
+        let shared = core.gsi.as_ref().expect("just set").shared.clone();
+        ConnectionManager {
+            ctx: self.clone(),
+            shared,
+        }
+    }
+}
+
+impl ConnectionManager {
+    /// Runs `f` on the agent with the engine's clock, then wakes the engine so what `f`
+    /// queued goes out.
+    fn with<T>(&self, f: impl FnOnce(&mut ferroce_stack::cm::CmAgent, u64) -> T) -> T {
+        let slot = &self.ctx.dev.engines[0];
+        let out = {
+            let mut e = slot.lock();
+            let now = e.port().now_ns();
+            let g = e.core_mut().gsi.as_mut().expect("made with the manager");
+            f(&mut g.agent, now)
+        };
+        slot.idle.wake();
+        out
+    }
+
+    /// The device this manager belongs to.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The address peers reach this port's CM at: its GID and MAC.
+    pub fn local_peer(&self) -> Peer {
+        let (mac, ip) = self.ctx.dev.ports[0];
+        Peer {
+            gid: crate::engine::gsi::gid_of(ip),
+            mac,
+        }
+    }
+
+    /// Takes REQs and SIDR_REQs for `service_id`.
+    pub fn listen(&self, service_id: u64) -> Result<(), CmError> {
+        self.with(|a, _| a.listen(service_id))
+    }
+
+    /// Stops taking requests for `service_id`.
+    pub fn stop_listening(&self, service_id: u64) {
+        self.with(|a, _| a.stop_listening(service_id));
+    }
+
+    /// Sends a REQ; [`CmEvent::Reply`], [`CmEvent::Rejected`] or [`CmEvent::Unreachable`]
+    /// follows.
+    pub fn connect(&self, peer: Peer, p: &ConnectParams) -> Result<ConnId, CmError> {
+        self.with(|a, now| a.connect(now, peer, p))
+    }
+
+    /// Answers a [`CmEvent::Request`] with a REP.
+    pub fn accept(&self, conn: ConnId, p: &AcceptParams) -> Result<(), CmError> {
+        self.with(|a, now| a.accept(now, conn, p))
+    }
+
+    /// Refuses a request (or a reply) with a REJ.
+    pub fn reject(&self, conn: ConnId, reason: u16, private_data: &[u8]) -> Result<(), CmError> {
+        self.with(|a, _| a.reject(conn, reason, private_data))
+    }
+
+    /// Sends the RTU after a [`CmEvent::Reply`] (the QP is in RTS).
+    pub fn ready_to_use(&self, conn: ConnId, private_data: &[u8]) -> Result<(), CmError> {
+        self.with(|a, _| a.ready_to_use(conn, private_data))
+    }
+
+    /// Sends a DREQ (or ends a connection not yet made).
+    pub fn disconnect(&self, conn: ConnId, private_data: &[u8]) -> Result<(), CmError> {
+        self.with(|a, now| a.disconnect(now, conn, private_data))
+    }
+
+    /// Sends a SIDR_REQ for a UD service.
+    pub fn sidr_request(
+        &self,
+        peer: Peer,
+        service_id: u64,
+        private_data: &[u8],
+    ) -> Result<ConnId, CmError> {
+        self.with(|a, now| a.sidr_request(now, peer, service_id, 20, 15, private_data))
+    }
+
+    /// Answers a [`CmEvent::SidrRequest`].
+    pub fn sidr_reply(
+        &self,
+        conn: ConnId,
+        status: u8,
+        qpn: u32,
+        qkey: u32,
+        private_data: &[u8],
+    ) -> Result<(), CmError> {
+        self.with(|a, _| a.sidr_reply(conn, status, qpn, qkey, private_data))
+    }
+
+    /// The next event, waiting up to `timeout`. On a simulated fabric nothing moves while
+    /// this waits: run the fabric and take events with [`try_next_event`](Self::try_next_event).
+    pub fn next_event(&self, timeout: Duration) -> Option<CmEvent> {
+        self.shared.wait(timeout)
+    }
+
+    /// The next event, if one waits.
+    pub fn try_next_event(&self) -> Option<CmEvent> {
+        self.shared.try_next()
+    }
+
+    /// Calls `f` after each event is queued (once set, for good): how an event channel's
+    /// file descriptor becomes readable.
+    pub fn set_notify(&self, f: Box<dyn Fn() + Send + Sync>) -> bool {
+        self.shared.notify.set(f).is_ok()
+    }
+
+    /// Connections the agent holds (time wait included).
+    pub fn connections(&self) -> usize {
+        self.with(|a, _| a.connections())
+    }
+}
