@@ -5,14 +5,12 @@
 //! CQs. The engine never blocks; who calls `poll` (the application thread, run-to-completion,
 //! or the engine thread) is the verbs layer's choice.
 
-use std::sync::atomic::Ordering;
-
 use ferroce_drivers::Port;
-use ferroce_stack::transport::{RecvWr, TxOut, WorkCompletion};
+use ferroce_stack::transport::TxOut;
 use ferroce_stack::wire::mad::GSI_QPN;
 use ferroce_stack::wire::{Checks, RoceRepr};
 
-use qps::{deliver, empty_wc, steer_raw};
+use qps::{deliver, steer_raw};
 
 /// Frames taken from the port per receive burst.
 pub const RX_BURST: usize = 32;
@@ -256,48 +254,7 @@ impl<P: Port> Engine<P> {
             let Some(slot) = self.core.qps.get_mut(&qpn) else {
                 continue;
             };
-            let mem = &mut self.core.mem;
-            slot.shared.answered();
-            while let Some(op) = slot.shared.inbox.pop() {
-                work += 1;
-                // The poster reserved the WR's slot; it stays in use while the QP holds the
-                // WR, and is released here only if the QP refuses it.
-                let r = match &op {
-                    Op::Send(s) => {
-                        let r = EngineCore::submit_send(slot, mem, now, &s.as_wr());
-                        match r {
-                            Ok(()) => slot.sq_known += 1,
-                            Err(_) => _ = slot.shared.sq_used.fetch_sub(1, Ordering::AcqRel),
-                        }
-                        r
-                    }
-                    Op::Recv(id, sges) => {
-                        let r = slot.qp.post_recv(&RecvWr {
-                            wr_id: *id,
-                            sg_list: sges,
-                        });
-                        match r {
-                            Ok(()) => slot.rq_known += 1,
-                            Err(_) => _ = slot.shared.rq_used.fetch_sub(1, Ordering::AcqRel),
-                        }
-                        r
-                    }
-                };
-                if let Err(e) = r {
-                    // Checked at post time; only a race with a state change gets here.
-                    tracing::debug!(qpn, %e, "engine refused a posted WR");
-                    let wr_id = match op {
-                        Op::Send(s) => s.wr_id(),
-                        Op::Recv(id, _) => id,
-                    };
-                    let mut wc = WorkCompletion {
-                        wr_id,
-                        ..empty_wc(qpn)
-                    };
-                    wc.status = ferroce_stack::transport::WcStatus::LocQpOpErr;
-                    slot.send_cq.push(wc, now);
-                }
-            }
+            work += EngineCore::take_posted(slot, &mut self.core.mem, now);
             if !slot.active {
                 slot.active = true;
                 self.core.active.push(qpn);
@@ -342,8 +299,9 @@ impl<P: Port> Engine<P> {
                             if let Some(g) = gsi.as_mut() {
                                 g.receive(&pkt);
                             }
-                        } else if !deliver(qps, active, qpn, |qp| qp.handle_packet(now, &pkt, mem))
-                        {
+                        } else if !deliver(qps, active, mem, now, qpn, |qp, mem| {
+                            qp.handle_packet(now, &pkt, mem)
+                        }) {
                             let forwarded = steer
                                 .as_ref()
                                 .is_some_and(|st| st.forward_to_owner(qpn, &buf, counters));
@@ -368,14 +326,18 @@ impl<P: Port> Engine<P> {
                 let missing = match RoceRepr::parse(&buf, Checks::NONE) {
                     Ok(pkt) => {
                         let qpn = pkt.repr.bth.dest_qpn.value();
-                        (!deliver(qps, active, qpn, |qp| qp.handle_packet(now, &pkt, mem)))
-                            .then_some(qpn)
+                        (!deliver(qps, active, mem, now, qpn, |qp, mem| {
+                            qp.handle_packet(now, &pkt, mem)
+                        }))
+                        .then_some(qpn)
                     }
                     // A malformed frame attributed to one of this engine's QPs.
                     Err(e) => RoceRepr::attribute(&buf, Checks::NONE, e).and_then(|m| {
                         let qpn = m.bth.dest_qpn.value();
-                        (!deliver(qps, active, qpn, |qp| qp.handle_malformed(now, &m)))
-                            .then_some(qpn)
+                        (!deliver(qps, active, mem, now, qpn, |qp, _| {
+                            qp.handle_malformed(now, &m)
+                        }))
+                        .then_some(qpn)
                     }),
                 };
                 // A QP that moved on since the frame was handed over: on to where it lives.
@@ -410,7 +372,9 @@ impl<P: Port> Engine<P> {
                                 return;
                             }
                         }
-                        if deliver(qps, active, qpn, |qp| qp.handle_packet(now, &pkt, mem)) {
+                        if deliver(qps, active, mem, now, qpn, |qp, mem| {
+                            qp.handle_packet(now, &pkt, mem)
+                        }) {
                             return;
                         }
                         let forwarded = steer
@@ -430,7 +394,9 @@ impl<P: Port> Engine<P> {
                             return;
                         };
                         let qpn = m.bth.dest_qpn.value();
-                        if deliver(qps, active, qpn, |qp| qp.handle_malformed(now, &m)) {
+                        if deliver(qps, active, mem, now, qpn, |qp, _| {
+                            qp.handle_malformed(now, &m)
+                        }) {
                             return;
                         }
                         if let Some(st) = steer.as_ref() {

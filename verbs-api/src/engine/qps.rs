@@ -17,7 +17,7 @@ use ferroce_stack::transport::{
 use ferroce_stack::wire::Checks;
 
 use super::raw::{FlowRule, RawQp};
-use super::shared::{state_code, CqShared, QpShared};
+use super::shared::{state_code, CqShared, Op, QpShared};
 use super::steer::Steer;
 use super::PortCounters;
 use crate::events::{AsyncEvent, EventSink};
@@ -121,6 +121,54 @@ impl EngineCore {
             raw_pending: false,
             gsi: None,
         }
+    }
+
+    /// Takes what the program posted to a QP (its doorbell rang): each WR into the QP, in
+    /// order. The poster reserved the WR's slot; it stays in use while the QP holds the WR,
+    /// and is released here only if the QP refuses it. The work done.
+    pub(super) fn take_posted(slot: &mut Slot, mem: &mut MrTable, now: u64) -> usize {
+        let mut work = 0;
+        slot.shared.answered();
+        while let Some(op) = slot.shared.inbox.pop() {
+            work += 1;
+            let r = match &op {
+                Op::Send(s) => {
+                    let r = Self::submit_send(slot, mem, now, &s.as_wr());
+                    match r {
+                        Ok(()) => slot.sq_known += 1,
+                        Err(_) => _ = slot.shared.sq_used.fetch_sub(1, Ordering::AcqRel),
+                    }
+                    r
+                }
+                Op::Recv(id, sges) => {
+                    let r = slot.qp.post_recv(&RecvWr {
+                        wr_id: *id,
+                        sg_list: sges,
+                    });
+                    match r {
+                        Ok(()) => slot.rq_known += 1,
+                        Err(_) => _ = slot.shared.rq_used.fetch_sub(1, Ordering::AcqRel),
+                    }
+                    r
+                }
+            };
+            if let Err(e) = r {
+                // Checked at post time; only a race with a state change gets here.
+                let qpn = slot.qp.qpn().value();
+                tracing::debug!(qpn, %e, "engine refused a posted WR");
+                let wr_id = match op {
+                    Op::Send(s) => s.wr_id(),
+                    Op::Recv(id, _) => id,
+                };
+                let mut wc = WorkCompletion {
+                    wr_id,
+                    ..empty_wc(qpn)
+                };
+                wc.status = ferroce_stack::transport::WcStatus::LocQpOpErr;
+                slot.send_cq.push(wc, now);
+            }
+        }
+        work
     }
 
     /// Makes this engine one of several sharing a port's queues (see [`Steer`]).
@@ -602,18 +650,26 @@ impl EngineCore {
 }
 
 /// Hands a received frame to QP `qpn` (`handle` is `handle_packet` or `handle_malformed`)
-/// and marks the QP active; false if no QP here has that number.
+/// and marks the QP active; false if no QP here has that number. What the program posted to
+/// the QP and the engine has not taken yet is taken first: a receive posted before the
+/// frame's sender was told to send must be there for it (a datagram finds no RNR retry), as
+/// a WQE a program wrote is there for a NIC at once.
 #[inline]
 pub(super) fn deliver(
     qps: &mut HashMap<u32, Slot>,
     active: &mut Vec<u32>,
+    mem: &mut MrTable,
+    now: u64,
     qpn: u32,
-    handle: impl FnOnce(&mut Qp),
+    handle: impl FnOnce(&mut Qp, &mut MrTable),
 ) -> bool {
     let Some(slot) = qps.get_mut(&qpn) else {
         return false;
     };
-    handle(&mut slot.qp);
+    if !slot.shared.inbox.is_empty() {
+        EngineCore::take_posted(slot, mem, now);
+    }
+    handle(&mut slot.qp, mem);
     if !slot.active {
         slot.active = true;
         active.push(qpn);
