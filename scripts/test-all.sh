@@ -18,7 +18,7 @@ step() { printf '\n==> %s\n' "$*"; }
 
 step "system packages"
 need_pkgs=()
-for p in pkg-config libdpdk-dev libisal-dev libclang-dev libibverbs-dev ibverbs-utils perftest python3-pyverbs binutils tshark python3-venv python3-pip iproute2 iperf3 iputils-ping ethtool; do
+for p in pkg-config libdpdk-dev libisal-dev libclang-dev libibverbs-dev librdmacm-dev rdmacm-utils ibverbs-utils perftest python3-pyverbs binutils tshark python3-venv python3-pip iproute2 iperf3 iputils-ping ethtool; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -32,5 +32,6 @@ pub mod ops;
 pub mod private;
 pub mod qp;
 pub mod qpex;
+pub mod rdmacm;
 pub mod srq;
 pub mod wq;
