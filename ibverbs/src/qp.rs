@@ -177,9 +177,13 @@ pub(crate) fn create(a: Create<'_>) -> Result<*mut ffi::ibv_qp, c_int> {
         return Err(libc::EOPNOTSUPP);
     }
     // Grant at least one of everything (a queue of zero is still a queue to post to, as on
-    // mlx5), and the inline size the program asked for.
+    // mlx5), and inline room for what the gather list could carry, or what the program asked
+    // if more: a WQE holds either, so a NIC's inline capacity follows its SGE count (Linux's
+    // rxe grants exactly this; mlx5 rounds up further). rdma-core's rdma_xclient posts 16
+    // inline bytes on a QP that asked for none.
     cap.max_send_wr = cap.max_send_wr.max(1);
     cap.max_send_sge = cap.max_send_sge.max(1);
+    cap.max_inline_data = cap.max_inline_data.max(16 * cap.max_send_sge).min(MAX_INLINE);
     if srq.is_none() {
         cap.max_recv_wr = cap.max_recv_wr.max(1);
         cap.max_recv_sge = cap.max_recv_sge.max(1);

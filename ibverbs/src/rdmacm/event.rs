@@ -125,9 +125,12 @@ pub(crate) fn open_devices() -> Vec<CmaDevice> {
         let ip = super::id::ip_of_gid(me.gid);
         let active_mtu = c.verbs.query_port_num(1).map_or(3, |p| p.active_mtu as u8);
         let max = c.verbs.query_device().max_qp_rd_atom.min(255) as u8;
+        // SAFETY: the context just opened.
+        let pd = unsafe { crate::objects::ferroce_ibv_alloc_pd(ctx) };
         out.push(CmaDevice {
             ctx,
             cm,
+            pd,
             ip,
             mac: me.mac,
             iface: crate::neigh::interface(&d.spec).map(str::to_owned),
@@ -156,6 +159,7 @@ pub(crate) fn start_dispatcher(dev: usize, cm: ConnectionManager) {
 /// (its listener's channel and context) at once, so what follows for its connection finds
 /// it; a request nobody listens for here any longer is rejected.
 fn route(c: &mut Cma, dev: usize, e: CmEvent) {
+    super::cm_trace!("dev {dev}: {e:?}");
     let conn = match &e {
         CmEvent::Request { conn, peer, req } => {
             let (conn, peer) = (*conn, *peer);
@@ -194,6 +198,7 @@ fn route(c: &mut Cma, dev: usize, e: CmEvent) {
         | CmEvent::SidrReply { conn, .. } => *conn,
     };
     let Some(&id) = c.conns.get(&(dev, conn)) else {
+        super::cm_trace!("dev {dev}: no id has connection {conn:#x}; dropped");
         return;
     };
     if matches!(e, CmEvent::TimewaitExit { .. }) {
@@ -368,6 +373,22 @@ fn process(c: &mut Cma, p: Pending) -> Option<*mut ffi::rdma_cm_event> {
     if !c.ids.contains_key(&id) {
         return None;
     }
+    let e = process_inner(c, p);
+    if let Some(e) = e {
+        // SAFETY: just made.
+        let ev = unsafe { &*e };
+        super::cm_trace!(
+            "id {id:#x}: {} status {}",
+            // SAFETY: a static C string.
+            unsafe { std::ffi::CStr::from_ptr(ferroce_rdma_event_str(ev.event)) }.to_string_lossy(),
+            ev.status
+        );
+    }
+    e
+}
+
+fn process_inner(c: &mut Cma, p: Pending) -> Option<*mut ffi::rdma_cm_event> {
+    let id = p.id;
     let mut b = Box::new(EventBox {
         ev: ffi::rdma_cm_event {
             id: id as *mut ffi::rdma_cm_id,
@@ -468,8 +489,9 @@ fn process(c: &mut Cma, p: Pending) -> Option<*mut ffi::rdma_cm_event> {
             }
         }
         Raw::Cm(CmEvent::Established { .. }) => {
-            if s.st == St::Connected {
-                // The active side: its ESTABLISHED was the REP's, when the RTU went.
+            if s.req.is_none() {
+                // The active side: its ESTABLISHED was the REP's, when the RTU went (or,
+                // without a QP, the program's `rdma_establish`).
                 return None;
             }
             s.st = St::Connected;

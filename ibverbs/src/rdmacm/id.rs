@@ -40,6 +40,9 @@ pub(crate) fn fill_addresses(
 ) {
     c.id.verbs = d.ctx;
     c.id.port_num = 1;
+    if c.id.pd.is_null() {
+        c.id.pd = d.pd;
+    }
     let a = &mut c.id.route.addr;
     // SAFETY: plain-data unions of the header: the storage member is the whole of each.
     unsafe {
@@ -152,6 +155,7 @@ pub(crate) unsafe fn create_id(
 /// `id` is a live id, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn ferroce_rdma_destroy_id(id: *mut ffi::rdma_cm_id) -> c_int {
+    super::cm_trace!("destroy id {:#x}", id as usize);
     let Ok(mut c) = cma() else {
         return -1;
     };
@@ -251,6 +255,9 @@ fn bind(c: &mut Cma, key: usize, a: SocketAddr) -> Result<(), c_int> {
         let d = &c.devs[d];
         cm.id.verbs = d.ctx;
         cm.id.port_num = 1;
+        if cm.id.pd.is_null() {
+            cm.id.pd = d.pd;
+        }
         cm.id.route.addr.addr.ibaddr.sgid.raw = gid_of(d.ip);
         cm.id.route.addr.addr.ibaddr.pkey = 0xffffu16.to_be();
     }
@@ -641,6 +648,7 @@ pub unsafe extern "C" fn ferroce_rdma_connect(
             }
             r
         };
+        super::cm_trace!("connect id {key:#x}: {res:?}");
         match res {
             Ok(conn) => {
                 c.conns.insert((d, conn), key);
@@ -821,6 +829,7 @@ pub unsafe extern "C" fn ferroce_rdma_reject_ece(
 /// `id` is a live id.
 #[no_mangle]
 pub unsafe extern "C" fn ferroce_rdma_disconnect(id: *mut ffi::rdma_cm_id) -> c_int {
+    super::cm_trace!("disconnect id {:#x}", id as usize);
     let key = id as usize;
     let wait = {
         let Ok(mut c) = cma() else {

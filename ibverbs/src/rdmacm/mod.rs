@@ -48,6 +48,9 @@ pub(crate) struct CmaDevice {
     /// its devices.
     pub(crate) ctx: *mut ffi::ibv_context,
     pub(crate) cm: ConnectionManager,
+    /// The PD an id on the device has until the program gives its own (librdmacm's
+    /// per-device PD), kept for the process.
+    pub(crate) pd: *mut ffi::ibv_pd,
     pub(crate) ip: IpAddr,
     pub(crate) mac: MacAddr,
     /// The Linux interface, for the neighbour table.
@@ -239,6 +242,23 @@ pub(crate) fn cma() -> Result<MutexGuard<'static, Cma>, c_int> {
         }
     }
 }
+
+/// True when `FERROCE_CM_TRACE` is set: each CM event and call is printed to stderr, to see
+/// where an unmodified program's connection goes.
+pub(crate) fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("FERROCE_CM_TRACE").is_some())
+}
+
+/// Prints a CM trace line when [`tracing`] is on.
+macro_rules! cm_trace {
+    ($($t:tt)*) => {
+        if $crate::rdmacm::tracing() {
+            eprintln!("ferroce cm: {}", format_args!($($t)*));
+        }
+    };
+}
+pub(crate) use cm_trace;
 
 /// librdmacm's error convention: `errno` set, -1 returned.
 pub(crate) fn err(e: c_int) -> c_int {
