@@ -2,8 +2,8 @@
 # The full ferroce test suite, as CI runs it (.ci/run calls exactly this).
 #
 # On a fresh Debian 12 machine it first installs what it needs: Debian packages (libdpdk-dev,
-# libclang-dev and pkg-config for the DPDK driver's build, libibverbs-dev for the drop-in
-# libibverbs' types, ibverbs-utils, perftest and python3-pyverbs (rdma-core's own tests) to
+# libclang-dev and pkg-config for the DPDK driver's build, libibverbs-dev and librdmacm-dev for the drop-ins'
+# types, ibverbs-utils, rdmacm-utils, perftest and python3-pyverbs (rdma-core's own tests) to
 # run over it, binutils to compare its ABI, tshark for wire checks, python3-venv), scapy from PyPI into target/ci-venv, and cargo-fuzz from crates.io. Then:
 # format and lint, every test of the workspace, the wire cross-check against tshark and
 # scapy, a bounded fuzz run, the demo, a build of every benchmark, and the 2^24-PSN run
@@ -71,6 +71,9 @@ rm -rf /var/run/dpdk/ferroce-* 2>/dev/null || true
 
 step "libibverbs drop-in: unmodified rdma-core programs over ferroce (two namespaces, veth)"
 scripts/ibverbs-test.sh
+
+step "librdmacm drop-in: unmodified rdma_cm programs (rping, ucmatose, udaddy, cmtime, perftest -R) and tshark on their CM MADs"
+scripts/rdmacm-test.sh
 
 step "rdma-core's own test suite (python3-pyverbs, rdma-core 44) on the drop-in, veth in a namespace"
 /usr/bin/python3 scripts/rdma-core-tests.py --json target/rdma-core-tests.json

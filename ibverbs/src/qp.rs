@@ -183,7 +183,10 @@ pub(crate) fn create(a: Create<'_>) -> Result<*mut ffi::ibv_qp, c_int> {
     // inline bytes on a QP that asked for none.
     cap.max_send_wr = cap.max_send_wr.max(1);
     cap.max_send_sge = cap.max_send_sge.max(1);
-    cap.max_inline_data = cap.max_inline_data.max(16 * cap.max_send_sge).min(MAX_INLINE);
+    cap.max_inline_data = cap
+        .max_inline_data
+        .max(16 * cap.max_send_sge)
+        .min(MAX_INLINE);
     if srq.is_none() {
         cap.max_recv_wr = cap.max_recv_wr.max(1);
         cap.max_recv_sge = cap.max_recv_sge.max(1);

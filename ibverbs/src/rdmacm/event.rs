@@ -49,9 +49,9 @@ impl Channel {
     ///
     /// # Safety
     /// `ch` came from `rdma_create_event_channel` (or an id's own) and is not destroyed.
-    pub(crate) unsafe fn from_ptr<'a>(ch: *mut ffi::rdma_event_channel) -> Option<&'a Channel> {
+    pub(crate) unsafe fn from_ptr<'a>(ch: *mut ffi::rdma_event_channel) -> Option<&'a Self> {
         // SAFETY: per the contract; `ch` is the first field of a live `Channel`.
-        unsafe { (ch as *const Channel).as_ref() }
+        unsafe { (ch as *const Self).as_ref() }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Pending>> {
@@ -90,7 +90,7 @@ impl Channel {
         if fd < 0 {
             return std::ptr::null_mut();
         }
-        Box::into_raw(Box::new(Channel {
+        Box::into_raw(Box::new(Self {
             ch: ffi::rdma_event_channel { fd },
             queue: Mutex::new(VecDeque::new()),
         })) as *mut ffi::rdma_event_channel
@@ -102,7 +102,7 @@ impl Channel {
     /// `ch` came from [`Channel::create`] and is not used again.
     pub(crate) unsafe fn destroy(ch: *mut ffi::rdma_event_channel) {
         // SAFETY: per the contract.
-        let c = unsafe { Box::from_raw(ch as *mut Channel) };
+        let c = unsafe { Box::from_raw(ch as *mut Self) };
         // SAFETY: the channel's own fd, closed once.
         unsafe { libc::close(c.ch.fd) };
     }
@@ -489,11 +489,9 @@ fn process_inner(c: &mut Cma, p: Pending) -> Option<*mut ffi::rdma_cm_event> {
             }
         }
         Raw::Cm(CmEvent::Established { .. }) => {
-            if s.req.is_none() {
-                // The active side: its ESTABLISHED was the REP's, when the RTU went (or,
-                // without a QP, the program's `rdma_establish`).
-                return None;
-            }
+            // The active side (no request) reported its ESTABLISHED with the REP, when the RTU
+            // went (or, without a QP, the program's `rdma_establish` settled it).
+            s.req.as_ref()?;
             s.st = St::Connected;
             b.ev.event = ffi::RDMA_CM_EVENT_ESTABLISHED;
         }

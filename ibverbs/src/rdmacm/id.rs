@@ -311,6 +311,7 @@ pub unsafe extern "C" fn ferroce_rdma_resolve_addr(
 ) -> c_int {
     // SAFETY: per the contract.
     let (src, Some(dst)) = (unsafe { read_sockaddr(src) }, unsafe { read_sockaddr(dst) }) else {
+        super::cm_trace!("resolve_addr id {:#x}: no destination address", id as usize);
         return err(libc::EINVAL);
     };
     let key = id as usize;
@@ -335,6 +336,7 @@ pub unsafe extern "C" fn ferroce_rdma_resolve_addr(
                 return err(e);
             }
         } else if c.ids[&key].st != St::Bound {
+            super::cm_trace!("resolve_addr id {key:#x}: in state {:?}", c.ids[&key].st);
             return err(libc::EINVAL);
         }
         let devs: Vec<(IpAddr, MacAddr, Option<String>)> = c
@@ -473,6 +475,7 @@ pub unsafe extern "C" fn ferroce_rdma_listen(id: *mut ffi::rdma_cm_id, backlog: 
             }
         }
     }
+    super::cm_trace!("listen id {key:#x} on service {svc:#x}");
     let s = c.ids.get_mut(&key).expect("checked");
     s.listening = done;
     s.st = St::Listen;

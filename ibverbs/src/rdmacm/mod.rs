@@ -344,7 +344,7 @@ impl CmId {
         ps: ffi::rdma_port_space,
         qp_type: ffi::ibv_qp_type,
     ) -> *mut ffi::rdma_cm_id {
-        let b = Box::new(CmId {
+        let b = Box::new(Self {
             id: ffi::rdma_cm_id {
                 channel,
                 context,

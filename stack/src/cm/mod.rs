@@ -543,8 +543,8 @@ impl CmAgent {
                 state: c.state.name(),
             });
         }
-        let (peer, remote) = (c.peer, c.remote_comm_id);
-        let tid = self.new_tid(conn);
+        // The RTU ends the REQ's transaction, so it carries its ID (as Linux's CM sends it).
+        let (peer, remote, tid) = (c.peer, c.remote_comm_id, c.tid);
         let mad = self.send(
             peer,
             tid,
