@@ -13,18 +13,7 @@ communication IDs. Prints those frames as tshark read them; exits 1 on any disag
 import json
 import sys
 
-
-def flatten(node, out):
-    if isinstance(node, dict):
-        for k, v in node.items():
-            if isinstance(v, (dict, list)):
-                flatten(v, out)
-            else:
-                out.setdefault(k, v)
-    elif isinstance(node, list):
-        for v in node:
-            flatten(v, out)
-    return out
+from cm_check import flatten  # the same reading of tshark's JSON
 
 
 def num(x):

@@ -72,7 +72,7 @@ impl ConnectionManager {
     pub fn local_peer(&self) -> Peer {
         let (mac, ip) = self.ctx.dev.ports[0];
         Peer {
-            gid: crate::engine::gsi::gid_of(ip),
+            gid: crate::Gid::from_ip(ip).0,
             mac,
         }
     }

@@ -539,7 +539,6 @@ fn process_inner(c: &mut Cma, p: Pending) -> Option<*mut ffi::rdma_cm_event> {
             if status == 0 {
                 s.st = St::Connected;
                 b.ev.event = ffi::RDMA_CM_EVENT_ESTABLISHED;
-                let dev = &c.devs[s.dev.expect("resolved ids have a device")];
                 let dgid = s.peer.map_or([0; 16], |p| p.gid);
                 // SAFETY: writing the `ud` member of the parameter union.
                 unsafe {
@@ -550,7 +549,6 @@ fn process_inner(c: &mut Cma, p: Pending) -> Option<*mut ffi::rdma_cm_event> {
                     ud.qkey = qkey;
                     ud.ah_attr = super::qp::ah_attr(dgid, s.tos);
                 }
-                let _ = dev;
             } else {
                 s.st = St::Disconnected;
                 b.ev.event = ffi::RDMA_CM_EVENT_UNREACHABLE;

@@ -22,11 +22,7 @@ use crate::ffi;
 
 /// The IP address of a GID (IPv4-mapped ones as IPv4).
 pub(crate) fn ip_of_gid(gid: [u8; 16]) -> IpAddr {
-    let a = Ipv6Addr::from(gid);
-    match a.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(a),
-    }
+    ferroce_verbs::Gid(gid).ip()
 }
 
 /// Sets the id's device and addresses as the program reads them (`id->verbs`,
@@ -439,7 +435,7 @@ pub unsafe extern "C" fn ferroce_rdma_resolve_route(
 /// # Safety
 /// `id` is a live id.
 #[no_mangle]
-pub unsafe extern "C" fn ferroce_rdma_listen(id: *mut ffi::rdma_cm_id, backlog: c_int) -> c_int {
+pub unsafe extern "C" fn ferroce_rdma_listen(id: *mut ffi::rdma_cm_id, _backlog: c_int) -> c_int {
     let key = id as usize;
     let Ok(mut c) = cma() else {
         return -1;
@@ -479,7 +475,6 @@ pub unsafe extern "C" fn ferroce_rdma_listen(id: *mut ffi::rdma_cm_id, backlog: 
     let s = c.ids.get_mut(&key).expect("checked");
     s.listening = done;
     s.st = St::Listen;
-    s.backlog = backlog;
     0
 }
 
@@ -519,6 +514,16 @@ unsafe fn read_param(p: *const ffi::rdma_conn_param) -> Option<Param> {
         srq: p.srq != 0,
         qp_num: p.qp_num,
     })
+}
+
+/// The QP a connection is for, and whether it takes receives from an SRQ: the id's own QP,
+/// or (an id without one) what the program's parameters say.
+fn qp_of(cm: &CmId, p: Option<&Param>) -> (u32, bool) {
+    // SAFETY: the id's QP, if any, is a live QP of this library.
+    match unsafe { cm.id.qp.as_ref() } {
+        Some(q) => (q.qp_num, !q.srq.is_null()),
+        None => p.map_or((0, false), |p| (p.qp_num, p.srq)),
+    }
 }
 
 /// librdmacm's check of a TCP id's parameters against the device.
@@ -607,12 +612,7 @@ pub unsafe extern "C" fn ferroce_rdma_connect(
                 Some(p) if p.responder_resources != 0xff => p.responder_resources,
                 _ => dev.max_responder_resources,
             };
-            // SAFETY: the id's QP, if any, is a live QP of this library.
-            let qp = unsafe { cm.id.qp.as_ref() };
-            let (qpn, srq) = match qp {
-                Some(q) => (q.qp_num, !q.srq.is_null()),
-                None => p.as_ref().map_or((0, false), |p| (p.qp_num, p.srq)),
-            };
+            let (qpn, srq) = qp_of(cm, p.as_ref());
             let (retry_count, rnr_retry_count) = p
                 .as_ref()
                 .map_or((7, 7), |p| (p.retry_count, p.rnr_retry_count));
@@ -695,20 +695,11 @@ pub unsafe extern "C" fn ferroce_rdma_accept(
         let conn = conn.expect("requests have a connection");
         // SAFETY: a live id of the state.
         let cm = unsafe { &mut *(key as *mut CmId) };
-        // SAFETY: the id's QP, if any, is a live QP of this library.
-        let qp = unsafe { cm.id.qp.as_ref() };
-        let (qpn, srq) = match qp {
-            Some(q) => (q.qp_num, !q.srq.is_null()),
-            None => p.as_ref().map_or((0, false), |p| (p.qp_num, p.srq)),
-        };
+        let (qpn, srq) = qp_of(cm, p.as_ref());
         let private = p.as_ref().map_or(Vec::new(), |p| p.private.clone());
         if ud {
-            let qkey = if cm.id.ps == ffi::RDMA_PS_IB {
-                super::qp::ib_qkey(cm)
-            } else {
-                UDP_QKEY
-            };
-            let r = c.devs[d].cm.sidr_reply(conn, 0, qpn, qkey, &private);
+            // librdmacm's Q_Key for every UD id.
+            let r = c.devs[d].cm.sidr_reply(conn, 0, qpn, UDP_QKEY, &private);
             if let Err(e) = r {
                 return err(cm_errno(e));
             }

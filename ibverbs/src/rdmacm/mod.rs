@@ -115,7 +115,6 @@ pub(crate) struct IdState {
     pub(crate) qp_init_attr: Option<ffi::ibv_qp_init_attr>,
     /// For a request's id: the listener, until the program has taken the request.
     pub(crate) listener: Option<usize>,
-    pub(crate) backlog: c_int,
     /// The `(port space, port)` the id took when it was bound.
     pub(crate) owned_port: Option<(u16, u16)>,
 }
@@ -145,7 +144,6 @@ impl IdState {
             connect_blob: Vec::new(),
             qp_init_attr: None,
             listener: None,
-            backlog: 0,
             owned_port: None,
         }
     }
@@ -245,15 +243,15 @@ pub(crate) fn cma() -> Result<MutexGuard<'static, Cma>, c_int> {
 
 /// True when `FERROCE_CM_TRACE` is set: each CM event and call is printed to stderr, to see
 /// where an unmodified program's connection goes.
-pub(crate) fn tracing() -> bool {
+pub(crate) fn trace_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var_os("FERROCE_CM_TRACE").is_some())
 }
 
-/// Prints a CM trace line when [`tracing`] is on.
+/// Prints a CM trace line when [`trace_on`] says so.
 macro_rules! cm_trace {
     ($($t:tt)*) => {
-        if $crate::rdmacm::tracing() {
+        if $crate::rdmacm::trace_on() {
             eprintln!("ferroce cm: {}", format_args!($($t)*));
         }
     };
@@ -321,10 +319,7 @@ pub(crate) fn write_sockaddr(dst: &mut ffi::sockaddr_storage, a: SocketAddr) {
 
 /// The GID of an IP address (IPv4-mapped for IPv4), as the port's GID table has it.
 pub(crate) fn gid_of(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
-        IpAddr::V6(a) => a.octets(),
-    }
+    ferroce_verbs::Gid::from_ip(ip).0
 }
 
 /// The `rdma_cm_id` a program holds, as this library made it: the program's structure

@@ -28,11 +28,6 @@ pub(crate) fn ah_attr(dgid: [u8; 16], tos: u8) -> ffi::ibv_ah_attr {
     a
 }
 
-/// The Q_Key of a UD id in the IB port space: librdmacm's default for every UD id.
-pub(crate) fn ib_qkey(_cm: &CmId) -> u32 {
-    UDP_QKEY
-}
-
 /// The attributes of the transition to `state` for the id's QP, and their mask.
 fn attrs(
     c: &Cma,
@@ -54,7 +49,7 @@ fn attrs(
             a.port_num = 1;
             let base = m(ffi::IBV_QP_STATE | ffi::IBV_QP_PKEY_INDEX | ffi::IBV_QP_PORT);
             if s.ud {
-                a.qkey = ib_qkey(cm);
+                a.qkey = UDP_QKEY;
                 base | m(ffi::IBV_QP_QKEY)
             } else {
                 let connected = s.req.is_some() || s.rep.is_some();

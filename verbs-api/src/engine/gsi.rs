@@ -5,10 +5,12 @@
 //! are unknown-QP drops, as before.
 
 use std::collections::VecDeque;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use ferroce_stack::cm::{CmAgent, CmEvent, Peer};
+
+use crate::verbs::Gid;
 use ferroce_stack::wire::mad::{mad_repr, MAD_LEN};
 use ferroce_stack::wire::{
     Ecn, EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, MacAddr, Psn, RocePacket, ETHERTYPE_IPV4,
@@ -83,23 +85,6 @@ impl std::fmt::Debug for Gsi {
     }
 }
 
-/// The GID of an IP address (IPv4-mapped for IPv4).
-pub(crate) fn gid_of(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
-        IpAddr::V6(a) => a.octets(),
-    }
-}
-
-/// The IP address of a GID.
-pub(crate) fn ip_of(gid: [u8; 16]) -> IpAddr {
-    let a = Ipv6Addr::from(gid);
-    match a.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(a),
-    }
-}
-
 impl Gsi {
     pub(crate) fn new(mac: MacAddr, ip: IpAddr, seed: u64) -> Self {
         // The CA GUID: the port's MAC as an EUI-64, as Linux derives RoCE node GUIDs.
@@ -127,7 +112,7 @@ impl Gsi {
             IpRepr::V6(v) => IpAddr::V6(v.src),
         };
         let peer = Peer {
-            gid: gid_of(src),
+            gid: Gid::from_ip(src).0,
             mac: pkt.repr.eth.src,
         };
         let mut b = [0u8; MAD_LEN];
@@ -164,9 +149,9 @@ impl Gsi {
             let mut looped = false;
             while let Some(o) = self.agent.poll_transmit() {
                 work += 1;
-                if o.peer.gid == gid_of(self.ip) {
+                if o.peer.gid == Gid::from_ip(self.ip).0 {
                     let me = Peer {
-                        gid: gid_of(self.ip),
+                        gid: Gid::from_ip(self.ip).0,
                         mac: self.mac,
                     };
                     self.inbox.push_back((me, o.mad));
@@ -188,7 +173,7 @@ impl Gsi {
     }
 
     fn frame(&mut self, peer: Peer, mad: &[u8; MAD_LEN], buf: &mut [u8]) -> Option<usize> {
-        let dst = ip_of(peer.gid);
+        let dst = Gid(peer.gid).ip();
         let ip = match (self.ip, dst) {
             (IpAddr::V4(src), IpAddr::V4(dst)) => IpRepr::V4(Ipv4Repr {
                 src,
