@@ -89,8 +89,51 @@ pair "ib_write_bw -R" "ib_write_bw -R -F" "ib_write_bw -R -F $srv"
 pair "ib_send_lat -R" "ib_send_lat -R -F" "ib_send_lat -R -F $srv"
 pair "ib_read_bw -R" "ib_read_bw -R -F" "ib_read_bw -R -F $srv"
 
-echo "== the CM MADs of one connection and disconnection, as tshark reads them"
 filter='udp port 4791 and (udp[12:4] & 0xffffff) == 1'
+
+echo "== several rdma_cm processes on one interface"
+# Two servers in a (rping on 7174, ucmatose on 7471), each answering only for its own
+# listener; a third process cannot take rping's port; their clients in b connect at once;
+# a REQ for a port nobody listens on gets exactly one REJ (captured where it arrives, in b).
+run a timeout 60 rping -s -a $srv -v -C 50 >"$logs/multi.rping.server" 2>&1 &
+m1=$!
+run a timeout 60 ucmatose -c 2 >"$logs/multi.ucmatose.server" 2>&1 &
+m2=$!
+for _ in $(seq 400); do
+  [ "$(cat "$logs"/multi.*.server 2>/dev/null | grep -c "ferroce cm: listen")" = 2 ] && break
+  sleep 0.05
+done
+e=0
+run a timeout 10 rping -s -a $srv -C 1 >"$logs/multi.third" 2>&1 || e=$?
+[ $e -ne 0 ] && grep -q "Address already in use" "$logs/multi.third" ||
+  fail "a second process could listen on rping's port (exit $e)"
+echo "ok: a second listener on one address and port gets EADDRINUSE"
+ip netns exec $p-b dumpcap -q -i $p-vb -f "$filter" -w "$logs/rej.pcap" >/dev/null 2>&1 &
+caps+=($!)
+for _ in $(seq 100); do [ -s "$logs/rej.pcap" ] && break; sleep 0.05; done
+sleep 0.5
+e=0
+run b timeout 30 rping -c -a $srv -p 9999 -C 1 >"$logs/multi.nobody" 2>&1 || e=$?
+grep -q "RDMA_CM_EVENT_REJECTED, error 8" "$logs/multi.nobody" ||
+  fail "a REQ nobody listens for was not rejected (invalid service ID)"
+sleep 0.5
+kill -INT "${caps[@]}"
+wait "${caps[@]}" || true
+caps=()
+rejs=$(tshark -r "$logs/rej.pcap" 2>/dev/null | grep -c ConnectReject || true)
+[ "$rejs" = 1 ] || fail "a REQ nobody listens for got $rejs REJs from the interface's processes"
+echo "ok: a REQ nobody listens for gets one REJ (invalid service ID) from the interface's processes"
+
+c1=0 c2=0
+run b timeout 60 rping -c -a $srv -v -C 50 >"$logs/multi.rping.client" 2>&1 &
+r1=$!
+run b timeout 60 ucmatose -s $srv -c 2 >"$logs/multi.ucmatose.client" 2>&1 || c2=$?
+wait $r1 || c1=$?
+wait $m1 $m2 || fail "a server of the two on one interface failed"
+[ $c1 -eq 0 ] && [ $c2 -eq 0 ] || fail "clients of two servers on one interface (rping $c1, ucmatose $c2)"
+echo "ok: rping and ucmatose served at once by two processes on one interface"
+
+echo "== the CM MADs of one connection and disconnection, as tshark reads them"
 # A veth end's capture holds what arrives there (ferroce's AF_PACKET transmits bypass the
 # capture point), so each side records the other's MADs.
 ip netns exec $p-a dumpcap -q -i $p-va -f "$filter" -w "$logs/a.pcap" >/dev/null 2>&1 &

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 pub use ferroce_stack::cm::{
     reason, AcceptParams, CmError, CmEvent, ConnId, ConnectParams, Peer, RepInfo, ReqInfo,
+    Unclaimed, UnclaimedPolicy,
 };
 
 use crate::engine::gsi::{CmShared, Gsi};
@@ -150,6 +151,13 @@ impl ConnectionManager {
     /// file descriptor becomes readable.
     pub fn set_notify(&self, f: Box<dyn Fn() + Send + Sync>) -> bool {
         self.shared.notify.set(f).is_ok()
+    }
+
+    /// Sets who answers the MADs nothing of this agent claims (see [`Unclaimed`]): needed
+    /// when several processes each run an agent on one interface, where every agent sees
+    /// every MAD.
+    pub fn set_unclaimed_policy(&self, f: UnclaimedPolicy) {
+        self.with(|a, _| a.set_unclaimed_policy(f));
     }
 
     /// Connections the agent holds (time wait included).

@@ -125,6 +125,10 @@ pub(crate) fn open_devices() -> Vec<CmaDevice> {
         let ip = super::id::ip_of_gid(me.gid);
         let active_mtu = c.verbs.query_port_num(1).map_or(3, |p| p.active_mtu as u8);
         let max = c.verbs.query_device().max_qp_rd_atom.min(255) as u8;
+        let iface = crate::neigh::interface(&d.spec).map(str::to_owned);
+        let registry = std::sync::Arc::new(super::registry::Registry::new(iface.as_deref(), ip));
+        let r = registry.clone();
+        cm.set_unclaimed_policy(Box::new(move |u| r.answers(u)));
         // SAFETY: the context just opened.
         let pd = unsafe { crate::objects::ferroce_ibv_alloc_pd(ctx) };
         out.push(CmaDevice {
@@ -133,7 +137,8 @@ pub(crate) fn open_devices() -> Vec<CmaDevice> {
             pd,
             ip,
             mac: me.mac,
-            iface: crate::neigh::interface(&d.spec).map(str::to_owned),
+            iface,
+            registry,
             active_mtu,
             max_responder_resources: max,
             max_initiator_depth: max,

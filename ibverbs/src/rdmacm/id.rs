@@ -196,6 +196,7 @@ pub unsafe extern "C" fn ferroce_rdma_destroy_id(id: *mut ffi::rdma_cm_id) -> c_
 fn leave(c: &mut Cma, key: usize, s: &IdState) {
     for &(dev, svc) in &s.listening {
         c.devs[dev].cm.stop_listening(svc);
+        c.devs[dev].registry.stop_listening(svc);
     }
     if let (Some(dev), Some(conn)) = (s.dev, s.conn) {
         let cm = &c.devs[dev].cm;
@@ -459,17 +460,24 @@ pub unsafe extern "C" fn ferroce_rdma_listen(id: *mut ffi::rdma_cm_id, _backlog:
         Some(d) => vec![d],
         None => (0..c.devs.len()).collect(),
     };
-    let mut done = Vec::new();
+    let mut done: Vec<(usize, u64)> = Vec::new();
     for d in devs {
-        match c.devs[d].cm.listen(svc) {
-            Ok(()) => done.push((d, svc)),
-            Err(_) => {
-                for &(d, svc) in &done {
-                    c.devs[d].cm.stop_listening(svc);
-                }
-                return err(libc::EADDRINUSE);
+        // Another process's listener on the address counts as this process's would.
+        let dev = &c.devs[d];
+        let r = dev.registry.listen(svc).and_then(|()| {
+            dev.cm.listen(svc).map_err(|_| {
+                dev.registry.stop_listening(svc);
+                libc::EADDRINUSE
+            })
+        });
+        if let Err(e) = r {
+            for &(d, svc) in &done {
+                c.devs[d].cm.stop_listening(svc);
+                c.devs[d].registry.stop_listening(svc);
             }
+            return err(e);
         }
+        done.push((d, svc));
     }
     super::cm_trace!("listen id {key:#x} on service {svc:#x}");
     let s = c.ids.get_mut(&key).expect("checked");

@@ -22,6 +22,7 @@ pub mod addrinfo;
 pub mod event;
 pub mod id;
 pub mod qp;
+pub mod registry;
 pub mod unsupported;
 
 use std::collections::{HashMap, HashSet};
@@ -55,6 +56,8 @@ pub(crate) struct CmaDevice {
     pub(crate) mac: MacAddr,
     /// The Linux interface, for the neighbour table.
     pub(crate) iface: Option<String>,
+    /// The listeners and the answerer of the port's address across processes.
+    pub(crate) registry: std::sync::Arc<registry::Registry>,
     /// `enum ibv_mtu` of port 1.
     pub(crate) active_mtu: u8,
     /// The device's limits on READs and atomics in flight.

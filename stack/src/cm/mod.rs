@@ -333,6 +333,31 @@ type SidrKey = ([u8; 16], u32);
 /// Retries kept for answered SIDR_REQs, so a duplicate gets the same SIDR_REP.
 const SIDR_CACHE: usize = 64;
 
+/// A MAD that nothing of this agent's claims: a request for a service it does not listen
+/// on, or a DREQ for a connection it does not hold. Alone on its port the agent answers
+/// both (REJ "invalid service ID", SIDR_REP "rejected", DREP); beside other agents on the
+/// same port (other processes on one interface) the MAD may be another's, and the
+/// [`CmAgent::set_unclaimed_policy`] decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unclaimed {
+    /// A REQ or SIDR_REQ for this service ID.
+    Service(u64),
+    /// A DREQ for this (to us unknown) local communication ID.
+    Connection(ConnId),
+}
+
+/// Whether to answer an [`Unclaimed`] MAD.
+pub type UnclaimedPolicy = Box<dyn FnMut(Unclaimed) -> bool + Send>;
+
+/// The policy, so the agent stays `Debug`.
+struct Policy(UnclaimedPolicy);
+
+impl std::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UnclaimedPolicy")
+    }
+}
+
 /// One port's communication manager.
 #[derive(Debug)]
 pub struct CmAgent {
@@ -350,6 +375,7 @@ pub struct CmAgent {
     sidr_pending: HashMap<ConnId, (Peer, u32, u64, u64)>,
     out: VecDeque<Outgoing>,
     events: VecDeque<CmEvent>,
+    unclaimed: Option<Policy>,
 }
 
 impl CmAgent {
@@ -369,7 +395,18 @@ impl CmAgent {
             sidr_pending: HashMap::new(),
             out: VecDeque::new(),
             events: VecDeque::new(),
+            unclaimed: None,
         }
+    }
+
+    /// Sets who answers MADs nothing here claims (see [`Unclaimed`]): `f` returns true to
+    /// answer. Without a policy the agent answers every one.
+    pub fn set_unclaimed_policy(&mut self, f: UnclaimedPolicy) {
+        self.unclaimed = Some(Policy(f));
+    }
+
+    fn answers(&mut self, u: Unclaimed) -> bool {
+        self.unclaimed.as_mut().is_none_or(|p| (p.0)(u))
     }
 
     fn new_comm_id(&mut self) -> ConnId {
@@ -743,6 +780,9 @@ impl CmAgent {
             return;
         }
         if !self.listeners.contains(&r.service_id) {
+            if !self.answers(Unclaimed::Service(r.service_id)) {
+                return;
+            }
             let _ = self.send(
                 peer,
                 tid,
@@ -878,8 +918,11 @@ impl CmAgent {
         };
         let conn = d.remote_comm_id;
         let Some(c) = self.conns.get(&conn) else {
-            // Nothing of ours (gone already): a DREP all the same, so the peer stops.
-            let _ = self.send(peer, tid, drep(d.local_comm_id));
+            // Nothing of ours (gone already, or another agent's): a DREP all the same, so
+            // the peer stops, unless the policy leaves it to another.
+            if self.answers(Unclaimed::Connection(conn)) {
+                let _ = self.send(peer, tid, drep(d.local_comm_id));
+            }
             return;
         };
         match c.state {
@@ -930,6 +973,9 @@ impl CmAgent {
             return;
         }
         if !self.listeners.contains(&r.service_id) {
+            if !self.answers(Unclaimed::Service(r.service_id)) {
+                return;
+            }
             let _ = self.send(
                 peer,
                 tid,

@@ -266,6 +266,42 @@ fn a_req_nobody_listens_for_gets_one_rej_invalid_service_id() {
 }
 
 #[test]
+fn an_agent_whose_policy_leaves_unclaimed_mads_to_another_stays_silent() {
+    let mut w = World::new(4, 0.0, 0.0, 0);
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = asked.clone();
+    w.agents[B].set_unclaimed_policy(Box::new(move |u| {
+        log.lock().unwrap().push(u);
+        false
+    }));
+    let conn = w.agents[A].connect(0, peer(B), &params()).unwrap();
+    w.settle();
+    // No REJ: the REQ may be another process's.
+    assert_eq!(w.sent[B], 0);
+    assert_eq!(asked.lock().unwrap()[0], Unclaimed::Service(SERVICE));
+    assert!(w.events[A].is_empty());
+    // A DREQ for a connection it does not hold gets no DREP either.
+    let mut dreq = [0u8; MAD_LEN];
+    CmMad::new(
+        7,
+        CmMessage::Dreq(Dreq {
+            local_comm_id: 0x1234,
+            remote_comm_id: 0x5678,
+            remote_qpn: 9,
+            private_data: &[],
+        }),
+    )
+    .emit(&mut dreq)
+    .unwrap();
+    w.agents[B].handle(0, peer(A), &dreq).unwrap();
+    assert!(w.agents[B].poll_transmit().is_none());
+    assert_eq!(asked.lock().unwrap()[1], Unclaimed::Connection(0x5678));
+    // The active side's REQ still ends, in its own time, as unreachable.
+    w.run(u64::MAX);
+    assert_eq!(w.events[A], [CmEvent::Unreachable { conn }]);
+}
+
+#[test]
 fn a_consumer_reject_reaches_the_active_side() {
     let mut w = World::new(3, 0.0, 0.0, 0);
     w.agents[B].listen(SERVICE).unwrap();
