@@ -133,6 +133,31 @@ wait $m1 $m2 || fail "a server of the two on one interface failed"
 [ $c1 -eq 0 ] && [ $c2 -eq 0 ] || fail "clients of two servers on one interface (rping $c1, ucmatose $c2)"
 echo "ok: rping and ucmatose served at once by two processes on one interface"
 
+echo "== two processes on one address connect to each other (QP1 looped between them)"
+# both_in_a NAME "SERVER ARGS" "CLIENT ARGS": server and client in namespace a, the client
+# connecting to a's own address; both must exit 0.
+both_in_a() {
+  local name=$1 server=$2 client=$3 c=0 s=0
+  # shellcheck disable=SC2086
+  run a timeout 60 $server >"$logs/same.server" 2>&1 &
+  local spid=$!
+  for _ in $(seq 400); do
+    grep -q "ferroce cm: listen" "$logs/same.server" 2>/dev/null && break
+    sleep 0.05
+  done
+  # shellcheck disable=SC2086
+  run a timeout 60 $client >"$logs/same.client" 2>&1 || c=$?
+  wait $spid || s=$?
+  if [ $c -ne 0 ] || [ $s -ne 0 ]; then
+    tail -20 "$logs/same.server" "$logs/same.client"
+    fail "$name on one address (server exit $s, client exit $c)"
+  fi
+  echo "ok: $name, server and client on $srv"
+}
+both_in_a "rping -v -C 50" "rping -s -a $srv -v -C 50" "rping -c -a $srv -v -C 50"
+both_in_a "ucmatose (2 connections)" "ucmatose -c 2" "ucmatose -s $srv -c 2"
+both_in_a "udaddy" "udaddy" "udaddy -s $srv"
+
 echo "== the CM MADs of one connection and disconnection, as tshark reads them"
 # A veth end's capture holds what arrives there (ferroce's AF_PACKET transmits bypass the
 # capture point), so each side records the other's MADs.

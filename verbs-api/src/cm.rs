@@ -40,6 +40,11 @@ impl Context {
                 ^ u64::from(std::process::id()) << 32;
             let seed = if self.dev.sim.is_some() { 0x5eed } else { seed };
             core.gsi = Some(Box::new(Gsi::new(mac, ip, seed)));
+            // MADs other processes on the port loop to its own address reach this engine.
+            if let Some(inbox) = core.looped.as_ref() {
+                crate::engine::looped::claim(ferroce_stack::wire::mad::GSI_QPN, inbox);
+                crate::engine::looped::open_mailbox();
+            }
         }
         let shared = core.gsi.as_ref().expect("just set").shared.clone();
         ConnectionManager {

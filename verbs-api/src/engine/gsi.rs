@@ -103,6 +103,12 @@ impl Gsi {
 
     /// A packet for QP1: its MAD goes to the agent on the engine's next turn.
     pub(crate) fn receive(&mut self, pkt: &RocePacket<'_>) {
+        // Another process on the same network namespace may hand over a MAD for its own
+        // port's address, which need not be this one.
+        if pkt.repr.eth.dst != self.mac {
+            self.refused += 1;
+            return;
+        }
         let Some(mad) = pkt.payload.get(..MAD_LEN) else {
             self.refused += 1;
             return;
@@ -155,6 +161,11 @@ impl Gsi {
                         mac: self.mac,
                     };
                     self.inbox.push_back((me, o.mad));
+                    // The other processes on the port run QP1 too: the MAD may be for one
+                    // of their listeners or connections.
+                    if let Some(n) = self.frame(me, &o.mad, buf) {
+                        super::looped::deliver_to_other_processes(&buf[..n]);
+                    }
                     looped = true;
                     continue;
                 }

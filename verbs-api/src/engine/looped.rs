@@ -150,6 +150,27 @@ pub(crate) fn deliver(qpn: u32, len: usize, fill: impl FnOnce(&mut [u8])) -> Loo
     })
 }
 
+/// Hands a copy of `frame` to every other process of the namespace that has a mailbox: a
+/// MAD to the port's own GID is for QP1, which every process on the port runs (each one's
+/// communication manager takes what it claims). The number delivered.
+pub(crate) fn deliver_to_other_processes(frame: &[u8]) -> usize {
+    let me = mailbox();
+    let Some(sock) = &me.sock else {
+        return 0;
+    };
+    (1..=254)
+        .filter(|&s| s != me.slot)
+        .filter_map(|s| mailbox_addr(s).ok())
+        .filter(|a| sock.send_to_addr(frame, a).is_ok())
+        .count()
+}
+
+/// Opens this process's mailbox now (it opens with the first QP otherwise): a process
+/// whose only business yet is QP1, a server waiting for requests, is reached through it.
+pub(crate) fn open_mailbox() {
+    let _ = mailbox();
+}
+
 /// [`deliver`] to a QP of this process.
 fn deliver_here(qpn: u32, len: usize, fill: impl FnOnce(&mut [u8])) -> Looped {
     let owner = OWNERS
