@@ -91,6 +91,12 @@ pair "ib_read_bw -R" "ib_read_bw -R -F" "ib_read_bw -R -F $srv"
 
 filter='udp port 4791 and (udp[12:4] & 0xffffff) == 1'
 
+echo "== a disconnect with work outstanding, a REQ nobody listens for, what fails (ibverbs/tests/cm_disconnect.c)"
+cc -O2 -Wall -Wextra -Werror -o "$logs/cm_disconnect" ibverbs/tests/cm_disconnect.c -lrdmacm -libverbs
+run a timeout 60 "$logs/cm_disconnect" $srv >"$logs/cm_disconnect.out" 2>&1 ||
+  { cat "$logs/cm_disconnect.out"; fail "cm_disconnect"; }
+echo "ok: $(grep -v '^ferroce cm' "$logs/cm_disconnect.out")"
+
 echo "== several rdma_cm processes on one interface"
 # Two servers in a (rping on 7174, ucmatose on 7471), each answering only for its own
 # listener; a third process cannot take rping's port; their clients in b connect at once;
