@@ -111,27 +111,8 @@ failover() {
       fail "$* through a port down and up (server exit $s, client exit $c)"
     fi
     # Each side's QP moved to port 2 and back, and nothing failed.
-    "$ferroce" stats --all --dir "$logs/fo-stats" --json | python3 -c '
-import json, sys
-name = sys.argv[1]
-d = json.load(sys.stdin)
-assert len(d) == 2, d
-for p in d:
-    qps = [q for q in p["qps"].values() if "path_migrations" in q]
-    assert qps, (name, "no QP with an alternate path", p)
-    for q in qps:
-        assert q["path_migrations"] >= 2, (name, q)
-        assert q["req_cqe_error"] == 0 and q["resp_cqe_error"] == 0, (name, q)
-# Both ends home on port 1 after the repair: a QP probes its primary after the link-up
-# event (and again, further apart, while unanswered) and goes home on the answer.
-away = [(q["path_active_port"], q["path_migrations"], q["path_probes"]) for p in d for q in p["qps"].values() if "path_migrations" in q and q["path_active_port"] != 1]
-assert not away, (name, "QPs left on port 2 after the repair (port, moves, probes)", away)
-probes = sum(q.get("path_probes", 0) for p in d for q in p["qps"].values())
-moves = sum(q.get("path_migrations", 0) for p in d for q in p["qps"].values())
-dups = sum(q["duplicate_request"] for p in d for q in p["qps"].values())
-resent = sum(q["retransmitted_packets"] for p in d for q in p["qps"].values())
-print(f"ok: {name}: both exit 0; {moves} moves (to port 2 and back, both sides; {probes} probes), {resent} packets resent, {dups} duplicates answered, not executed")
-' "$name" || fail "$name: the counters after the fault"
+    "$ferroce" stats --all --dir "$logs/fo-stats" --json |
+      python3 scripts/failover_check.py "$name" || fail "$name: the counters after the fault"
   }
   for bw in ib_write_bw ib_read_bw ib_send_bw; do
     fault_run "fo-$bw" 5 10 $bw -D 15 --report_gbits
