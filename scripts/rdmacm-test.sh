@@ -5,8 +5,12 @@
 # on both sides. Then one perftest connection is captured on both veth ends and tshark's
 # reading of its CM MADs is checked (scripts/vectors/cm_capture_check.py).
 # Root only; needs rdmacm-utils, perftest and tshark (the test command installs them).
-#   scripts/rdmacm-test.sh
+#   scripts/rdmacm-test.sh               every check
+#   scripts/rdmacm-test.sh --two-ports   only the runs between two-port devices (the offer
+#                                        in the CM private data, failover)
 set -euo pipefail
+two_ports_only=0
+[ "${1:-}" = "--two-ports" ] && two_ports_only=1
 cd "$(dirname "$0")/.."
 cargo build -q --release -p ferroce-ibverbs -p ferroce-rdmacm -p ferroce-cli
 ferroce=$PWD/target/release/ferroce
@@ -28,11 +32,22 @@ trap cleanup EXIT
 scripts/netns-pair.sh down $p
 scripts/netns-pair.sh up $p >/dev/null
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# run NS COMMAND...: in namespace NS through both drop-ins, on the device of its first veth
+# (of both veths, rails 1 and 2, when two_ports is set).
 run() {
   local ns=$1
   shift
-  ip netns exec "$p-$ns" env LD_LIBRARY_PATH="$lib" FERROCE_DEVICES="afpacket:$p-v$ns" \
+  local dev="afpacket:$p-v$ns"
+  [ -n "${two_ports:-}" ] && dev="afpacket:$p-v$ns,$p-w$ns"
+  ip netns exec "$p-$ns" env LD_LIBRARY_PATH="$lib" FERROCE_DEVICES="$dev" \
     FERROCE_CM_TRACE=1 "$@"
+}
+# Stops what runs in namespace a, but the captures.
+kill_a() {
+  local x
+  for x in $(ip netns pids $p-a); do
+    [[ " ${caps[*]} " == *" $x "* ]] || kill "$x" 2>/dev/null || true
+  done
 }
 # pair NAME "SERVER ARGS" "CLIENT ARGS": the server in a, then (once it listens: its CM
 # trace says so, or perftest's TCP port is open) the client in b; both must exit 0.
@@ -57,7 +72,7 @@ pair() {
   # resolves the id it just destroyed), so that run is repeated, up to three times.
   if [ $c -ne 0 ] && [ "${tries:-0}" -lt 3 ] &&
     grep -q "RDMA_CM_EVENT_REJECTED status 8" "$logs/$f.client" && [[ $name == ib_* ]]; then
-    ip netns pids $p-a | xargs -r kill 2>/dev/null || true
+    kill_a
     wait $spid || true
     echo "retry: $name (perftest's client connected before its server listened)"
     tries=$((${tries:-0} + 1)) pair "$@"
@@ -65,7 +80,7 @@ pair() {
   fi
   # A server that serves until killed (cmtime's) is stopped once its client is done.
   if [ -n "${until_killed:-}" ]; then
-    ip netns pids $p-a | xargs -r kill 2>/dev/null || true
+    kill_a
   fi
   wait $spid || s=$?
   [ -n "${until_killed:-}" ] && s=0
@@ -78,6 +93,7 @@ pair() {
 }
 
 srv=192.168.77.1
+if [ $two_ports_only = 0 ]; then
 pair "rping -v -C 100" "rping -s -a $srv -v -C 100" "rping -c -a $srv -v -C 100"
 grep -q "rdma-ping-99" "$logs/rping__v__C_100.client" || fail "rping's client did not verify 100 pings"
 pair "ucmatose (4 connections)" "ucmatose -c 4" "ucmatose -s $srv -c 4"
@@ -195,6 +211,8 @@ tshark -r "$logs/cm.pcap" -T json 2>/dev/null |
 if [ -n "${FERROCE_KEEP_CAPTURE:-}" ]; then
   cp "$logs/cm.pcap" "$FERROCE_KEEP_CAPTURE"
 fi
+fi
+
 echo "== failover on a connection made through rdma_cm (two ports per device, rail 1 down in seconds 5-10)"
 ip link add $p-wa type veth peer name $p-wb
 ip link set $p-wa netns $p-a
@@ -205,6 +223,35 @@ for x in a:1 b:2; do
   ip netns exec $p-$ns ip addr add 192.168.78.$h/24 dev $p-w$ns
   ip netns exec $p-$ns ip link set $p-w$ns up
 done
+echo "== ferroce's offer in the CM private data: path control only with a peer that offers it"
+# Both rails of both sides are captured, QP1 and ferroce's PATH_CONTROL opcode (0xd8) only;
+# each namespace's captures hold what the other side sent.
+ofilter='udp port 4791 and ((udp[12:4] & 0xffffff) == 1 or udp[8] == 0xd8)'
+# offer_run NAME SERVER_FAILOVER REQ_FLAG REP_FLAG PATH_CONTROL (see cm_offer_check.py)
+offer_run() {
+  local name=$1 sfo=$2 x
+  for x in a b; do
+    ip netns exec $p-$x dumpcap -q -i $p-v$x -i $p-w$x -f "$ofilter" -w "$logs/o-$x.pcapng" >/dev/null 2>&1 &
+    caps+=($!)
+  done
+  for _ in $(seq 100); do
+    [ -s "$logs/o-a.pcapng" ] && [ -s "$logs/o-b.pcapng" ] && break
+    sleep 0.05
+  done
+  sleep 0.5
+  two_ports=1 pair "$name" "env FERROCE_FAILOVER=$sfo ib_write_bw -R -F -n 5000" "ib_write_bw -R -F -n 5000 $srv"
+  sleep 0.5
+  kill -INT "${caps[@]}"
+  wait "${caps[@]}" || true
+  caps=()
+  mergecap -w "$logs/o.pcap" "$logs/o-a.pcapng" "$logs/o-b.pcapng"
+  rm -f "$logs"/o-?.pcapng
+  tshark -r "$logs/o.pcap" -T json 2>/dev/null |
+    python3 scripts/vectors/cm_offer_check.py "$3" "$4" "$5" || fail "$name: ferroce's offer"
+}
+offer_run "ib_write_bw -R, both offer path control" native 1 1 yes
+offer_run "ib_write_bw -R, the server declines" none 1 0 no
+
 run2() {
   local ns=$1
   shift
@@ -232,7 +279,7 @@ for try in 1 2 3; do
   if fo_try; then ok=1; break; fi
   # The perftest -R race (above) is the one failure retried.
   grep -q "RDMA_CM_EVENT_REJECTED status 8" "$logs/fo.client" || break
-  ip netns pids $p-a | xargs -r kill 2>/dev/null || true
+  kill_a
   echo "retry: failover run (perftest's client connected before its server listened)"
 done
 if [ $ok -ne 1 ]; then

@@ -3,12 +3,18 @@
  * completes flushed (IBV_WC_WR_FLUSH_ERR). Both ends are ids of this process on one device,
  * connected through the port's own address. Also: a REQ to a port nobody listens on is
  * REJECTED with reason 8 (invalid service ID); a second listener on a port is EADDRINUSE;
- * multicast joins fail with EOPNOTSUPP and rsockets with ENOSYS. scripts/rdmacm-test.sh
+ * multicast joins fail with EOPNOTSUPP and rsockets with ENOSYS. And a peer process that
+ * exits with its connection open: its library ends the connection on the wire as the kernel
+ * does when a process's file closes, so this side gets DISCONNECTED (within 10 s, where an
+ * idle QP would otherwise never learn) and its receive flushes. scripts/rdmacm-test.sh
  * builds this against rdma-core's headers and runs it over ferroce's libraries.
  *   cm_disconnect IP
  * Exit status 0 when every check holds. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rsocket.h>
@@ -24,13 +30,22 @@ static void die(const char *what)
 
 static struct rdma_event_channel *ch;
 
-/* The next event, which must be `want`; returns its id (and listen id). */
+static void within(int ms, const char *what);
+
+/* The next event but TIMEWAIT_EXIT (which ends a closed connection's time wait, about 2 s
+ * after it), within 10 s; it must be `want`. Returns its id (and listen id). */
 static struct rdma_cm_id *expect(enum rdma_cm_event_type want, int status,
 				 struct rdma_cm_id **listen)
 {
 	struct rdma_cm_event *e;
-	if (rdma_get_cm_event(ch, &e))
-		die("rdma_get_cm_event");
+	for (;;) {
+		within(10000, rdma_event_str(want));
+		if (rdma_get_cm_event(ch, &e))
+			die("rdma_get_cm_event");
+		if (e->event != RDMA_CM_EVENT_TIMEWAIT_EXIT)
+			break;
+		rdma_ack_cm_event(e);
+	}
 	if (e->event != want || e->status != status) {
 		fprintf(stderr, "cm_disconnect: got %s status %d, wanted %s status %d\n",
 			rdma_event_str(e->event), e->status, rdma_event_str(want), status);
@@ -41,6 +56,19 @@ static struct rdma_cm_id *expect(enum rdma_cm_event_type want, int status,
 		*listen = e->listen_id;
 	rdma_ack_cm_event(e);
 	return id;
+}
+
+/* Waits up to `ms` for the channel's next event. */
+static void within(int ms, const char *what)
+{
+	struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
+	int n = poll(&pfd, 1, ms);
+	if (n < 0)
+		die("poll");
+	if (n == 0) {
+		fprintf(stderr, "cm_disconnect: no event in %d ms, waiting for %s\n", ms, what);
+		exit(1);
+	}
 }
 
 static void make_qp(struct rdma_cm_id *id)
@@ -81,9 +109,28 @@ static void expect_flush(struct rdma_cm_id *id, uint64_t wr_id)
 	die("the outstanding receive did not complete");
 }
 
+/* The peer process: connects to `addr` and exits with the connection open. */
+static int exit_connected(struct sockaddr_in *addr)
+{
+	struct rdma_cm_id *id;
+	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) ||
+	    rdma_resolve_addr(id, NULL, (struct sockaddr *)addr, 2000))
+		die("resolve (peer process)");
+	expect(RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL);
+	if (rdma_resolve_route(id, 2000))
+		die("route (peer process)");
+	expect(RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL);
+	make_qp(id);
+	struct rdma_conn_param p = { .retry_count = 7, .rnr_retry_count = 7 };
+	if (rdma_connect(id, &p))
+		die("rdma_connect (peer process)");
+	expect(RDMA_CM_EVENT_ESTABLISHED, 0, NULL);
+	exit(0);
+}
+
 int main(int argc, char **argv)
 {
-	if (argc != 2)
+	if (argc != 2 && !(argc == 3 && strcmp(argv[2], "exit-connected") == 0))
 		die("usage: cm_disconnect IP");
 	struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons(7999) };
 	if (inet_pton(AF_INET, argv[1], &addr.sin_addr) != 1)
@@ -91,6 +138,8 @@ int main(int argc, char **argv)
 	ch = rdma_create_event_channel();
 	if (!ch)
 		die("rdma_create_event_channel");
+	if (argc == 3)
+		return exit_connected(&addr);
 
 	struct rdma_cm_id *listener, *second, *client, *server, *lid, *nobody;
 	if (rdma_create_id(ch, &listener, NULL, RDMA_PS_TCP) ||
@@ -170,6 +219,31 @@ int main(int argc, char **argv)
 	expect_flush(client, 41);
 	expect_flush(server, 42);
 
+	/* A peer process that exits with the connection open. */
+	pid_t pid = fork();
+	if (pid < 0)
+		die("fork");
+	if (pid == 0) {
+		execl("/proc/self/exe", argv[0], argv[1], "exit-connected", (char *)NULL);
+		_exit(127);
+	}
+	struct rdma_cm_id *orphan = expect(RDMA_CM_EVENT_CONNECT_REQUEST, 0, NULL);
+	make_qp(orphan);
+	post_recv(orphan, sbuf, smr, 43);
+	if (rdma_accept(orphan, NULL))
+		die("rdma_accept (peer process)");
+	if (expect(RDMA_CM_EVENT_ESTABLISHED, 0, NULL) != orphan)
+		die("ESTABLISHED for another id");
+	int status;
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		die("the peer process failed");
+	if (expect(RDMA_CM_EVENT_DISCONNECTED, 0, NULL) != orphan)
+		die("DISCONNECTED for another id");
+	expect_flush(orphan, 43);
+	rdma_destroy_qp(orphan);
+	if (rdma_destroy_id(orphan))
+		die("rdma_destroy_id");
+
 	ibv_dereg_mr(cmr);
 	ibv_dereg_mr(smr);
 	rdma_destroy_qp(client);
@@ -181,6 +255,6 @@ int main(int argc, char **argv)
 	rdma_destroy_event_channel(ch);
 	printf("cm_disconnect: REJ 8 for a port nobody listens on; EADDRINUSE; EOPNOTSUPP and "
 	       "ENOSYS; a disconnect with receives outstanding gives DISCONNECTED on both sides "
-	       "and flushes them\n");
+	       "and flushes them; so does a peer process that exits with its connection open\n");
 	return 0;
 }

@@ -8,16 +8,32 @@ P_Key 0xffff, management class 7 version 2, method Send. Among them must be the 
 the client's QP: a REQ from it (service ID of the TCP port space and PORT, rdma_cm's IP header
 naming both addresses and the client's port, the path's GIDs), the server's REP naming the
 REQ's communication ID and the server's QP, the RTU, and a DREQ / DREP pair with the same two
-communication IDs. Prints those frames as tshark read them; exits 1 on any disagreement.
+communication IDs, and ferroce's offer (path control) at the end of the REQ's and REP's
+private data. Prints those frames as tshark read them; exits 1 on any disagreement.
 """
 import json
 import sys
+import zlib
 
 from cm_check import flatten  # the same reading of tshark's JSON
 
 
 def num(x):
     return int(x, 0) if isinstance(x, str) else x
+
+
+def offer(private):
+    """ferroce's offer in the last 24 bytes of a CM message's private data (tshark's
+    colon-separated hex), as ferroce_verbs::cm::Offer lays it out: None when absent, else
+    (path control flag, [(kind, parameter)])."""
+    b = bytes.fromhex((private or "").replace(":", ""))
+    if len(b) < 24:
+        return None
+    t = b[-24:]
+    if t[:4] != b"FRCE" or t[4] < 1 or zlib.crc32(t[:20]) != int.from_bytes(t[20:], "big"):
+        return None
+    caps = tuple((t[8 + 5 * i], int.from_bytes(t[9 + 5 * i:13 + 5 * i], "big")) for i in range(t[6]))
+    return (t[5] & 1, caps)
 
 
 NAMES = {0x10: "REQ", 0x13: "REP", 0x14: "RTU", 0x15: "DREQ", 0x16: "DREP", 0x12: "REJ", 0x11: "MRA"}
@@ -87,6 +103,12 @@ def main():
             bad.append(f"no {name} between {rc:#x} and {pc:#x}")
     if dreq and drep and num(dreq[0]["infiniband.cm.dreq.localcommid"]) != num(drep[0]["infiniband.cm.drsp.remotecommid"]):
         bad.append("the DREP does not answer the DREQ's sender")
+    # ferroce's offer rides at the end of the private data: both ends speak path control.
+    req_offer = offer(req.get("infiniband.cm.req.ip_cm.private"))
+    rep_offer = offer(rep.get("infiniband.cm.rep.private"))
+    for name, got in (("REQ", req_offer), ("REP", rep_offer)):
+        if got != (1, ()):
+            bad.append(f"{name}: ferroce's offer is {got}, expected path control and no scheme")
     if bad:
         print("\n".join(bad))
         return 1
@@ -96,6 +118,8 @@ def main():
     print(f"  REQ: QPN {cqpn:#x}, service {req['infiniband.cm.req.serviceid.prefix']}"
           f"/{num(req['infiniband.cm.req.serviceid.protocol']):#04x}/port {port}, IP CM header "
           f"{client}:{num(req['infiniband.cm.req.ip_cm.sport'])} -> {server}; REP: QPN {sqpn:#x}")
+    print(f"  ferroce's offer at the end of the private data: REQ {req_offer}, REP {rep_offer}"
+          " (path control flag, schemes)")
     print(f"{len(frames)} CM MADs on QP1; the connection and disconnection of QP {cqpn:#x} agree")
     return 0
 

@@ -218,6 +218,13 @@ impl Device {
         self.homes.owner(qpn)
     }
 
+    /// Makes the first engine the home of QP1, where the communication manager runs: a MAD
+    /// that receive-side scaling puts on another engine's queue is handed to it, as a frame
+    /// for a QP of another engine is.
+    pub(crate) fn home_gsi_on_first_engine(&self) {
+        self.homes.set(ferroce_stack::wire::mad::GSI_QPN, 0);
+    }
+
     /// Moves QP `qpn` to engine `to` with everything it holds (queues, inbox, timers, CQs):
     /// what failover onto another port's engine does. Posts and frames follow it: a post
     /// that finds the QP gone from the engine it locked goes through the QP's inbox, which

@@ -60,6 +60,9 @@ fn qps_on_four_engines_share_memory_and_reach_each_other() {
     }
     assert_eq!(engine_thread_cpus(), Vec::<String>::new());
     assert!(second.rx_forwarded > first.rx_forwarded, "{second:?}");
+    ctx.start_engine_thread().unwrap();
+    mad_on_another_engines_queue(&ctx, QUEUES);
+    ctx.stop_engine_thread();
     // Every frame found its QP: none dropped on the way between engines, none unclaimed.
     assert_eq!(second.rx_unknown_qp, 0, "{second:?}");
     assert_eq!(second.rx_forward_drops, 0, "{second:?}");
@@ -92,6 +95,101 @@ fn qps_on_four_engines_share_memory_and_reach_each_other() {
     assert!(c.rx_forwarded > 0, "{c:?}");
     assert_eq!(frames, c.rx_frames + c.tx_frames, "{c:?}");
     let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/ferroce-vq-{pid}"));
+}
+
+/// QP1 on a multi-queue device: the communication manager runs in the first engine, and a
+/// MAD that arrives on another engine's queue (receive-side scaling picks the queue by the
+/// peer's UDP source port) is handed to it. A REQ as a peer's agent sends it leaves from a UD
+/// QP of another engine with the GSI Q_Key, loops back onto that engine's queue, and must
+/// reach the listener as a request.
+fn mad_on_another_engines_queue(ctx: &Context, queues: u32) {
+    use ferroce_stack::cm::{CmAgent, CmEvent, ConnectParams};
+    use ferroce_stack::wire::mad::{port_space, service_id, CmPath, GSI_QKEY, GSI_QPN, MAD_LEN};
+    use ferroce_stack::wire::{Psn, Qpn};
+
+    let cm = ctx.connection_manager();
+    let svc = service_id(port_space::TCP, 7471);
+    cm.listen(svc).unwrap();
+    let me = cm.local_peer();
+    let mut peer = CmAgent::new(0x0123_4567_89ab_cdef, 9);
+    peer.connect(
+        0,
+        me,
+        &ConnectParams {
+            service_id: svc,
+            qpn: 0x77,
+            psn: 1,
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            path_mtu: 3,
+            transport_service_type: 0,
+            srq: false,
+            path: CmPath {
+                local_gid: me.gid,
+                remote_gid: me.gid,
+                ..CmPath::default()
+            },
+            response_timeout: 20,
+            max_cm_retries: 15,
+            private_data: Vec::new(),
+        },
+    )
+    .unwrap();
+    let req = peer.poll_transmit().expect("the REQ").mad;
+
+    let pd = ctx.alloc_pd();
+    let cq = ctx.create_cq(64, None);
+    let ud = (0..queues * 2)
+        .map(|_| {
+            pd.create_qp(QpType::Ud, QpCaps::default(), &cq, &cq)
+                .unwrap()
+        })
+        .find(|q| q.qpn().value() % queues != 0)
+        .expect("a UD QP on an engine other than the first");
+    for (state, mask) in [
+        (
+            QpState::Init,
+            AttrMask::STATE
+                .with(AttrMask::PKEY_INDEX)
+                .with(AttrMask::PORT)
+                .with(AttrMask::QKEY),
+        ),
+        (QpState::Rtr, AttrMask::STATE),
+        (QpState::Rts, AttrMask::STATE.with(AttrMask::SQ_PSN)),
+    ] {
+        let attr = QpAttr {
+            qp_state: state,
+            port_num: 1,
+            qkey: GSI_QKEY,
+            sq_psn: Psn::new(0),
+            ..QpAttr::default()
+        };
+        ud.modify(&attr, mask).unwrap();
+    }
+    let mr = pd.alloc_mr(MAD_LEN, Access::LOCAL_WRITE).unwrap();
+    assert!(mr.write(0, &req));
+    let sge = [mr.sge(0, MAD_LEN)];
+    ud.post_send(&[SendWr {
+        ud: Some(UdDest {
+            av: ctx.path_to(Gid(me.gid), me.mac),
+            remote_qpn: Qpn::new(GSI_QPN),
+            // The top bit: the QP's own Q_Key, the GSI's, goes on the wire.
+            remote_qkey: 0x8000_0000,
+        }),
+        ..SendWr::new(9, WrOpcode::Send, Payload::Sges(&sge))
+    }])
+    .unwrap();
+    let got = wait(ctx, &cq, 1);
+    assert_eq!(got[0].status, WcStatus::Success, "{got:?}");
+    match cm.next_event(std::time::Duration::from_secs(10)) {
+        Some(CmEvent::Request { req, .. }) => {
+            assert_eq!((req.service_id, req.qpn), (svc, 0x77), "{req:?}")
+        }
+        other => panic!("the listener got {other:?}, not the REQ from another engine's queue"),
+    }
+    cm.stop_listening(svc);
 }
 
 /// Four RC pairs on a device of `queues` engines, some across engines and some within one;

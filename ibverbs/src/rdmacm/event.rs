@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use ferroce_stack::cm::{reason, CmEvent, ConnId, Peer, ReqInfo};
 use ferroce_stack::wire::mad::{service_port, CmaHeader, CMA_HEADER_LEN};
-use ferroce_verbs::cm::ConnectionManager;
+use ferroce_verbs::cm::{ConnectionManager, Offer};
 
 use super::{cma, err, same_ip, CmId, Cma, CmaDevice, IdState, St};
 use crate::context::context;
@@ -163,15 +163,20 @@ pub(crate) fn start_dispatcher(dev: usize, cm: ConnectionManager) {
 /// The id `e` belongs to, and the event queued on its channel. A request gets a new id
 /// (its listener's channel and context) at once, so what follows for its connection finds
 /// it; a request nobody listens for here any longer is rejected.
-fn route(c: &mut Cma, dev: usize, e: CmEvent) {
+fn route(c: &mut Cma, dev: usize, mut e: CmEvent) {
     super::cm_trace!("dev {dev}: {e:?}");
-    let conn = match &e {
+    let conn = match &mut e {
         CmEvent::Request { conn, peer, req } => {
             let (conn, peer) = (*conn, *peer);
             let svc = req.service_id;
             let hdr = CmaHeader::parse(&req.private_data).ok();
+            // The peer's offer of ferroce's schemes, taken off what the program sees.
+            let offer = Offer::take_from(&mut req.private_data);
             match new_request_id(c, dev, svc, conn, peer, hdr, false, Some(req.clone())) {
-                Some(id) => queue(id, Raw::Cm(e)),
+                Some(id) => {
+                    c.ids.get_mut(&id).expect("just made").peer_offer = offer;
+                    queue(id, Raw::Cm(e));
+                }
                 None => {
                     let _ = c.devs[dev].cm.reject(conn, reason::INVALID_SERVICE_ID, &[]);
                 }
@@ -453,7 +458,14 @@ fn process_inner(c: &mut Cma, p: Pending) -> Option<*mut ffi::rdma_cm_event> {
             b.ev.param.ud.private_data_len = n;
             adopt_sync(c, id, b.ev.listen_id as usize);
         }
-        Raw::Cm(CmEvent::Reply { conn, rep }) => {
+        Raw::Cm(CmEvent::Reply { conn, mut rep }) => {
+            // Whether the peer speaks ferroce (its REP carries an offer), before the QP's
+            // RTR reads it; the offer's bytes are not the program's.
+            let offer = Offer::take_from(&mut rep.private_data);
+            let speaks = offer.is_some_and(|o| super::my_offer().agree(&o).path_control);
+            if let Some(dev) = s.dev {
+                crate::qp::set_peer_path_control(c.devs[dev].ctx, s.qpn, speaks);
+            }
             conn_param(&mut b, &rep.private_data);
             // SAFETY: the `conn` member, as above.
             unsafe {

@@ -10,7 +10,7 @@ use std::ffi::{c_int, c_void};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 
 use ferroce_stack::cm::{reason, AcceptParams, CmError, ConnectParams, Peer};
-use ferroce_stack::wire::mad::{service_id, CmPath, CmaHeader, CMA_HEADER_LEN};
+use ferroce_stack::wire::mad::{private_len, service_id, CmPath, CmaHeader, CMA_HEADER_LEN};
 use ferroce_stack::wire::MacAddr;
 
 use super::event::{complete, queue, Channel, Raw};
@@ -216,6 +216,53 @@ fn leave(c: &mut Cma, key: usize, s: &IdState) {
     }
     if let Some(p) = s.owned_port {
         c.ports.remove(&p);
+    }
+}
+
+/// What the kernel's rdma_cm does when a process's file closes, done at `exit` (registered
+/// with `atexit` when the state is made): every connection still open ends on the wire — a
+/// DREQ, or a REJ for a request never answered — and every listener goes, so a peer learns at
+/// once that the process is gone rather than from its transport's retries, or never (an idle
+/// QP). The ids stay allocated (other threads of the program may still hold them as the
+/// process ends). A process killed by a signal runs no `atexit`: its peers learn from their
+/// transport, as today.
+pub(crate) extern "C" fn at_exit() {
+    // A thread may hold the state as `exit` runs (a call in flight): wait for it a little,
+    // never hang the exit.
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(100);
+    let mut c = loop {
+        match super::try_cma() {
+            Some(Ok(c)) => break c,
+            None => return,
+            Some(Err(())) if std::time::Instant::now() < until => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Some(Err(())) => return,
+        }
+    };
+    let keys: Vec<usize> = c.ids.keys().copied().collect();
+    let mut devs: Vec<usize> = Vec::new();
+    for k in keys {
+        let Some(mut s) = c.ids.remove(&k) else {
+            continue;
+        };
+        if s.conn.is_some() || !s.listening.is_empty() {
+            devs.extend(s.dev);
+            devs.extend(s.listening.iter().map(|&(d, _)| d));
+        }
+        leave(&mut c, k, &s);
+        s.st = St::Disconnected;
+        s.listening.clear();
+        s.conn = None;
+        s.owned_port = None;
+        c.ids.insert(k, s);
+    }
+    devs.sort_unstable();
+    devs.dedup();
+    let cms: Vec<_> = devs.iter().map(|&d| c.devs[d].cm.clone()).collect();
+    drop(c);
+    for cm in cms {
+        cm.flush(std::time::Duration::from_millis(100));
     }
 }
 
@@ -606,7 +653,11 @@ pub unsafe extern "C" fn ferroce_rdma_connect(
         let psn = (c.random() & 0xff_ffff) as u32;
         let dev = &c.devs[d];
         let s = &c.ids[&key];
-        let private = request_private(cm, s, p.as_ref().map_or(&[], |p| &p.private));
+        let mut private = request_private(cm, s, p.as_ref().map_or(&[], |p| &p.private));
+        if !s.ud {
+            // After the program's bytes, if it left the room (see `ferroce_verbs::cm::Offer`).
+            super::my_offer().append_to(&mut private, private_len::REQ);
+        }
         let peer = s.peer.expect("resolved");
         let svc = service_id(ps_of(cm), s.dst.map_or(0, |a| a.port()));
         let res = if s.ud {
@@ -656,6 +707,7 @@ pub unsafe extern "C" fn ferroce_rdma_connect(
                 s.responder_resources = responder_resources;
                 s.initiator_depth = initiator_depth;
                 s.retry_count = params.retry_count;
+                s.qpn = qpn;
             }
             r
         };
@@ -704,7 +756,7 @@ pub unsafe extern "C" fn ferroce_rdma_accept(
         // SAFETY: a live id of the state.
         let cm = unsafe { &mut *(key as *mut CmId) };
         let (qpn, srq) = qp_of(cm, p.as_ref());
-        let private = p.as_ref().map_or(Vec::new(), |p| p.private.clone());
+        let mut private = p.as_ref().map_or(Vec::new(), |p| p.private.clone());
         if ud {
             // librdmacm's Q_Key for every UD id.
             let r = c.devs[d].cm.sidr_reply(conn, 0, qpn, UDP_QKEY, &private);
@@ -724,6 +776,7 @@ pub unsafe extern "C" fn ferroce_rdma_accept(
             return err(libc::EINVAL);
         }
         let (max_init, max_resp) = (dev.max_initiator_depth, dev.max_responder_resources);
+        let ctx = dev.ctx;
         let psn = (c.random() & 0xff_ffff) as u32;
         let s = c.ids.get_mut(&key).expect("checked");
         s.initiator_depth = match &p {
@@ -735,6 +788,15 @@ pub unsafe extern "C" fn ferroce_rdma_accept(
             _ => s.responder_resources.min(max_resp),
         };
         s.psn = psn;
+        s.qpn = qpn;
+        // A peer that offered ferroce's schemes gets this end's offer in the REP and what
+        // both offer; one that offered nothing (a kernel CM) gets a plain IBTA connection.
+        let mine = super::my_offer();
+        let agreed = s.peer_offer.map(|peer| mine.agree(&peer));
+        if agreed.is_some() {
+            mine.append_to(&mut private, private_len::REP);
+        }
+        crate::qp::set_peer_path_control(ctx, qpn, agreed.is_some_and(|a| a.path_control));
         if let Err(e) = super::qp::to_rts(&c, key) {
             super::qp::to_err(cm);
             return err(e);

@@ -32,7 +32,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use ferroce_stack::cm::{ConnId, Peer, RepInfo, ReqInfo};
 use ferroce_stack::wire::MacAddr;
-use ferroce_verbs::cm::ConnectionManager;
+use ferroce_verbs::cm::{ConnectionManager, Offer};
 
 use crate::device::set_errno;
 use crate::ffi;
@@ -120,6 +120,11 @@ pub(crate) struct IdState {
     pub(crate) listener: Option<usize>,
     /// The `(port space, port)` the id took when it was bound.
     pub(crate) owned_port: Option<(u16, u16)>,
+    /// A request's: what the peer offered beyond IBTA in its REQ (`None`: a peer that
+    /// offered nothing, as a kernel CM's).
+    pub(crate) peer_offer: Option<Offer>,
+    /// The local QP the connection is for (its number).
+    pub(crate) qpn: u32,
 }
 
 impl IdState {
@@ -148,7 +153,19 @@ impl IdState {
             qp_init_attr: None,
             listener: None,
             owned_port: None,
+            peer_offer: None,
+            qpn: 0,
         }
+    }
+}
+
+/// What this process offers a peer beyond IBTA in the private data of its REQs and REPs:
+/// ferroce's in-band path control unless `FERROCE_FAILOVER=none`. Recovery, path and
+/// congestion schemes join it once the drop-in can run them (issue 36).
+pub(crate) fn my_offer() -> Offer {
+    Offer {
+        path_control: crate::qp::failover_wanted(),
+        offers: ferroce_verbs::connect::Capabilities::NONE,
     }
 }
 
@@ -230,8 +247,24 @@ static CMA: LazyLock<Result<Mutex<Cma>, c_int>> = LazyLock::new(|| {
     for (i, cm) in cms.into_iter().enumerate() {
         event::start_dispatcher(i, cm);
     }
+    // SAFETY: registers a function with no arguments that lives as long as the library
+    // (glibc runs a library's handlers when it is unloaded, too).
+    if unsafe { libc::atexit(id::at_exit) } != 0 {
+        eprintln!("ferroce: atexit failed: connections open at exit will not be ended");
+    }
     Ok(cma)
 });
+
+/// The state if it can be had now: `None` when there is none (no device), `Some(Err(()))`
+/// when another thread holds it.
+pub(crate) fn try_cma() -> Option<Result<MutexGuard<'static, Cma>, ()>> {
+    let m = CMA.as_ref().ok()?;
+    Some(match m.try_lock() {
+        Ok(g) => Ok(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => Err(()),
+    })
+}
 
 /// The state, locked; `Err(errno)` (and `errno` set) when there is no device.
 pub(crate) fn cma() -> Result<MutexGuard<'static, Cma>, c_int> {

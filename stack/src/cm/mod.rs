@@ -1110,6 +1110,11 @@ impl CmAgent {
         !self.out.is_empty() || !self.events.is_empty()
     }
 
+    /// True while MADs wait to be sent.
+    pub fn sending(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     /// Connections the agent holds (any state, time wait included).
     pub fn connections(&self) -> usize {
         self.conns.len() + self.sidr_pending.len()

@@ -324,6 +324,13 @@ impl<P: Port> Engine<P> {
                 // Checked where it arrived; parsed again only to borrow its fields. `None`:
                 // delivered; `Some(qpn)`: QP `qpn` is not here.
                 let missing = match RoceRepr::parse(&buf, Checks::NONE) {
+                    Ok(pkt) if pkt.repr.bth.dest_qpn.value() == GSI_QPN && gsi.is_some() => {
+                        // A MAD that arrived on another engine's queue.
+                        if let Some(g) = gsi.as_mut() {
+                            g.receive(&pkt);
+                        }
+                        None
+                    }
                     Ok(pkt) => {
                         let qpn = pkt.repr.bth.dest_qpn.value();
                         (!deliver(qps, active, mem, now, qpn, |qp, mem| {

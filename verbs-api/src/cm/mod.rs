@@ -7,6 +7,10 @@
 //! events come back through [`ConnectionManager::next_event`] (or the notification a
 //! program's event channel installs).
 
+mod offer;
+
+pub use offer::{Offer, MAX_OFFERED, OFFER_LEN};
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,6 +44,7 @@ impl Context {
                 ^ u64::from(std::process::id()) << 32;
             let seed = if self.dev.sim.is_some() { 0x5eed } else { seed };
             core.gsi = Some(Box::new(Gsi::new(mac, ip, seed)));
+            self.dev.home_gsi_on_first_engine();
             // MADs other processes on the port loop to its own address reach this engine.
             if let Some(inbox) = core.looped.as_ref() {
                 crate::engine::looped::claim(ferroce_stack::wire::mad::GSI_QPN, inbox);
@@ -67,6 +72,22 @@ impl ConnectionManager {
         };
         slot.idle.wake();
         out
+    }
+
+    /// Waits until every MAD queued so far has gone to the port, at most `timeout`; false if
+    /// some still wait then. For a process about to exit: the engine thread that sends them
+    /// ends with it.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let until = std::time::Instant::now() + timeout;
+        loop {
+            if !self.with(|a, _| a.sending()) {
+                return true;
+            }
+            if std::time::Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
     }
 
     /// The device this manager belongs to.
