@@ -293,6 +293,9 @@ fn new_request_id(
         s.tos = r.path.traffic_class;
     }
     s.req = req;
+    // This end's first PSN, fixed with the id as the kernel fixes `seq_num`: what
+    // `rdma_init_qp_attr` gives for RTS before the accept and what the REP then carries.
+    s.psn = (c.random() & 0xff_ffff) as u32;
     let key = id as usize;
     c.ids.insert(key, s);
     c.conns.insert((dev, conn), key);

@@ -192,6 +192,14 @@ pub unsafe extern "C" fn ferroce_rdma_destroy_id(id: *mut ffi::rdma_cm_id) -> c_
     0
 }
 
+/// Waits (briefly) until what the call just queued has gone to the port, as the kernel's
+/// CM has posted its MAD when the call returns: a program may exit at once (Python's
+/// multiprocessing children leave with `_exit`, which runs no `atexit`), and the engine
+/// thread that would send it ends with the process.
+pub(crate) fn flushed(cm: &ferroce_verbs::cm::ConnectionManager) {
+    cm.flush(std::time::Duration::from_millis(50));
+}
+
 /// Ends what an id is doing, on the wire, as it goes.
 fn leave(c: &mut Cma, key: usize, s: &IdState) {
     for &(dev, svc) in &s.listening {
@@ -212,6 +220,7 @@ fn leave(c: &mut Cma, key: usize, s: &IdState) {
             }
             _ => {}
         }
+        flushed(cm);
         c.conns.retain(|_, v| *v != key);
     }
     if let Some(p) = s.owned_port {
@@ -221,7 +230,8 @@ fn leave(c: &mut Cma, key: usize, s: &IdState) {
 
 /// What the kernel's rdma_cm does when a process's file closes, done at `exit` (registered
 /// with `atexit` when the state is made): every connection still open ends on the wire — a
-/// DREQ, or a REJ for a request never answered — and every listener goes, so a peer learns at
+/// DREQ, or a REJ for a request never answered — every listener goes, and what the CM had
+/// queued to send (a DREQ just asked for) leaves before the process does, so a peer learns at
 /// once that the process is gone rather than from its transport's retries, or never (an idle
 /// QP). The ids stay allocated (other threads of the program may still hold them as the
 /// process ends). A process killed by a signal runs no `atexit`: its peers learn from their
@@ -241,15 +251,10 @@ pub(crate) extern "C" fn at_exit() {
         }
     };
     let keys: Vec<usize> = c.ids.keys().copied().collect();
-    let mut devs: Vec<usize> = Vec::new();
     for k in keys {
         let Some(mut s) = c.ids.remove(&k) else {
             continue;
         };
-        if s.conn.is_some() || !s.listening.is_empty() {
-            devs.extend(s.dev);
-            devs.extend(s.listening.iter().map(|&(d, _)| d));
-        }
         leave(&mut c, k, &s);
         s.st = St::Disconnected;
         s.listening.clear();
@@ -257,9 +262,9 @@ pub(crate) extern "C" fn at_exit() {
         s.owned_port = None;
         c.ids.insert(k, s);
     }
-    devs.sort_unstable();
-    devs.dedup();
-    let cms: Vec<_> = devs.iter().map(|&d| c.devs[d].cm.clone()).collect();
+    // What went before exit too (a DREQ of an `rdma_disconnect` just made) leaves now or
+    // never: the engine thread that sends it ends with the process.
+    let cms: Vec<_> = c.devs.iter().map(|d| d.cm.clone()).collect();
     drop(c);
     for cm in cms {
         cm.flush(std::time::Duration::from_millis(100));
@@ -702,6 +707,7 @@ pub unsafe extern "C" fn ferroce_rdma_connect(
                 private_data: private,
             };
             let r = dev.cm.connect(peer, &params);
+            flushed(&dev.cm);
             if r.is_ok() {
                 let s = c.ids.get_mut(&key).expect("checked");
                 s.responder_resources = responder_resources;
@@ -763,6 +769,7 @@ pub unsafe extern "C" fn ferroce_rdma_accept(
             if let Err(e) = r {
                 return err(cm_errno(e));
             }
+            flushed(&c.devs[d].cm);
             c.ids.get_mut(&key).expect("checked").st = St::Connected;
             if s_sync(&c, key) && !cm.id.event.is_null() {
                 // SAFETY: the id's kept event.
@@ -777,8 +784,10 @@ pub unsafe extern "C" fn ferroce_rdma_accept(
         }
         let (max_init, max_resp) = (dev.max_initiator_depth, dev.max_responder_resources);
         let ctx = dev.ctx;
-        let psn = (c.random() & 0xff_ffff) as u32;
         let s = c.ids.get_mut(&key).expect("checked");
+        // Chosen when the request's id was made (the kernel's `seq_num`), so a program that
+        // moved its own QP to RTS with `rdma_init_qp_attr` before accepting sends from it.
+        let psn = s.psn;
         s.initiator_depth = match &p {
             Some(p) if p.initiator_depth != 0xff => p.initiator_depth,
             _ => s.initiator_depth.min(max_init),
@@ -787,7 +796,6 @@ pub unsafe extern "C" fn ferroce_rdma_accept(
             Some(p) if p.responder_resources != 0xff => p.responder_resources,
             _ => s.responder_resources.min(max_resp),
         };
-        s.psn = psn;
         s.qpn = qpn;
         // A peer that offered ferroce's schemes gets this end's offer in the REP and what
         // both offer; one that offered nothing (a kernel CM) gets a plain IBTA connection.
@@ -815,6 +823,7 @@ pub unsafe extern "C" fn ferroce_rdma_accept(
             super::qp::to_err(cm);
             return err(cm_errno(e));
         }
+        flushed(&c.devs[d].cm);
         c.ids.get_mut(&key).expect("checked").st = St::Accepted;
     }
     // SAFETY: per the contract.
@@ -856,6 +865,7 @@ fn reject_with(id: *mut ffi::rdma_cm_id, data: *const c_void, len: u8, why: u16)
     if let Err(e) = r {
         return err(cm_errno(e));
     }
+    flushed(cm);
     c.ids.get_mut(&key).expect("checked").st = St::Disconnected;
     0
 }
@@ -917,6 +927,7 @@ pub unsafe extern "C" fn ferroce_rdma_disconnect(id: *mut ffi::rdma_cm_id) -> c_
                 St::Connect | St::Accepted | St::Response | St::Connected
             )
             && c.devs[d].cm.disconnect(conn, &[]).is_ok();
+        flushed(&c.devs[d].cm);
         // SAFETY: the id's channel outlives it.
         let queued = unsafe { Channel::from_ptr(cm.id.channel) }.is_some_and(|ch| ch.has_for(key));
         if sent {
@@ -955,6 +966,7 @@ pub unsafe extern "C" fn ferroce_rdma_establish(id: *mut ffi::rdma_cm_id) -> c_i
     if let Err(e) = c.devs[d].cm.ready_to_use(conn, &[]) {
         return err(cm_errno(e));
     }
+    flushed(&c.devs[d].cm);
     c.ids.get_mut(&key).expect("checked").st = St::Connected;
     0
 }

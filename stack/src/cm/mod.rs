@@ -320,6 +320,9 @@ struct Conn {
     timewait_ns: u64,
     /// Passive: the last REP, for a duplicate REQ; active: the last RTU, for a duplicate REP.
     answer: Option<[u8; MAD_LEN]>,
+    /// Active, to our own address for a service we do not listen on: whether we answer our
+    /// own REQ when it comes back to us (see [`CmAgent::connect`]).
+    rej_own_req: bool,
 }
 
 /// 4.096 µs × 2^n: the CM's (and the transport's) timeout encoding.
@@ -479,6 +482,13 @@ impl CmAgent {
         };
         let mad = self.send(peer, tid, CmMessage::Req(req))?;
         let wait = timeout_ns(p.response_timeout);
+        // A REQ to our own address comes back to us, as to every agent of the port's
+        // processes, and may come back late. Whether we are the one to refuse it when we do
+        // not listen is decided now, while another process's listener, if any, is still there
+        // (it may be gone, having answered, when our copy arrives).
+        let rej_own_req = p.path.local_gid == peer.gid
+            && !self.listeners.contains(&p.service_id)
+            && self.answers(Unclaimed::Service(p.service_id));
         self.conns.insert(
             id,
             Conn {
@@ -493,6 +503,7 @@ impl CmAgent {
                 wait_ns: wait,
                 timewait_ns: timewait_ns(p.path.local_ack_timeout),
                 answer: None,
+                rej_own_req,
             },
         );
         Ok(id)
@@ -678,6 +689,7 @@ impl CmAgent {
                 wait_ns: wait,
                 timewait_ns: 0,
                 answer: None,
+                rej_own_req: false,
             },
         );
         Ok(id)
@@ -780,7 +792,17 @@ impl CmAgent {
             return;
         }
         if !self.listeners.contains(&r.service_id) {
-            if !self.answers(Unclaimed::Service(r.service_id)) {
+            // Our own REQ to our own address, back to us: refused by us only if nobody
+            // listened when it went (decided then); else the listener answers it.
+            let own = self
+                .conns
+                .get(&r.local_comm_id)
+                .filter(|c| c.state == State::ReqSent && c.peer.gid == peer.gid);
+            let answer = match own {
+                Some(c) => c.rej_own_req,
+                None => self.answers(Unclaimed::Service(r.service_id)),
+            };
+            if !answer {
                 return;
             }
             let _ = self.send(
@@ -813,6 +835,7 @@ impl CmAgent {
                 wait_ns: wait,
                 timewait_ns: timewait_ns(r.primary.local_ack_timeout),
                 answer: None,
+                rej_own_req: false,
             },
         );
         let _ = now;

@@ -302,6 +302,57 @@ fn an_agent_whose_policy_leaves_unclaimed_mads_to_another_stays_silent() {
 }
 
 #[test]
+fn an_agent_refuses_its_own_req_only_if_nobody_listened_when_it_went() {
+    // Several processes on one port: each agent sees what any of them sends to the port's
+    // address, its own REQ included, and may see it late. Whether it refuses its own REQ
+    // (REJ "invalid service ID") is decided when the REQ goes: another process's listener
+    // may have answered and gone by the time the copy comes back.
+    let mut p = params();
+    p.path.remote_gid = peer(A).gid;
+    let listened = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let mut a = CmAgent::new(1, 2);
+    let l = listened.clone();
+    // The registry's answer: refuse only when no live process listens.
+    a.set_unclaimed_policy(Box::new(move |_| {
+        !l.load(std::sync::atomic::Ordering::Relaxed)
+    }));
+    let conn = a.connect(0, peer(A), &p).unwrap();
+    let req = a.poll_transmit().expect("the REQ").mad;
+    // The listener (another process's agent) takes it, rejects it, and goes.
+    let mut b = CmAgent::new(3, 4);
+    b.listen(SERVICE).unwrap();
+    b.handle(10, peer(A), &req).unwrap();
+    let Some(CmEvent::Request { conn: bc, .. }) = b.poll_event() else {
+        panic!("no request at the listener");
+    };
+    b.reject(bc, reason::CONSUMER_REJECT, b"no").unwrap();
+    let rej = b.poll_transmit().unwrap().mad;
+    listened.store(false, std::sync::atomic::Ordering::Relaxed);
+    // Our copy comes back only now: no REJ of ours, and the listener's reason stands.
+    a.handle(20, peer(A), &req).unwrap();
+    assert!(a.poll_transmit().is_none(), "a REJ to our own REQ");
+    a.handle(30, peer(A), &rej).unwrap();
+    assert_eq!(rejected(&mut a), (conn, reason::CONSUMER_REJECT));
+
+    // Nobody listens when it goes: our copy gets the one REJ, reason 8.
+    let conn = a.connect(100, peer(A), &p).unwrap();
+    let req = a.poll_transmit().expect("the REQ").mad;
+    a.handle(110, peer(A), &req).unwrap();
+    let rej = a.poll_transmit().expect("the REJ").mad;
+    assert!(a.poll_transmit().is_none());
+    a.handle(120, peer(A), &rej).unwrap();
+    assert_eq!(rejected(&mut a), (conn, reason::INVALID_SERVICE_ID));
+}
+
+/// The connection and reason of the agent's next event, which must be a rejection.
+fn rejected(a: &mut CmAgent) -> (ConnId, u16) {
+    match a.poll_event() {
+        Some(CmEvent::Rejected { conn, reason, .. }) => (conn, reason),
+        other => panic!("not rejected: {other:?}"),
+    }
+}
+
+#[test]
 fn a_consumer_reject_reaches_the_active_side() {
     let mut w = World::new(3, 0.0, 0.0, 0);
     w.agents[B].listen(SERVICE).unwrap();
