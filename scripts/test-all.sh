@@ -14,7 +14,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
-step() { printf '\n==> %s\n' "$*"; }
+# Each step says how long the one before it took; the end lists them all (where CI's time
+# goes).
+timings=()
+step_name=""
+step_start=$SECONDS
+step() {
+  if [ -n "$step_name" ]; then
+    local took=$((SECONDS - step_start))
+    printf '    (%d s)\n' "$took"
+    timings+=("$(printf '%5d s  %s' "$took" "$step_name")")
+  fi
+  step_name=$1
+  step_start=$SECONDS
+  printf '\n==> %s\n' "$*"
+}
 
 step "system packages"
 need_pkgs=()
@@ -131,5 +145,9 @@ cargo bench --workspace --no-run -q 2>&1 | tail -n 2
 step "a run through the whole 24-bit PSN space (optimized build; minutes in debug)"
 cargo test -q --profile bench --test transport_psn_wrap 2>&1 | grep -E "test result|panicked|FAILED"
 
+step "done"
+echo "time per step:"
+printf '%s\n' "${timings[@]}"
+printf '%5d s  in all\n' "$SECONDS"
 echo
 echo "test-all: every step passed"

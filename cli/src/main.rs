@@ -6,6 +6,8 @@
 //! fabric) and `switch` (a user-space switch with an ECN-marking queue, for runs over real
 //! ports). `model` arrives with the issue that builds what it computes.
 
+#![forbid(unsafe_code)]
+
 mod decode;
 mod demo;
 mod model;

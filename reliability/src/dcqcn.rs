@@ -138,21 +138,22 @@ pub struct DcqcnState {
     pub bc: u32,
 }
 
-/// What it did, named like the mlx5 counters where one exists.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DcqcnStats {
-    /// CNPs heard (`rp_cnp_handled`).
-    pub rp_cnp_handled: u64,
-    /// CNPs folded into a cut already made in the same monitor period (`rp_cnp_ignored`).
-    pub rp_cnp_ignored: u64,
-    /// Rate cuts.
-    pub cuts: u64,
-    /// Recovery steps of each kind.
-    pub fast_recovery: u64,
-    /// Additive increases.
-    pub additive: u64,
-    /// Hyper increases.
-    pub hyper: u64,
+ferroce_stack::counter_set! {
+    /// What it did, named like the mlx5 counters where one exists.
+    pub struct DcqcnStats {
+        /// CNPs heard (`rp_cnp_handled`).
+        rp_cnp_handled,
+        /// CNPs folded into a cut already made in the same monitor period (`rp_cnp_ignored`).
+        rp_cnp_ignored,
+        /// Rate cuts.
+        cuts,
+        /// Recovery steps of each kind.
+        fast_recovery,
+        /// Additive increases.
+        additive,
+        /// Hyper increases.
+        hyper,
+    }
 }
 
 /// DCQCN's reaction point for one QP (see the module documentation).

@@ -30,6 +30,8 @@
 //! - [`dcqcn`]: DCQCN's reaction point behind the `CongestionControl` seam (issue 24);
 //!   [`timely`]: TIMELY, delay-based, on the same seam.
 
+#![forbid(unsafe_code)]
+
 pub mod baselines;
 pub mod dcqcn;
 pub mod r2ccl;

@@ -121,26 +121,27 @@ impl Default for ShiftConfig {
     }
 }
 
-/// What a side did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ShiftStats {
-    /// Fallbacks to the backup QP.
-    pub fallbacks: u64,
-    /// Returns to the default QP.
-    pub switchbacks: u64,
-    /// Send WRs resubmitted on the backup QP.
-    pub resent_wrs: u64,
-    /// Bytes those carried.
-    pub resent_bytes: u64,
-    /// Outstanding SENDs the peer's counter showed delivered: completed, not resent.
-    pub skipped_wrs: u64,
-    /// Failures that the safety rule turned into errors (an atomic or a hinted WR was
-    /// outstanding).
-    pub refused: u64,
-    /// Probes sent, and those that came back.
-    pub probes: u64,
-    /// Probes that succeeded.
-    pub probes_ok: u64,
+ferroce_stack::counter_set! {
+    /// What a side did.
+    pub struct ShiftStats {
+        /// Fallbacks to the backup QP.
+        fallbacks,
+        /// Returns to the default QP.
+        switchbacks,
+        /// Send WRs resubmitted on the backup QP.
+        resent_wrs,
+        /// Bytes those carried.
+        resent_bytes,
+        /// Outstanding SENDs the peer's counter showed delivered: completed, not resent.
+        skipped_wrs,
+        /// Failures that the safety rule turned into errors (an atomic or a hinted WR was
+        /// outstanding).
+        refused,
+        /// Probes sent, and those that came back.
+        probes,
+        /// Probes that succeeded.
+        probes_ok,
+    }
 }
 
 /// Receives the control QP keeps posted (one is reposted for each message taken).

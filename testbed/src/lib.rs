@@ -10,6 +10,8 @@
 //! verbs engine over the same fabric (`ferroce_verbs::sim`) follows the same time rule,
 //! [`Fabric::advance_idle`](ferroce_drivers::sim::Fabric::advance_idle).
 
+#![forbid(unsafe_code)]
+
 mod bed;
 mod conn;
 mod hooks;

@@ -28,15 +28,12 @@ pub(crate) fn export(dev: &Device) -> std::io::Result<std::path::PathBuf> {
     for slot in dev.engines.iter() {
         for (qpn, port, moves, ctl) in slot.lock().core().qp_paths_all() {
             text.push_str(&format!(
-                "qp.{qpn:#x}.path_active_port={}\nqp.{qpn:#x}.path_migrations={moves}\n\
-                 qp.{qpn:#x}.path_moves_followed={}\nqp.{qpn:#x}.path_control_sent={}\n\
-                 qp.{qpn:#x}.path_control_received={}\nqp.{qpn:#x}.path_probes={}\n",
-                port + 1,
-                ctl.followed,
-                ctl.sent,
-                ctl.received,
-                ctl.probes
+                "qp.{qpn:#x}.path_active_port={}\nqp.{qpn:#x}.path_migrations={moves}\n",
+                port + 1
             ));
+            for (k, v) in ctl.iter() {
+                text.push_str(&format!("qp.{qpn:#x}.{k}={v}\n"));
+            }
         }
     }
     let tmp = path.with_extension("tmp");

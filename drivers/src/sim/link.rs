@@ -233,31 +233,32 @@ fn within(windows: &[(u64, u64)], t: u64) -> bool {
     windows.iter().any(|&(from, until)| from <= t && t < until)
 }
 
-/// Counters of one link direction.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LinkStats {
-    /// Frames offered to the link.
-    pub offered: u64,
-    /// Bytes offered.
-    pub offered_bytes: u64,
-    /// Frames that arrived at the far end (duplicates included).
-    pub delivered: u64,
-    /// Tail drops at a full queue.
-    pub dropped_queue: u64,
-    /// Frames the loss model took.
-    pub dropped_loss: u64,
-    /// Frames lost because the link was down.
-    pub dropped_down: u64,
-    /// Frames lost in a black hole (the link up).
-    pub dropped_blackhole: u64,
-    /// Extra copies delivered.
-    pub duplicated: u64,
-    /// Frames held back so later ones overtook them.
-    pub reordered: u64,
-    /// Frames with a flipped bit.
-    pub corrupted: u64,
-    /// ECN-capable frames marked Congestion Experienced.
-    pub ecn_marked: u64,
+ferroce_stack::counter_set! {
+    /// Counters of one link direction.
+    pub struct LinkStats {
+        /// Frames offered to the link.
+        offered,
+        /// Bytes offered.
+        offered_bytes,
+        /// Frames that arrived at the far end (duplicates included).
+        delivered,
+        /// Tail drops at a full queue.
+        dropped_queue,
+        /// Frames the loss model took.
+        dropped_loss,
+        /// Frames lost because the link was down.
+        dropped_down,
+        /// Frames lost in a black hole (the link up).
+        dropped_blackhole,
+        /// Extra copies delivered.
+        duplicated,
+        /// Frames held back so later ones overtook them.
+        reordered,
+        /// Frames with a flipped bit.
+        corrupted,
+        /// ECN-capable frames marked Congestion Experienced.
+        ecn_marked,
+    }
 }
 
 /// What the channel decided for one frame.

@@ -99,23 +99,24 @@ pub enum BuildError {
     },
 }
 
-/// Counters of one host port, named like a NIC's.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PortStats {
-    /// Frames handed to the stack.
-    pub rx_frames: u64,
-    /// Bytes handed to the stack.
-    pub rx_bytes: u64,
-    /// Frames sent.
-    pub tx_frames: u64,
-    /// Bytes sent.
-    pub tx_bytes: u64,
-    /// Frames dropped because the receive ring was full (a NIC's `rx_missed`).
-    pub rx_dropped: u64,
-    /// Frames dropped because they were addressed to another MAC.
-    pub rx_filtered: u64,
-    /// Frames sent on a port that has no link.
-    pub tx_unconnected: u64,
+ferroce_stack::counter_set! {
+    /// Counters of one host port, named like a NIC's.
+    pub struct PortStats {
+        /// Frames handed to the stack.
+        rx_frames,
+        /// Bytes handed to the stack.
+        rx_bytes,
+        /// Frames sent.
+        tx_frames,
+        /// Bytes sent.
+        tx_bytes,
+        /// Frames dropped because the receive ring was full (a NIC's `rx_missed`).
+        rx_dropped,
+        /// Frames dropped because they were addressed to another MAC.
+        rx_filtered,
+        /// Frames sent on a port that has no link.
+        tx_unconnected,
+    }
 }
 
 /// Topology and settings, turned into a [`Fabric`] by [`build`](Self::build).

@@ -90,16 +90,17 @@ impl FlowKey {
     }
 }
 
-/// Counters of one switch.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SwitchStats {
-    /// Frames forwarded.
-    pub forwarded: u64,
-    /// Frames with no route to their destination MAC (multicast included: the fabric does
-    /// not flood).
-    pub no_route: u64,
-    /// Frames a hook dropped.
-    pub hook_dropped: u64,
-    /// Frames a hook originated.
-    pub hook_emitted: u64,
+ferroce_stack::counter_set! {
+    /// Counters of one switch.
+    pub struct SwitchStats {
+        /// Frames forwarded.
+        forwarded,
+        /// Frames with no route to their destination MAC (multicast included: the fabric does
+        /// not flood).
+        no_route,
+        /// Frames a hook dropped.
+        hook_dropped,
+        /// Frames a hook originated.
+        hook_emitted,
+    }
 }

@@ -31,17 +31,19 @@ pub enum Channel {
     Dedicated,
 }
 
-/// What the pool did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PoolStats {
-    /// vQPs bound to a shared channel at failover.
-    pub bound: u64,
-    /// Dedicated QPs rebuilt.
-    pub rebuilt: u64,
-    /// vQPs moved from a shared channel to their own QP.
-    pub switched: u64,
-    /// When the last rebuild finished.
-    pub last_rebuilt_at: u64,
+ferroce_stack::counter_set! {
+    /// What the pool did.
+    pub struct PoolStats {
+        /// vQPs bound to a shared channel at failover.
+        bound,
+        /// Dedicated QPs rebuilt.
+        rebuilt,
+        /// vQPs moved from a shared channel to their own QP.
+        switched,
+        /// When the last rebuild finished: a time, not a count (`accumulate` sums it like
+        /// the others, so read it per pool).
+        last_rebuilt_at,
+    }
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -83,31 +83,32 @@ pub struct VarunaConfig {
     pub uids: Option<UidRegion>,
 }
 
-/// What the vQP did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct VarunaStats {
-    /// Failovers to the backup QP.
-    pub failovers: u64,
-    /// WRITEs the completion log showed never ran, resent.
-    pub resent_pre_failure: u64,
-    /// WRITEs it showed ran: completed without a resend.
-    pub recovered_post_failure: u64,
-    /// READs issued again.
-    pub reads_reissued: u64,
-    /// Completion-log bytes written (8 per logged request; 16 more per CAS into its buffer).
-    pub log_bytes: u64,
-    /// CASes recovery found had won (confirmed, result `compare`), lost, or never run.
-    pub cas_won: u64,
-    /// Lost.
-    pub cas_lost: u64,
-    /// Never ran (resent).
-    pub cas_resent: u64,
-    /// Moves back to a rebuilt QP ([`VarunaQp::switch_to`]).
-    pub switchbacks: u64,
-    /// Other requesters' UIDs an FAA found and resolved.
-    pub uids_resolved: u64,
-    /// CASes recovery found won through another requester's resolution (the slot's mark).
-    pub cas_won_resolved: u64,
+ferroce_stack::counter_set! {
+    /// What the vQP did.
+    pub struct VarunaStats {
+        /// Failovers to the backup QP.
+        failovers,
+        /// WRITEs the completion log showed never ran, resent.
+        resent_pre_failure,
+        /// WRITEs it showed ran: completed without a resend.
+        recovered_post_failure,
+        /// READs issued again.
+        reads_reissued,
+        /// Completion-log bytes written (8 per logged request; 16 more per CAS into its buffer).
+        log_bytes,
+        /// CASes recovery found had won (confirmed, result `compare`), lost, or never run.
+        cas_won,
+        /// Lost.
+        cas_lost,
+        /// Never ran (resent).
+        cas_resent,
+        /// Moves back to a rebuilt QP ([`VarunaQp::switch_to`]).
+        switchbacks,
+        /// Other requesters' UIDs an FAA found and resolved.
+        uids_resolved,
+        /// CASes recovery found won through another requester's resolution (the slot's mark).
+        cas_won_resolved,
+    }
 }
 
 /// Work request ids the vQP keeps for itself.

@@ -344,24 +344,26 @@ pub(crate) struct Extensions {
     pub(crate) tm_queued: usize,
 }
 
-/// What a QP's path control exchange did (see [`Qp::path_control_stats`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PathControlStats {
-    /// Messages sent (announces, replies, moves).
-    pub sent: u64,
-    /// Messages received.
-    pub received: u64,
-    /// Announces after which this QP's `max_rd_atomic` was lowered to the peer's
-    /// `max_dest_rd_atomic`: the peer keeps fewer atomic results for replay than this QP
-    /// would keep atomics outstanding, and a resend after a move could run one twice.
-    pub clamped: u64,
-    /// Moves the peer announced that this QP followed.
-    pub followed: u64,
-    /// Probes of the primary path sent while on the alternate (each answered one moves the
-    /// QP home).
-    pub probes: u64,
-    /// Probes of the peer's answered.
-    pub probes_answered: u64,
+crate::counter_set! {
+    /// What a QP's path control exchange did (see [`Qp::path_control_stats`]), under the
+    /// names `ferroce stats` exports them with.
+    pub struct PathControlStats {
+        /// Messages sent (announces, replies, moves).
+        sent => "path_control_sent",
+        /// Messages received.
+        received => "path_control_received",
+        /// Announces after which this QP's `max_rd_atomic` was lowered to the peer's
+        /// `max_dest_rd_atomic`: the peer keeps fewer atomic results for replay than this QP
+        /// would keep atomics outstanding, and a resend after a move could run one twice.
+        clamped => "path_rd_atomic_clamped",
+        /// Moves the peer announced that this QP followed.
+        followed => "path_moves_followed",
+        /// Probes of the primary path sent while on the alternate (each answered one moves the
+        /// QP home).
+        probes => "path_probes",
+        /// Probes of the peer's answered.
+        probes_answered => "path_probes_answered",
+    }
 }
 
 /// What the QP still flushes after a half failed it. A failure the requester raises flushes
