@@ -27,7 +27,9 @@ pub mod av;
 pub mod congestion;
 pub mod counters;
 pub(crate) mod failover;
+#[cfg(any(test, feature = "test-support"))]
 pub mod hostile;
+#[cfg(any(test, feature = "test-support"))]
 pub mod loopback;
 pub mod mr;
 pub mod notify;

@@ -10,7 +10,7 @@ use ferroce_stack::transport::TxOut;
 use ferroce_stack::wire::mad::GSI_QPN;
 use ferroce_stack::wire::{Checks, RoceRepr};
 
-use qps::{deliver, steer_raw};
+use self::core::{deliver, steer_raw};
 
 /// Frames taken from the port per receive burst.
 pub const RX_BURST: usize = 32;
@@ -61,14 +61,14 @@ ferroce_stack::counter_set! {
     }
 }
 
+mod core;
 pub(crate) mod gsi;
 pub(crate) mod looped;
-mod qps;
 pub mod raw;
 mod shared;
 mod steer;
 
-pub use qps::EngineCore;
+pub use self::core::EngineCore;
 pub(crate) use shared::{state_code, ChannelShared, CqShared, Op, OwnedSend, QpShared};
 pub(crate) use steer::{QpEngines, Steer};
 
