@@ -79,17 +79,10 @@ fn rx_path(c: &mut Criterion) {
     tx.send(buf(src.lkey), 64 * PACKETS, None, None).unwrap();
     let mem = TableMemory { mem: &ma, pd: PD };
     while let Some(chunk) = tx.poll_transmit(0, &mem) {
-        for p in &chunk.packets {
-            let sge = [Sge {
-                addr: p.local,
-                length: p.len,
-                lkey: src.lkey,
-            }];
-            let wr = SendWr::new(0, WrOpcode::WriteWithImm, Payload::Sges(&sge))
-                .remote(p.remote, rx.region().rkey)
-                .imm(p.imm)
-                .flags(SendFlags(0));
-            a.post_send(&wr).unwrap();
+        for i in 0..chunk.packets.len() {
+            let sge = chunk.sge(i);
+            a.post_send(&chunk.write(i, &sge, rx.region().rkey, 0, false))
+                .unwrap();
         }
     }
     let frames = drain_frames(&mut a, &ma, 0);
@@ -166,17 +159,10 @@ fn send_16mib(c: &mut Criterion) {
                     let Some(chunk) = tx.poll_transmit(0, &mem) else {
                         break;
                     };
-                    for p in &chunk.packets {
-                        let sge = [Sge {
-                            addr: p.local,
-                            length: p.len,
-                            lkey: src.lkey,
-                        }];
-                        let wr = SendWr::new(0, WrOpcode::WriteWithImm, Payload::Sges(&sge))
-                            .remote(p.remote, region)
-                            .imm(p.imm)
-                            .flags(SendFlags(0));
-                        lo.a.post_send(&wr).unwrap();
+                    for i in 0..chunk.packets.len() {
+                        let sge = chunk.sge(i);
+                        lo.a.post_send(&chunk.write(i, &sge, region, 0, false))
+                            .unwrap();
                     }
                     // Move what was posted, as a driver keeps a few chunks ahead.
                     if lo.a.send_queue_len() >= 64 {

@@ -467,35 +467,13 @@ impl SdrQp {
                     continue;
                 };
                 // One post for the chunk's packets (one engine lock, not one a packet).
-                let sges: Vec<[Sge; 1]> = c
-                    .packets
-                    .iter()
-                    .map(|p| {
-                        [Sge {
-                            addr: c.source.va + p.local,
-                            length: p.len,
-                            lkey: c.source.lkey,
-                        }]
-                    })
-                    .collect();
+                let sges: Vec<[Sge; 1]> = (0..n).map(|i| c.sge(i)).collect();
                 let id = pack_chunk(c.message, c.kind, c.index);
-                let wrs: Vec<SendWr<'_>> = c
-                    .packets
+                // The chunk's last packet is signaled: its completion frees a place.
+                let wrs: Vec<SendWr<'_>> = sges
                     .iter()
-                    .zip(&sges)
                     .enumerate()
-                    .map(|(i, (p, sge))| {
-                        // The chunk's last packet is signaled: its completion frees a place.
-                        let flags = if i + 1 == n {
-                            SendFlags::SIGNALED
-                        } else {
-                            SendFlags(0)
-                        };
-                        SendWr::new(id, WrOpcode::WriteWithImm, Payload::Sges(sge))
-                            .remote(p.remote, region)
-                            .imm(p.imm)
-                            .flags(flags)
-                    })
+                    .map(|(i, sge)| c.write(i, sge, region, id, i + 1 == n))
                     .collect();
                 self.gens[g]
                     .post_send(&wrs)

@@ -307,16 +307,9 @@ pub(crate) fn run_point(s: &Setup) -> Result<Outcome, String> {
                 let Some(c) = tx.poll_transmit(now, &mem) else {
                     break;
                 };
-                for p in &c.packets {
-                    let sge = [Sge {
-                        addr: c.source.va + p.local,
-                        length: p.len,
-                        lkey: c.source.lkey,
-                    }];
-                    let wr = SendWr::new(0, WrOpcode::WriteWithImm, Payload::Sges(&sge))
-                        .remote(p.remote, region.rkey)
-                        .imm(p.imm)
-                        .flags(SendFlags(0));
+                for (i, p) in c.packets.iter().enumerate() {
+                    let sge = c.sge(i);
+                    let wr = c.write(i, &sge, region.rkey, 0, false);
                     tb.hosts[0]
                         .qp(QPN_TX + u32::from(p.generation))
                         .post_send(&wr)

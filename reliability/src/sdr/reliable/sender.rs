@@ -2,6 +2,8 @@
 
 use std::collections::VecDeque;
 
+use ferroce_stack::transport::{Payload, SendFlags, SendWr, Sge, WrOpcode};
+
 use super::super::ack::Ack;
 use super::super::auto::{AutoStats, Chooser};
 use super::super::codec::ErasureCodec;
@@ -61,6 +63,42 @@ pub struct TxChunk {
     pub source: Buffer,
     /// The packets.
     pub packets: Vec<Packet>,
+}
+
+impl TxChunk {
+    /// Packet `i`'s payload in the source buffer, as its work request's one SGE.
+    pub fn sge(&self, i: usize) -> [Sge; 1] {
+        let p = &self.packets[i];
+        [Sge {
+            addr: self.source.va + p.local,
+            length: p.len,
+            lkey: self.source.lkey,
+        }]
+    }
+
+    /// Packet `i`'s work request, to post on the QP of its generation: a WRITE with
+    /// immediate of `sge` ([`sge`](Self::sge)) to the packet's place in the receiver's region
+    /// `rkey`, its immediate naming that place for the receiver's bitmap; `wr_id` on it,
+    /// signaled when `signaled`. The one step every driver of SDR (the verbs API, the
+    /// scenario, the benchmarks) takes from a chunk to the wire.
+    pub fn write<'a>(
+        &self,
+        i: usize,
+        sge: &'a [Sge; 1],
+        rkey: u32,
+        wr_id: u64,
+        signaled: bool,
+    ) -> SendWr<'a> {
+        let p = &self.packets[i];
+        SendWr::new(wr_id, WrOpcode::WriteWithImm, Payload::Sges(sge))
+            .remote(p.remote, rkey)
+            .imm(p.imm)
+            .flags(if signaled {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags(0)
+            })
+    }
 }
 
 /// A message the receiver acknowledged whole.
