@@ -26,7 +26,6 @@ macro_rules! flag_set {
 pub mod av;
 pub mod congestion;
 pub mod counters;
-pub(crate) mod failover;
 #[cfg(any(test, feature = "test-support"))]
 pub mod hostile;
 #[cfg(any(test, feature = "test-support"))]
@@ -47,13 +46,13 @@ pub mod wr;
 
 pub use congestion::{AckEvent, CongestionControl, FixedRate, Loss, NoControl};
 pub use counters::Counters;
-pub use failover::LocalPort;
 pub use mr::{
     Access, AccessError, MemSpan, MrKeys, MrTable, PdId, RegionShare, RegisterError, SlotTarget,
     Slotted, WindowBind, WindowError, ACCESS_MW_BIND,
 };
 pub use notify::NpConfig;
 pub use path::{Ecmp, Path, PathSelector};
+pub use qp::failover::LocalPort;
 pub use qp::{
     bring_up, AddressVector, ErrorCause, Mtu, PathControlStats, Policies, Qp, QpAttr, QpCaps,
     QpConfig, SendRecord,

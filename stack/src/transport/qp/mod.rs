@@ -16,6 +16,9 @@
 //! `responder/placement.rs`), and the [`QpContext`] both take in every handler: attributes,
 //! header template, policies, completions and counters. Neither half sees the other; what
 //! needs both (the state machine, entering ERR, which half transmits first) is here.
+//! Native failover, which moves the whole QP between paths, is `failover.rs`: its data (the
+//! paths, the alternate-port discovery) and its half of `impl Qp` (the alternate path, the
+//! in-band exchange, port events and moves).
 
 mod policies;
 mod requester;
@@ -28,7 +31,7 @@ use std::collections::VecDeque;
 use smallvec::SmallVec;
 
 use super::counters::Counters;
-use super::failover::{Discovery, LocalPort, Paths, PendingControl};
+pub(crate) mod failover;
 use super::mr::{Access, MrTable, PdId};
 use super::path::Path;
 use super::recovery::{Delivery, Recovery};
@@ -43,6 +46,7 @@ use super::wr::{
 use crate::wire::{
     Checks, Malformed, Opcode, PathControl, PathControlKind, Psn, Qpn, RocePacket, RoceRepr,
 };
+use failover::{Discovery, LocalPort, Paths, PendingControl};
 
 pub use super::av::AddressVector;
 use super::av::Template;
@@ -708,391 +712,6 @@ impl Qp {
         }
     }
 
-    /// Gives a connected QP (RTR, RTS or SQD) an alternate path — `av` from port
-    /// `port_num` (from 1, as `ibv_qp_attr.alt_port_num`) — where native failover moves it;
-    /// the QP stays on its primary path until then. (IBTA's `ALT_PATH` attributes: kept out
-    /// of [`QpAttr`] and boxed, so a QP without one pays a pointer.)
-    ///
-    /// `peer_max_dest_rd_atomic` is the peer's replay depth: its responder keeps that many
-    /// atomic results to answer a resent atomic without running it again. A QP that keeps
-    /// more atomics outstanding (`max_rd_atomic`) could, after a move, resend one whose
-    /// result the peer no longer holds and have it run twice, so such a QP is refused
-    /// ([`ModifyError::ReplayTooShallow`]): native failover is exactly-once or not offered.
-    pub fn set_alternate_path(
-        &mut self,
-        av: AddressVector,
-        port_num: u8,
-        peer_max_dest_rd_atomic: u8,
-    ) -> Result<(), ModifyError> {
-        if self.cx.qp_type == QpType::Ud
-            || !matches!(self.cx.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
-            || port_num == 0
-        {
-            return Err(ModifyError::NoAlternatePath(self.cx.qp_type, self.cx.state));
-        }
-        // Both ends treat a depth of 0 as 1 (one READ or atomic at a time). A QP in RTR sets
-        // its own depth on the way to RTS, and is checked then.
-        if self.cx.qp_type == QpType::Rc
-            && self.cx.state != QpState::Rtr
-            && self.cx.attr.max_rd_atomic.max(1) > peer_max_dest_rd_atomic.max(1)
-        {
-            return Err(ModifyError::ReplayTooShallow {
-                max_rd_atomic: self.cx.attr.max_rd_atomic,
-                peer_max_dest_rd_atomic,
-            });
-        }
-        let a = &self.cx.attr;
-        let udp = av.udp_src_port.unwrap_or(self.cx.template.udp_src_port());
-        let template = av.template(a.dest_qp_num, udp);
-        let mut paths = Paths::new(
-            a.port_num.saturating_sub(1),
-            a.ah_attr.dmac,
-            &av,
-            template,
-            port_num - 1,
-        );
-        paths.peer_depth = peer_max_dest_rd_atomic;
-        self.cx.ext.get_or_insert_with(Box::default).paths = Some(paths);
-        Ok(())
-    }
-
-    /// Announces `local`, another port of this QP's device, to the peer in band (a
-    /// `PATH_CONTROL` message when the QP reaches RTS, or now if it is there) and takes the
-    /// peer's other port as the alternate path when the peer announces one. For QPs whose
-    /// application set no alternate path (perftest through the libibverbs drop-in); only a
-    /// ferroce peer understands the message — a hardware RNIC would refuse the opcode, so
-    /// offer it only to ferroce peers.
-    pub fn offer_alternate_port(&mut self, local: LocalPort) {
-        if self.cx.qp_type == QpType::Ud {
-            return;
-        }
-        let rts = self.cx.state == QpState::Rts;
-        let e = self.cx.ext.get_or_insert_with(Box::default);
-        e.discovery = Some(Discovery::new(local));
-        if rts {
-            e.control_out = Some(PathControlKind::Announce);
-        }
-    }
-
-    /// What the QP's path control exchange did so far.
-    pub fn path_control_stats(&self) -> PathControlStats {
-        self.cx
-            .ext
-            .as_ref()
-            .map_or_else(Default::default, |e| e.control)
-    }
-
-    /// The port (index from 0) the QP sends on now, when it has an alternate path; `None`
-    /// for a QP with one path (its driver's choice).
-    pub fn active_port(&self) -> Option<u8> {
-        self.cx.paths().map(|p| p.active_port)
-    }
-
-    /// The port (index from 0) the QP's frames leave from: its active path's with an
-    /// alternate path, else the port it was set up on (`port_num`, from 1).
-    #[inline]
-    pub fn send_port(&self) -> u8 {
-        match self.cx.paths() {
-            Some(p) => p.active_port,
-            None => self.cx.attr.port_num.saturating_sub(1),
-        }
-    }
-
-    /// Moves between the primary and the alternate path so far (native failover).
-    pub fn path_migrations(&self) -> u64 {
-        self.cx.paths().map_or(0, |p| p.migrations)
-    }
-
-    /// Whether the QP runs on its alternate path now.
-    pub fn on_alternate_path(&self) -> bool {
-        self.cx.paths().is_some_and(|p| p.on_alternate)
-    }
-
-    /// A link event on port `port` (index from 0): the active path's port going down moves
-    /// the QP to the other path at once (if that is on another port); the primary's port
-    /// coming back has it probe the primary (once the damping interval since the last move
-    /// is over) and go home on the answer.
-    pub fn on_port_event(&mut self, now: u64, port: u8, up: bool) {
-        let live = self.path_live();
-        let Some(p) = self.cx.ext.as_mut().and_then(|e| e.paths.as_mut()) else {
-            return;
-        };
-        p.note_link(port, up);
-        if !live {
-            return;
-        }
-        if !up && p.active_port == port && p.standby_port != port && p.standby_usable() {
-            self.migrate(now, true);
-        } else if up && p.on_alternate && p.standby_port == port {
-            // The port is back; whether the path is (the peer's port, the switches, the
-            // peer's receive queue) the probe's answer says.
-            p.probe_wanted = true;
-        }
-    }
-
-    /// The peer sends from its other address, and no longer from this one: it moved, and
-    /// replies follow.
-    #[cold]
-    fn follow_peer(&mut self, now: u64, pkt: &RocePacket<'_>) {
-        let damping = self.damping_ns();
-        let live = self.path_live();
-        let Some(p) = self.cx.ext.as_mut().and_then(|e| e.paths.as_mut()) else {
-            return;
-        };
-        if p.peer_moved(pkt.repr.eth.src, now, damping / 8) && live && !p.damped(now, damping) {
-            self.migrate_telling(now, true, false);
-        }
-    }
-
-    /// A `PATH_CONTROL` message from the peer: an announce of its other port (taken as the
-    /// alternate path when this QP offered one of its own and the atomic depths allow
-    /// exactly-once resends), or news that it moved (followed at once, if it moved onto
-    /// this QP's standby path).
-    #[cold]
-    fn on_path_control(&mut self, now: u64, pkt: &RocePacket<'_>) {
-        let state = self.cx.state;
-        let Ok(msg) = PathControl::parse(pkt.payload) else {
-            self.cx.counters.rx_dropped += 1;
-            return;
-        };
-        if self.cx.qp_type == QpType::Ud
-            || !matches!(state, QpState::Rtr | QpState::Rts | QpState::Sqd)
-        {
-            self.cx.counters.rx_dropped += 1;
-            return;
-        }
-        let Some(e) = self.cx.ext.as_mut() else {
-            self.cx.counters.rx_dropped += 1;
-            return;
-        };
-        e.control.received += 1;
-        match msg.kind {
-            PathControlKind::Announce | PathControlKind::AnnounceReply => {
-                let Some(d) = e.discovery.as_mut() else {
-                    return;
-                };
-                let first = !d.heard;
-                d.heard = true;
-                d.next_at = None;
-                let local = d.local;
-                if msg.kind == PathControlKind::Announce {
-                    e.control_out = Some(PathControlKind::AnnounceReply);
-                }
-                if !first || e.paths.is_some() {
-                    return;
-                }
-                let mut av = self.cx.attr.ah_attr;
-                av.smac = local.mac;
-                av.src = local.ip;
-                av.dmac = msg.mac;
-                av.dst = msg.ip;
-                av.udp_src_port = Some(self.cx.template.udp_src_port());
-                // A QP that would keep more atomics outstanding than the peer replays is
-                // held to the peer's depth instead of going without failover: a program
-                // that sets the depths apart but posts no atomic (perftest's WRITE server)
-                // loses nothing, and one that does post them stays exactly-once.
-                let depth = msg.max_dest_rd_atomic.max(1);
-                if self.cx.qp_type == QpType::Rc && self.cx.attr.max_rd_atomic.max(1) > depth {
-                    self.cx.attr.max_rd_atomic = depth;
-                    if let Some(e) = self.cx.ext.as_mut() {
-                        e.control.clamped += 1;
-                    }
-                }
-                let r = self.set_alternate_path(av, local.port + 1, depth);
-                if let Some(p) = self.cx.ext.as_mut().and_then(|e| e.paths.as_mut()) {
-                    p.in_band = true;
-                }
-                if let Err(err) = r {
-                    self.cx.span().in_scope(
-                        || tracing::warn!(%err, "the peer's alternate port is not taken"),
-                    );
-                }
-            }
-            PathControlKind::Moved => {
-                let Some(p) = e.paths.as_ref() else {
-                    return;
-                };
-                if msg.mac == p.standby_peer && p.standby_usable() {
-                    e.control.followed += 1;
-                    self.migrate_telling(now, true, false);
-                }
-            }
-            PathControlKind::Probe => {
-                // Answered on the path it came on, whichever of the two that is.
-                let src = pkt.repr.eth.src;
-                if let Some(p) = e.paths.as_mut() {
-                    if src == p.active_peer || src == p.standby_peer {
-                        p.reply_out = Some(src);
-                        e.control.probes_answered += 1;
-                    }
-                }
-            }
-            PathControlKind::ProbeReply => {
-                // The primary carries both ways and the peer is there: home, resending what
-                // is outstanding on it (its copies arrive in order ahead of the alternate's
-                // still queued ones, which the responder then takes as duplicates; without
-                // the resend they would interleave, and every gap costs a NAK and a
-                // rewind). The peer follows on the moved message.
-                let Some(p) = e.paths.as_mut() else {
-                    return;
-                };
-                if p.on_alternate && pkt.repr.eth.src == p.standby_peer && p.standby_usable() {
-                    p.home_backoff = 0;
-                    self.migrate(now, true);
-                }
-            }
-        }
-    }
-
-    /// The path control message waiting to leave, if any, into `buf`.
-    #[cold]
-    fn transmit_control(&mut self, now: u64, buf: &mut [u8]) -> Option<usize> {
-        if !matches!(self.cx.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
-            return None;
-        }
-        let e = self.cx.ext.as_mut()?;
-        let kind = e.control_out.take()?;
-        let (port, mac, ip) = match kind {
-            PathControlKind::Announce | PathControlKind::AnnounceReply => {
-                let d = e.discovery.as_mut()?;
-                if kind == PathControlKind::Announce {
-                    d.sent(now);
-                }
-                (d.local.port, d.local.mac, d.local.ip)
-            }
-            PathControlKind::Moved => {
-                let p = e.paths.as_ref()?;
-                let (mac, ip) = self.cx.template.source();
-                (p.active_port, mac, ip)
-            }
-            // Sent on a path of their own (`poll_transmit_side`).
-            PathControlKind::Probe | PathControlKind::ProbeReply => return None,
-        };
-        e.control.sent += 1;
-        self.emit_control(kind, port, (mac, ip), buf)
-    }
-
-    /// A `PATH_CONTROL` frame saying `kind` of the sender's port `port` at `(mac, ip)`, with
-    /// this QP's atomic depths, from the header template in use.
-    fn emit_control(
-        &self,
-        kind: PathControlKind,
-        port: u8,
-        (mac, ip): (crate::wire::MacAddr, core::net::IpAddr),
-        buf: &mut [u8],
-    ) -> Option<usize> {
-        let msg = PathControl {
-            kind,
-            port,
-            max_rd_atomic: self.cx.attr.max_rd_atomic,
-            max_dest_rd_atomic: self.cx.attr.max_dest_rd_atomic,
-            ip,
-            mac,
-        };
-        let repr = self
-            .cx
-            .repr(Opcode::PATH_CONTROL, Psn::new(0), PathControl::LEN);
-        repr.emit(buf, |p| msg.emit(p)).ok()
-    }
-
-    /// A probe or a probe's answer to send on a path the QP may not be using, and that
-    /// path's port (index from 0): engines call it before [`poll_transmit`](Self::poll_transmit),
-    /// whose frames all leave from [`send_port`](Self::send_port).
-    #[inline]
-    pub fn poll_transmit_side(&mut self, buf: &mut [u8]) -> Option<(u8, usize)> {
-        // Called for every QP every turn; only one with an alternate path has anything.
-        self.cx.ext.as_ref()?;
-        self.transmit_side(buf)
-    }
-
-    #[cold]
-    fn transmit_side(&mut self, buf: &mut [u8]) -> Option<(u8, usize)> {
-        if !self.path_live() {
-            return None;
-        }
-        let p = self.cx.ext.as_mut()?.paths.as_mut()?;
-        let (kind, on_standby) = if core::mem::take(&mut p.probe_out) {
-            (PathControlKind::Probe, true)
-        } else {
-            let to = p.reply_out.take()?;
-            (PathControlKind::ProbeReply, to == p.standby_peer)
-        };
-        let port = if on_standby {
-            p.standby_port
-        } else {
-            p.active_port
-        };
-        // The frame is built from the standby path's template: swapped in for the call.
-        if on_standby {
-            core::mem::swap(&mut p.standby, &mut self.cx.template);
-        }
-        let n = self.emit_control(kind, port, self.cx.template.source(), buf);
-        let e = self.cx.ext.as_mut()?;
-        if on_standby {
-            if let Some(p) = e.paths.as_mut() {
-                core::mem::swap(&mut p.standby, &mut self.cx.template);
-            }
-        }
-        let n = n?;
-        e.control.sent += 1;
-        self.cx.counters.tx_packets += 1;
-        self.cx.counters.tx_bytes += n as u64;
-        Some((port, n))
-    }
-
-    fn damping_ns(&self) -> u64 {
-        self.cx.ack_timeout_ns().unwrap_or(1_000_000)
-    }
-
-    /// Moves to the standby path; with `restart`, everything outstanding goes again from the
-    /// oldest unacknowledged PSN on it, with a fresh retry budget. A move on the QP's own
-    /// evidence tells the peer (`PATH_CONTROL` moved, on the new path), so its replies
-    /// follow at once instead of after its own timeout; following the peer does not.
-    fn migrate(&mut self, now: u64, restart: bool) {
-        self.migrate_telling(now, restart, true);
-    }
-
-    fn migrate_telling(&mut self, now: u64, restart: bool, tell: bool) {
-        let una = self.req.una;
-        let Some(e) = self.cx.ext.as_mut() else {
-            return;
-        };
-        let Some(p) = e.paths.as_mut() else {
-            return;
-        };
-        core::mem::swap(&mut p.standby, &mut self.cx.template);
-        p.swap_ends(now, una);
-        if tell {
-            e.control_out = Some(PathControlKind::Moved);
-        }
-        let (port, alt) = (p.active_port, p.on_alternate);
-        self.cx
-            .span()
-            .in_scope(|| tracing::debug!(port, alternate = alt, restart, "path migration"));
-        if restart {
-            self.req.restart_on_new_path(&mut self.cx, now);
-        }
-    }
-
-    /// Whether a timeout on the active path moves the QP: it has another path, and made
-    /// progress since it last moved (a QP that moved and still hears nothing has no better
-    /// path to go to: its retry budget decides).
-    fn migrates_on_timeout(&self, now: u64) -> bool {
-        let Some(p) = self.cx.paths() else {
-            return false;
-        };
-        self.req.timers_retry_expired(now)
-            && self.req.una != self.req.nxt
-            && p.may_leave(self.req.una)
-            && p.standby_usable()
-    }
-
-    /// When this QP probes its primary path next (see `Paths::probe_at`).
-    fn probe_at(&self) -> Option<u64> {
-        let p = self.cx.paths()?;
-        p.probe_at(self.damping_ns(), self.req.una, self.req.nxt)
-    }
-
     /// Rebuilds the header template from the address vector and destination QPN.
     fn connect_path(&mut self) {
         let av = self.cx.attr.ah_attr;
@@ -1562,11 +1181,6 @@ impl Qp {
             .min()
     }
 
-    /// When the next announce of this QP's other port is due (its peer's unheard).
-    fn announce_at(&self) -> Option<u64> {
-        self.cx.ext.as_ref()?.discovery?.next_at
-    }
-
     /// Runs the timers due at `now`.
     pub fn handle_timeout(&mut self, now: u64) {
         if self.cx.state == QpState::Rtr {
@@ -1591,23 +1205,6 @@ impl Qp {
             self.req.on_timeout(&mut self.cx, now);
             self.apply_failure();
         }
-    }
-
-    fn probe_if_due(&mut self, now: u64) {
-        if self.probe_at().is_some_and(|t| t <= now) {
-            if let Some(e) = self.cx.ext.as_mut() {
-                if let Some(p) = e.paths.as_mut() {
-                    p.send_probe(now);
-                    e.control.probes += 1;
-                }
-            }
-        }
-    }
-
-    /// Whether the QP takes part in failover: from RTR on (a responder answers on a path
-    /// before, or without ever, reaching RTS) until ERR.
-    fn path_live(&self) -> bool {
-        matches!(self.cx.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
     }
 
     /// True when the requester has packets it could send now (used by engines to decide
