@@ -31,7 +31,7 @@ pub mod hostile;
 #[cfg(any(test, feature = "test-support"))]
 pub mod loopback;
 pub mod mr;
-pub mod notify;
+pub use qp::notify;
 pub mod path;
 pub mod qp;
 pub mod recovery;

@@ -32,6 +32,7 @@ use smallvec::SmallVec;
 
 use super::counters::Counters;
 pub(crate) mod failover;
+pub mod notify;
 use super::mr::{Access, MrTable, PdId};
 use super::path::Path;
 use super::recovery::{Delivery, Recovery};
@@ -338,7 +339,7 @@ pub(crate) struct Extensions {
     /// cache too small for this QP's atomics).
     pub(crate) control: PathControlStats,
     /// DCQCN's notification point, once set or once a CE-marked packet came.
-    pub(crate) np: Option<super::notify::Np>,
+    pub(crate) np: Option<notify::Np>,
     /// Tag matching rendezvous: reads to start, the FIN headers of the reads under way (in
     /// posting order, which is completion order), FINs to send.
     pub(crate) tm_reads: VecDeque<(RecvWqe, super::tm::Rendezvous)>,
@@ -1008,43 +1009,6 @@ impl Qp {
                 WorkCompletion::new(wr_id, WcStatus::WrFlushErr, WcOpcode::TmRecv, self.cx.qpn);
             self.cx.completions.push_back(wc);
         }
-    }
-
-    /// A packet marked Congestion Experienced: counted, and a CNP owed to the peer (the
-    /// notification point), unless it was a CNP or the QP cannot answer.
-    #[cold]
-    fn on_ce(&mut self, now: u64, op: Opcode) {
-        self.cx.counters.np_ecn_marked_roce_packets += 1;
-        if op == Opcode::CNP
-            || self.cx.qp_type == QpType::Ud
-            || !matches!(self.cx.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
-        {
-            return;
-        }
-        let e = self.cx.ext.get_or_insert_with(Box::default);
-        e.np.get_or_insert_with(|| super::notify::Np::new(super::notify::NpConfig::default()))
-            .on_ce(now);
-    }
-
-    /// Sets this QP's notification point (the default: enabled, 4 µs between CNPs, DSCP 48).
-    pub fn set_notification_point(&mut self, cfg: super::notify::NpConfig) {
-        let e = self.cx.ext.get_or_insert_with(Box::default);
-        match e.np.as_mut() {
-            Some(np) => np.cfg = cfg,
-            None => e.np = Some(super::notify::Np::new(cfg)),
-        }
-    }
-
-    /// The CNP owed, if any, into `buf`.
-    #[cold]
-    fn transmit_cnp(&mut self, buf: &mut [u8]) -> Option<usize> {
-        let e = self.cx.ext.as_mut()?;
-        let np = e.np.as_mut()?;
-        np.out = false;
-        let repr = np.cnp(self.cx.template.repr());
-        let n = repr.emit(buf, |_| {}).ok()?;
-        self.cx.counters.np_cnp_sent += 1;
-        Some(n)
     }
 
     /// True when this QP takes packets with opcode `op` now: a state that receives, and the

@@ -3,7 +3,7 @@
 //! one per `min_time_between_cnps`, so a marked burst costs the sender one rate cut per
 //! interval, not one per packet. The CNP leaves with its own DSCP (`cnp_dscp`), Not-ECT so
 //! no switch marks it, and names the peer's QP; the peer's congestion control (the reaction
-//! point) hears it as [`CongestionControl::on_cnp`](super::CongestionControl::on_cnp).
+//! point) hears it as [`CongestionControl::on_cnp`](crate::transport::CongestionControl::on_cnp).
 
 use crate::wire::{Ecn, Opcode, Psn, RoceRepr, CNP_PKEY};
 
@@ -80,6 +80,49 @@ impl Np {
         repr.ip.set_dscp(self.cfg.cnp_dscp);
         repr.ip.set_ecn(Ecn::NotEct);
         repr
+    }
+}
+
+/// The notification point's half of `impl Qp`: a CE-marked packet owes the peer a CNP, which
+/// leaves before the QP's other frames.
+mod behaviour {
+    use super::super::*;
+
+    impl Qp {
+        /// A packet marked Congestion Experienced: counted, and a CNP owed to the peer (the
+        /// notification point), unless it was a CNP or the QP cannot answer.
+        #[cold]
+        pub(in crate::transport::qp) fn on_ce(&mut self, now: u64, op: Opcode) {
+            self.cx.counters.np_ecn_marked_roce_packets += 1;
+            if op == Opcode::CNP
+                || self.cx.qp_type == QpType::Ud
+                || !matches!(self.cx.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+            {
+                return;
+            }
+            let e = self.cx.ext.get_or_insert_with(Box::default);
+            e.np.get_or_insert_with(|| notify::Np::new(notify::NpConfig::default()))
+                .on_ce(now);
+        }
+        /// Sets this QP's notification point (the default: enabled, 4 µs between CNPs, DSCP 48).
+        pub fn set_notification_point(&mut self, cfg: notify::NpConfig) {
+            let e = self.cx.ext.get_or_insert_with(Box::default);
+            match e.np.as_mut() {
+                Some(np) => np.cfg = cfg,
+                None => e.np = Some(notify::Np::new(cfg)),
+            }
+        }
+        /// The CNP owed, if any, into `buf`.
+        #[cold]
+        pub(in crate::transport::qp) fn transmit_cnp(&mut self, buf: &mut [u8]) -> Option<usize> {
+            let e = self.cx.ext.as_mut()?;
+            let np = e.np.as_mut()?;
+            np.out = false;
+            let repr = np.cnp(self.cx.template.repr());
+            let n = repr.emit(buf, |_| {}).ok()?;
+            self.cx.counters.np_cnp_sent += 1;
+            Some(n)
+        }
     }
 }
 
