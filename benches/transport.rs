@@ -11,7 +11,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use ferroce::reliability::dcqcn::{Dcqcn, DcqcnConfig};
+use ferroce::reliability::cc::dcqcn::{Dcqcn, DcqcnConfig};
 use ferroce::stack::transport::loopback::{connect, Loopback};
 use ferroce::stack::transport::{
     Access, AddressVector, MrKeys, MrTable, Mtu, Payload, PdId, Policies, Qp, QpAttr, QpConfig,

@@ -7,7 +7,7 @@
 
 use ferroce::drivers::sim::LinkModel;
 use ferroce::drivers::Port;
-use ferroce::reliability::r2ccl::localize::{triangulate, Blame, Probes};
+use ferroce::reliability::failover::r2ccl::localize::{triangulate, Blame, Probes};
 use ferroce::stack::transport::{Payload, SendFlags, SendWr, WcStatus, WrOpcode};
 use ferroce::testbed::{rails_n, ConnOpts, PairCut, RailsN, Testbed};
 

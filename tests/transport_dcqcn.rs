@@ -6,7 +6,7 @@
 //! overflows the buffer. Every byte is checked either way.
 
 use ferroce::drivers::sim::{LinkModel, Red};
-use ferroce::reliability::dcqcn::{Dcqcn, DcqcnConfig};
+use ferroce::reliability::cc::dcqcn::{Dcqcn, DcqcnConfig};
 use ferroce::stack::transport::{
     Mtu, Payload, Policies, QpType, SendFlags, SendWr, Sge, WcStatus, WrOpcode,
 };

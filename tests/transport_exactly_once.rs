@@ -561,18 +561,18 @@ fn sprayed(name: &str, policy: fn() -> Policies, default_seeds: u64) {
 }
 
 fn sr_policy() -> Policies {
-    use ferroce::reliability::{spray::Spray, sr};
+    use ferroce::reliability::policy::{spray::Spray, sr};
     let sr = sr::SelectiveRepeat::new(sr::SrConfig::default());
     Policies::recovery(Box::new(sr)).with_path(Box::new(Spray::psn(4)))
 }
 
 fn rnic_sr_policy() -> Policies {
-    use ferroce::reliability::{baselines::RnicSr, spray::Spray};
+    use ferroce::reliability::policy::{baselines::RnicSr, spray::Spray};
     Policies::recovery(Box::new(RnicSr::new(512))).with_path(Box::new(Spray::psn(4)))
 }
 
 fn timeout_only_policy() -> Policies {
-    use ferroce::reliability::{baselines::TimeoutOnly, spray::Spray};
+    use ferroce::reliability::policy::{baselines::TimeoutOnly, spray::Spray};
     let spray = Spray::random(4, 7);
     Policies::recovery(Box::new(TimeoutOnly::new(512))).with_path(Box::new(spray))
 }

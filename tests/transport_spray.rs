@@ -9,8 +9,8 @@
 mod support;
 
 use ferroce::drivers::sim::LinkModel;
-use ferroce::reliability::spray::Spray;
-use ferroce::reliability::sr::{SelectiveRepeat, SrConfig};
+use ferroce::reliability::policy::spray::Spray;
+use ferroce::reliability::policy::sr::{SelectiveRepeat, SrConfig};
 use ferroce::stack::transport::{
     Counters, Mtu, Payload, Policies, QpType, RecvWr, SendWr, Sge, WcOpcode, WcStatus, WrOpcode,
 };

@@ -8,9 +8,9 @@
 mod support;
 
 use ferroce::drivers::sim::{LinkModel, Loss, SwitchId};
-use ferroce::reliability::baselines::RnicSr;
-use ferroce::reliability::spray::Spray;
-use ferroce::reliability::themis::{ThemisConfig, ThemisStats, ThemisTor};
+use ferroce::reliability::policy::baselines::RnicSr;
+use ferroce::reliability::policy::spray::Spray;
+use ferroce::reliability::policy::themis::{ThemisConfig, ThemisStats, ThemisTor};
 use ferroce::stack::transport::{
     Counters, Mtu, Payload, Policies, QpType, SendWr, Sge, WcStatus, WrOpcode,
 };

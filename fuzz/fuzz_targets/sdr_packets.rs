@@ -16,7 +16,7 @@ const PD: PdId = PdId(1);
 
 fuzz_target!(|data: &[u8]| {
     let _ = Ack::parse(data);
-    let _ = ferroce_reliability::r2ccl::oob::OobMsg::decode(data);
+    let _ = ferroce_reliability::failover::r2ccl::oob::OobMsg::decode(data);
     let config = RecvConfig {
         layout: ImmLayout::PAPER,
         mtu: 256,

@@ -2,7 +2,7 @@
 //! it panic or misroute: any bytes, any switch context. What it originates is only ever a NACK
 //! it was given, unchanged but for the path-avoidance bit.
 
-use ferroce_reliability::themis::{ThemisConfig, ThemisTor, AVOID_SIGNAL};
+use ferroce_reliability::policy::themis::{ThemisConfig, ThemisTor, AVOID_SIGNAL};
 use ferroce_stack::switch::{HookCtx, SwitchHook, Verdict};
 use ferroce_stack::wire::sample::{sample_frame, sample_repr, SampleAddr};
 use ferroce_stack::wire::{Checks, IpRepr, Opcode, Psn, RoceRepr};

@@ -1,4 +1,4 @@
-//! SHIFT mode on the verbs API ([`ferroce_reliability::shift`]): a [`ShiftQp`] is three RC
+//! SHIFT mode on the verbs API ([`ferroce_reliability::failover::shift`]): a [`ShiftQp`] is three RC
 //! QPs of a two-port device — the default one on port 1, a backup and a control QP on port
 //! 2 — each connected to the peer's twin, with the transport's own failover off; work
 //! requests go through the mode, which moves them to the backup QP when the default one
@@ -12,7 +12,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use ferroce_reliability::shift::{Rail, ShiftConfig, ShiftIo, ShiftSide, ShiftStats};
+use ferroce_reliability::failover::shift::{Rail, ShiftConfig, ShiftIo, ShiftSide, ShiftStats};
 use ferroce_stack::transport::{
     AttrMask, PostError, QpAttr, QpCaps, QpState, QpType, RecvWr, SendWr, WorkCompletion,
 };
@@ -203,7 +203,7 @@ impl ShiftQp {
     }
 
     /// Where the sends go now, and whether the safety rule ended the connection.
-    pub fn state(&self) -> (ferroce_reliability::shift::SendState, bool) {
+    pub fn state(&self) -> (ferroce_reliability::failover::shift::SendState, bool) {
         let s = self.lock();
         (s.1.send_state(), s.1.failed())
     }

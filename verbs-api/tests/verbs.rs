@@ -108,7 +108,10 @@ fn rc_traffic_on_the_sim_with_loss() {
 /// packet.
 #[test]
 fn selective_repeat_through_the_verbs_api() {
-    use ferroce_reliability::{spray::Spray, sr, Policies};
+    use ferroce_reliability::{
+        policy::{spray::Spray, sr},
+        Policies,
+    };
     let model = LinkModel {
         loss: Loss::Bernoulli(0.02),
         ..LinkModel::new(25_000_000_000, 2_000)
@@ -629,7 +632,7 @@ fn a_two_port_device_moves_its_qps_when_a_link_fails() {
 /// in order, and once rail 1 is back a probe brings the traffic home.
 #[test]
 fn shift_mode_resubmits_on_the_backup_qp_and_comes_home() {
-    use ferroce_reliability::shift::{SendState, ShiftConfig};
+    use ferroce_reliability::failover::shift::{SendState, ShiftConfig};
     use ferroce_verbs::shift::ShiftQp;
     let (net, links, ca, cb) =
         SimNet::rails(31, LinkModel::new(25_000_000_000, 2_000), 4096).unwrap();

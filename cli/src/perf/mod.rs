@@ -13,10 +13,10 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use ferroce_drivers::sim::{LinkModel, Loss};
-use ferroce_reliability::dcqcn::{Dcqcn, DcqcnConfig};
-use ferroce_reliability::spray::Spray;
-use ferroce_reliability::sr::{SelectiveRepeat, SrConfig};
-use ferroce_reliability::timely::{Timely, TimelyConfig};
+use ferroce_reliability::cc::dcqcn::{Dcqcn, DcqcnConfig};
+use ferroce_reliability::cc::timely::{Timely, TimelyConfig};
+use ferroce_reliability::policy::spray::Spray;
+use ferroce_reliability::policy::sr::{SelectiveRepeat, SrConfig};
 use ferroce_reliability::Policies;
 use ferroce_verbs::connect::{
     capability, connect_qp, negotiate, Capabilities, ConnectOpts, Endpoint, Negotiated,

@@ -25,11 +25,11 @@ use std::ops::Range;
 
 use ferroce_drivers::sim::LinkModel;
 use ferroce_drivers::Port;
-use ferroce_reliability::r2ccl::decompose::{self, Plan};
-use ferroce_reliability::r2ccl::localize::{triangulate, Blame, Probes};
-use ferroce_reliability::r2ccl::oob::{OobMsg, MAX_LEN};
-use ferroce_reliability::r2ccl::proximity::{backup_order, paired_layout};
-use ferroce_reliability::r2ccl::rollback::{Receiver, Sender};
+use ferroce_reliability::failover::r2ccl::decompose::{self, Plan};
+use ferroce_reliability::failover::r2ccl::localize::{triangulate, Blame, Probes};
+use ferroce_reliability::failover::r2ccl::oob::{OobMsg, MAX_LEN};
+use ferroce_reliability::failover::r2ccl::proximity::{backup_order, paired_layout};
+use ferroce_reliability::failover::r2ccl::rollback::{Receiver, Sender};
 use ferroce_stack::transport::{
     Mtu, Payload, RecvWr, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode,
 };
@@ -308,7 +308,7 @@ struct Run<'s> {
     r: RailsN,
     o: ConnOpts,
     probe_o: ConnOpts,
-    places: Vec<ferroce_reliability::r2ccl::proximity::NicPlace>,
+    places: Vec<ferroce_reliability::failover::r2ccl::proximity::NicPlace>,
     next_qpn: u32,
     conns: Vec<Conn>,
     conn_of: HashMap<(usize, usize, usize), usize>,

@@ -4,9 +4,9 @@
 //! a counter) on rail 0; a fault at 5 ms — a NIC on either side, a host link, the rail's
 //! ToR, or a black hole that no link event announces — healed at 10 ms; the run ends at
 //! 15 ms. Schemes: `native` (the QP moves to rail 1 with its transport state and comes back),
-//! `shift` (SHIFT mode, `ferroce_reliability::shift`: a default QP on rail 0, a backup and a
+//! `shift` (SHIFT mode, `ferroce_reliability::failover::shift`: a default QP on rail 0, a backup and a
 //! control QP on rail 1, WR-level resubmission after the default QP's retries run out; the
-//! transport's own failover off), `varuna` (Varuna mode, `ferroce_reliability::varuna`: the
+//! transport's own failover off), `varuna` (Varuna mode, `ferroce_reliability::failover::varuna`: the
 //! vQP logs its WRITEs, runs the FETCH_ADDs as READ + CAS, and after the default QP's
 //! retries run out recovers from the peer's completion log on a backup QP on rail 1; after
 //! the repair it rebuilds its default QP (500 µs) and moves back once drained),
@@ -16,9 +16,9 @@
 //! third host on both rails, idle but for R2CCL's probes.
 
 use ferroce_drivers::sim::LinkModel;
-use ferroce_reliability::shift::{Rail, ShiftConfig, ShiftIo, ShiftSide};
-use ferroce_reliability::varuna::uid::CasBuffer;
-use ferroce_reliability::varuna::vqp::{VarunaConfig, VarunaIo, VarunaQp};
+use ferroce_reliability::failover::shift::{Rail, ShiftConfig, ShiftIo, ShiftSide};
+use ferroce_reliability::failover::varuna::uid::CasBuffer;
+use ferroce_reliability::failover::varuna::vqp::{VarunaConfig, VarunaIo, VarunaQp};
 use ferroce_stack::transport::{
     AttrMask, Payload, PostError, Qp, QpAttr, QpConfig, QpState, QpType, RecvWr, SendFlags, SendWr,
     Sge, WcOpcode, WcStatus, WorkCompletion, WrOpcode,

@@ -8,8 +8,8 @@
 //! sender has delivered its first `burst` bytes. Every byte is checked.
 
 use ferroce_drivers::sim::{LinkModel, Red};
-use ferroce_reliability::dcqcn::{Dcqcn, DcqcnConfig};
-use ferroce_reliability::timely::{Timely, TimelyConfig};
+use ferroce_reliability::cc::dcqcn::{Dcqcn, DcqcnConfig};
+use ferroce_reliability::cc::timely::{Timely, TimelyConfig};
 use ferroce_stack::transport::{
     Mtu, Payload, Policies, QpType, SendFlags, SendWr, Sge, WcStatus, WrOpcode,
 };

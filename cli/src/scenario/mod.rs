@@ -397,7 +397,7 @@ fn point_json(p: &Point, size: usize) -> Value {
     let c = |f: fn(&ferroce_stack::transport::Counters) -> u64| p.sum(|r| f(&r.counters));
     let mut themis = serde_json::Map::new();
     if p.scheme == Scheme::SprayThemis {
-        let mut t = ferroce_reliability::themis::ThemisStats::default();
+        let mut t = ferroce_reliability::policy::themis::ThemisStats::default();
         for r in &p.runs {
             t.accumulate(&r.themis);
         }

@@ -12,8 +12,8 @@
 
 use std::collections::VecDeque;
 
-use ferroce_reliability::r2ccl::localize::{triangulate, Blame, Probes};
-use ferroce_reliability::r2ccl::oob::{OobMsg, MAX_LEN};
+use ferroce_reliability::failover::r2ccl::localize::{triangulate, Blame, Probes};
+use ferroce_reliability::failover::r2ccl::oob::{OobMsg, MAX_LEN};
 use ferroce_stack::transport::{
     OwnedSendWr, Payload, PostError, SendFlags, SendWr, WcStatus, WorkCompletion,
 };

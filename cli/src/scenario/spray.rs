@@ -9,11 +9,11 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use ferroce_drivers::sim::{EcmpHash, FabricBuilder, LinkModel, LinkStats, Loss, SwitchId};
-use ferroce_reliability::baselines::{RnicSr, TimeoutOnly};
-use ferroce_reliability::gbn::GoBackN;
-use ferroce_reliability::spray::Spray;
-use ferroce_reliability::sr::{SelectiveRepeat, SrConfig};
-use ferroce_reliability::themis::{SharedStats, ThemisConfig, ThemisStats, ThemisTor};
+use ferroce_reliability::policy::baselines::{RnicSr, TimeoutOnly};
+use ferroce_reliability::policy::gbn::GoBackN;
+use ferroce_reliability::policy::spray::Spray;
+use ferroce_reliability::policy::sr::{SelectiveRepeat, SrConfig};
+use ferroce_reliability::policy::themis::{SharedStats, ThemisConfig, ThemisStats, ThemisTor};
 use ferroce_stack::transport::{
     Access, Counters, Mtu, Payload, Policies, Qp, QpConfig, QpType, Recovery, SendWr, Sge,
     WcStatus, WrOpcode,

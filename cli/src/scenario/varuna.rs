@@ -8,11 +8,11 @@
 //! - `resend`: on a QP's retry exhaustion every outstanding WR goes again on a backup QP on
 //!   rail 1 — the naive scheme the paper warns of: an atomic that ran and lost its response
 //!   runs twice;
-//! - `varuna`: Varuna's vQP (`ferroce_reliability::varuna::vqp`: logged writes, extended-status
+//! - `varuna`: Varuna's vQP (`ferroce_reliability::failover::varuna::vqp`: logged writes, extended-status
 //!   CAS, FETCH_ADD as READ + CAS) over the same two QPs;
 //! - `varuna-pool`: the same vQPs with no backup QP of their own at the start: one shared QP
 //!   on rail 1 carries every client's failed-over traffic while each client's own is
-//!   rebuilt in the background, one at a time (`ferroce_reliability::varuna::pool`);
+//!   rebuilt in the background, one at a time (`ferroce_reliability::failover::varuna::pool`);
 //! - `native`: ferroce's own failover (one QP, the transport moves it to rail 1);
 //! - `none`: an RNIC's QP (retries run out, the client dies).
 //!
@@ -23,10 +23,10 @@
 use std::collections::VecDeque;
 
 use ferroce_drivers::sim::LinkModel;
-use ferroce_reliability::shift::Rail;
-use ferroce_reliability::varuna::pool::{BackupPool, Channel};
-use ferroce_reliability::varuna::uid::{CasBuffer, UidRegion};
-use ferroce_reliability::varuna::vqp::{VarunaConfig, VarunaIo, VarunaQp};
+use ferroce_reliability::failover::shift::Rail;
+use ferroce_reliability::failover::varuna::pool::{BackupPool, Channel};
+use ferroce_reliability::failover::varuna::uid::{CasBuffer, UidRegion};
+use ferroce_reliability::failover::varuna::vqp::{VarunaConfig, VarunaIo, VarunaQp};
 use ferroce_stack::transport::{
     OwnedSendWr, Payload, PostError, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
 };

@@ -16,9 +16,9 @@
 //! WRITE and the confirm), not the doorbells and WQE processing of a hardware NIC.
 
 use ferroce_drivers::sim::LinkModel;
-use ferroce_reliability::shift::Rail;
-use ferroce_reliability::varuna::uid::CasBuffer;
-use ferroce_reliability::varuna::vqp::{VarunaConfig, VarunaQp};
+use ferroce_reliability::failover::shift::Rail;
+use ferroce_reliability::failover::varuna::uid::CasBuffer;
+use ferroce_reliability::failover::varuna::vqp::{VarunaConfig, VarunaQp};
 
 use super::varuna::{qpn, Bed};
 use ferroce_stack::transport::{

@@ -25,7 +25,7 @@ pub struct SrConfig {
     pub window: u32,
     /// Out-of-order degree (packets that arrived past the stuck expected PSN) beyond which
     /// the expected PSN is declared lost without proof and its path avoided (for as long as
-    /// the sender's path selector avoids a path: [`Spray::avoiding`](crate::spray::Spray::avoiding)).
+    /// the sender's path selector avoids a path: [`Spray::avoiding`](crate::policy::spray::Spray::avoiding)).
     pub ooo_threshold: u32,
 }
 
@@ -40,7 +40,7 @@ impl Default for SrConfig {
 
 /// ferroce's selective repeat, with path-aware loss detection at the receiver. It learns
 /// the paths from the QP's path selector (run it with PSN-based spraying for the path-aware
-/// part: [`Spray::psn`](crate::spray::Spray::psn)).
+/// part: [`Spray::psn`](crate::policy::spray::Spray::psn)).
 #[derive(Debug)]
 pub struct SelectiveRepeat {
     config: SrConfig,

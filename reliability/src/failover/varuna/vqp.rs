@@ -49,7 +49,7 @@ use ferroce_stack::transport::{
 
 use super::log::{Class, RequestLog};
 use super::uid::{cas_outcome, CasBuffer, CasOutcome, Uid, UidRegion, SLOT_BYTES};
-use crate::shift::Rail;
+use crate::failover::shift::Rail;
 
 /// What the vQP needs from whoever owns its QPs.
 pub trait VarunaIo {

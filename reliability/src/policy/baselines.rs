@@ -9,8 +9,8 @@
 //! - [`TimeoutOnly`]: placement without any NAK; only the retransmission timer recovers,
 //!   resending the oldest unacknowledged PSN each time it fires.
 //!
-//! IBTA Go-Back-N is the stack's own [`GoBackN`](crate::gbn::GoBackN). Each runs over
-//! whatever path selector the QP has (spraying: [`Spray`](crate::spray::Spray)).
+//! IBTA Go-Back-N is the stack's own [`GoBackN`](crate::policy::gbn::GoBackN). Each runs over
+//! whatever path selector the QP has (spraying: [`Spray`](crate::policy::spray::Spray)).
 
 use ferroce_stack::transport::path::PathSelector;
 use ferroce_stack::transport::recovery::{
