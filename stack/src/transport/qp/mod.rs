@@ -422,6 +422,7 @@ impl core::fmt::Debug for Qp {
     }
 }
 
+/// Creation and the state machine: attributes, transitions, entering ERR.
 impl Qp {
     /// A QP in RESET.
     pub fn new(config: QpConfig) -> Self {
@@ -460,26 +461,14 @@ impl Qp {
         self.cx.qp_type
     }
 
-    /// Its current state.
-    pub fn state(&self) -> QpState {
-        self.cx.state
-    }
-
-    /// How its recovery policy delivers: in PSN order (Go-Back-N, the IBTA default) or by
-    /// placement, where a WRITE's packets may land in any order.
-    pub fn delivery(&self) -> crate::transport::Delivery {
-        self.cx.recovery.delivery()
-    }
-
-    /// Why the responder put the QP in the error state, once: `None` when it did not (a
-    /// requester's error completes its WR with the reason; a `modify` to ERR has none).
-    pub fn take_error_cause(&mut self) -> Option<ErrorCause> {
-        self.cx.error_cause.take()
-    }
-
     /// Its protection domain.
     pub fn pd(&self) -> PdId {
         self.cx.pd
+    }
+
+    /// Its current state.
+    pub fn state(&self) -> QpState {
+        self.cx.state
     }
 
     /// Current attributes (`ibv_query_qp`), with `sq_psn` / `rq_psn` reporting the next PSN
@@ -490,86 +479,6 @@ impl Qp {
         a.sq_psn = self.req.nxt;
         a.rq_psn = self.resp.epsn;
         a
-    }
-
-    /// Its counters.
-    pub fn counters(&self) -> &Counters {
-        &self.cx.counters
-    }
-
-    /// The recovery policy's name.
-    pub fn recovery_name(&self) -> &'static str {
-        self.cx.recovery.name()
-    }
-
-    /// When and by which path request packet `psn` left, while it is recent enough to be in
-    /// the send records; `None` for a QP with the default congestion control, which keeps
-    /// none.
-    pub fn send_record(&self, psn: Psn) -> Option<SendRecord> {
-        self.cx.congestion.records().and_then(|r| r.get(psn))
-    }
-
-    /// The names of its path, recovery and congestion-control policies.
-    pub fn policy_names(&self) -> [&'static str; 3] {
-        [
-            self.cx.path.name(),
-            self.cx.recovery.name(),
-            self.cx.congestion.name(),
-        ]
-    }
-
-    /// The port's active MTU, which bounds UD datagrams (connected QPs take `path_mtu`).
-    pub fn set_port_mtu(&mut self, mtu: Mtu) {
-        if self.cx.qp_type == QpType::Ud {
-            self.cx.attr.path_mtu = mtu;
-        }
-    }
-
-    /// Replaces the loss recovery policy, before RTR: both ends must agree on its
-    /// [`Delivery`], which they negotiate at connection setup.
-    pub fn set_recovery(&mut self, recovery: Box<dyn Recovery>) {
-        self.cx.recovery = recovery;
-    }
-
-    /// Gives a UC QP's WRITE_ONLY_WITH_IMMEDIATE packets to `sink` instead of the receive
-    /// queue (see [`sink`](crate::transport::sink)); `None` takes it back. Returns the sink
-    /// it replaced. Refused for RC and UD QPs, which keep their receive queue.
-    pub fn set_write_imm_sink(
-        &mut self,
-        sink: Option<Box<dyn WriteImmSink>>,
-    ) -> Result<Option<Box<dyn WriteImmSink>>, ModifyError> {
-        if self.cx.qp_type != QpType::Uc {
-            return Err(ModifyError::NotUc(self.cx.qp_type));
-        }
-        let ext = self.cx.ext.get_or_insert_with(Box::default);
-        Ok(core::mem::replace(&mut ext.sink, sink))
-    }
-
-    /// The sink a UC QP hands its WRITE-with-immediates to, if any.
-    pub fn write_imm_sink(&mut self) -> Option<&mut (dyn WriteImmSink + 'static)> {
-        self.cx.ext.as_mut()?.sink.as_deref_mut()
-    }
-
-    /// Replaces all three policies, before RTR (see [`set_recovery`](Self::set_recovery)).
-    pub fn set_policies(&mut self, p: Policies) {
-        (self.cx.path, self.cx.recovery, self.cx.congestion) = policies::install(p);
-    }
-
-    /// Send WRs posted and not yet completed.
-    pub fn send_queue_len(&self) -> usize {
-        self.req.sq.len() - self.cx.ext.as_ref().map_or(0, |e| e.tm_queued)
-    }
-
-    /// Receive WRs posted and not yet consumed.
-    pub fn recv_queue_len(&self) -> usize {
-        self.resp.rq.len()
-    }
-
-    /// Bytes this QP holds on the heap beyond its send and receive queues (completion
-    /// buffer, READ/atomic response queue, atomic replay cache), for the footprint benchmark.
-    pub fn heap_bytes_beyond_queues(&self) -> usize {
-        self.cx.completions.capacity() * core::mem::size_of::<WorkCompletion>()
-            + self.resp.heap_bytes()
     }
 
     /// Changes state and attributes as `ibv_modify_qp`: `mask` names which fields of `attr`
@@ -746,6 +655,104 @@ impl Qp {
         self.cx.completions.clear();
     }
 
+    /// Why the responder put the QP in the error state, once: `None` when it did not (a
+    /// requester's error completes its WR with the reason; a `modify` to ERR has none).
+    pub fn take_error_cause(&mut self) -> Option<ErrorCause> {
+        self.cx.error_cause.take()
+    }
+
+    /// Moves to ERR now (`modify` to ERR): every outstanding WR is flushed, send queue
+    /// first.
+    fn enter_error(&mut self) {
+        self.cx.enter_error();
+        self.apply_failure();
+    }
+
+    /// Applies the failure a half raised, if one did (see [`flush_failure`](Self::flush_failure));
+    /// a load and a branch on every handler's return, so it is kept apart from the flush.
+    #[inline(always)]
+    fn apply_failure(&mut self) {
+        if self.cx.pending != Flush::None {
+            self.flush_failure();
+        }
+    }
+
+    /// Flushes what a failure left: the send queue unless the requester did already, then
+    /// the receive queue.
+    #[cold]
+    #[inline(never)]
+    fn flush_failure(&mut self) {
+        if self.cx.pending == Flush::All {
+            self.req.fail(&mut self.cx, None);
+        }
+        self.resp.flush(&mut self.cx);
+        self.cx.pending = Flush::None;
+    }
+}
+
+/// The policies a QP composes and the hooks above it: recovery, path, congestion, the path
+/// MTU, SDR's WRITE-with-immediate sink.
+impl Qp {
+    /// Replaces all three policies, before RTR (see [`set_recovery`](Self::set_recovery)).
+    pub fn set_policies(&mut self, p: Policies) {
+        (self.cx.path, self.cx.recovery, self.cx.congestion) = policies::install(p);
+    }
+
+    /// Replaces the loss recovery policy, before RTR: both ends must agree on its
+    /// [`Delivery`], which they negotiate at connection setup.
+    pub fn set_recovery(&mut self, recovery: Box<dyn Recovery>) {
+        self.cx.recovery = recovery;
+    }
+
+    /// The port's active MTU, which bounds UD datagrams (connected QPs take `path_mtu`).
+    pub fn set_port_mtu(&mut self, mtu: Mtu) {
+        if self.cx.qp_type == QpType::Ud {
+            self.cx.attr.path_mtu = mtu;
+        }
+    }
+
+    /// Gives a UC QP's WRITE_ONLY_WITH_IMMEDIATE packets to `sink` instead of the receive
+    /// queue (see [`sink`](crate::transport::sink)); `None` takes it back. Returns the sink
+    /// it replaced. Refused for RC and UD QPs, which keep their receive queue.
+    pub fn set_write_imm_sink(
+        &mut self,
+        sink: Option<Box<dyn WriteImmSink>>,
+    ) -> Result<Option<Box<dyn WriteImmSink>>, ModifyError> {
+        if self.cx.qp_type != QpType::Uc {
+            return Err(ModifyError::NotUc(self.cx.qp_type));
+        }
+        let ext = self.cx.ext.get_or_insert_with(Box::default);
+        Ok(core::mem::replace(&mut ext.sink, sink))
+    }
+
+    /// The sink a UC QP hands its WRITE-with-immediates to, if any.
+    pub fn write_imm_sink(&mut self) -> Option<&mut (dyn WriteImmSink + 'static)> {
+        self.cx.ext.as_mut()?.sink.as_deref_mut()
+    }
+
+    /// The recovery policy's name.
+    pub fn recovery_name(&self) -> &'static str {
+        self.cx.recovery.name()
+    }
+
+    /// The names of its path, recovery and congestion-control policies.
+    pub fn policy_names(&self) -> [&'static str; 3] {
+        [
+            self.cx.path.name(),
+            self.cx.recovery.name(),
+            self.cx.congestion.name(),
+        ]
+    }
+
+    /// How its recovery policy delivers: in PSN order (Go-Back-N, the IBTA default) or by
+    /// placement, where a WRITE's packets may land in any order.
+    pub fn delivery(&self) -> crate::transport::Delivery {
+        self.cx.recovery.delivery()
+    }
+}
+
+/// Work requests in, completions out.
+impl Qp {
     /// Posts a send WR (`ibv_post_send` for one WR; the verbs layer walks chains).
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
         match self.cx.state {
@@ -871,6 +878,20 @@ impl Qp {
         self.cx.completions.len()
     }
 
+    /// Send WRs posted and not yet completed.
+    pub fn send_queue_len(&self) -> usize {
+        self.req.sq.len() - self.cx.ext.as_ref().map_or(0, |e| e.tm_queued)
+    }
+
+    /// Receive WRs posted and not yet consumed.
+    pub fn recv_queue_len(&self) -> usize {
+        self.resp.rq.len()
+    }
+}
+
+/// Driving the QP: frames in, frames out, time. Native failover's side frames and the
+/// notification point's CNPs are in `failover.rs` and `notify.rs`.
+impl Qp {
     /// Parses `frame` (every check on) and handles it; a malformed frame is an error for the
     /// caller to count, and handed to [`handle_malformed`](Self::handle_malformed) when it
     /// still names this QP. Engines that already parsed to demultiplex call
@@ -1129,6 +1150,12 @@ impl Qp {
         Some(out)
     }
 
+    /// True when the requester has packets it could send now (used by engines to decide
+    /// whether to call `poll_transmit` again without new input).
+    pub fn wants_transmit(&self) -> bool {
+        self.resp.has_output() || self.req.may_send(&self.cx)
+    }
+
     /// The earliest time [`handle_timeout`](Self::handle_timeout) has work, if any.
     pub fn poll_timeout(&self) -> Option<u64> {
         if self.cx.state == QpState::Rtr {
@@ -1170,39 +1197,27 @@ impl Qp {
             self.apply_failure();
         }
     }
+}
 
-    /// True when the requester has packets it could send now (used by engines to decide
-    /// whether to call `poll_transmit` again without new input).
-    pub fn wants_transmit(&self) -> bool {
-        self.resp.has_output() || self.req.may_send(&self.cx)
+/// What the QP did: counters, the send record, memory beyond the queues.
+impl Qp {
+    /// Its counters.
+    pub fn counters(&self) -> &Counters {
+        &self.cx.counters
     }
 
-    /// Moves to ERR now (`modify` to ERR): every outstanding WR is flushed, send queue
-    /// first.
-    fn enter_error(&mut self) {
-        self.cx.enter_error();
-        self.apply_failure();
+    /// When and by which path request packet `psn` left, while it is recent enough to be in
+    /// the send records; `None` for a QP with the default congestion control, which keeps
+    /// none.
+    pub fn send_record(&self, psn: Psn) -> Option<SendRecord> {
+        self.cx.congestion.records().and_then(|r| r.get(psn))
     }
 
-    /// Applies the failure a half raised, if one did (see [`flush_failure`](Self::flush_failure));
-    /// a load and a branch on every handler's return, so it is kept apart from the flush.
-    #[inline(always)]
-    fn apply_failure(&mut self) {
-        if self.cx.pending != Flush::None {
-            self.flush_failure();
-        }
-    }
-
-    /// Flushes what a failure left: the send queue unless the requester did already, then
-    /// the receive queue.
-    #[cold]
-    #[inline(never)]
-    fn flush_failure(&mut self) {
-        if self.cx.pending == Flush::All {
-            self.req.fail(&mut self.cx, None);
-        }
-        self.resp.flush(&mut self.cx);
-        self.cx.pending = Flush::None;
+    /// Bytes this QP holds on the heap beyond its send and receive queues (completion
+    /// buffer, READ/atomic response queue, atomic replay cache), for the footprint benchmark.
+    pub fn heap_bytes_beyond_queues(&self) -> usize {
+        self.cx.completions.capacity() * core::mem::size_of::<WorkCompletion>()
+            + self.resp.heap_bytes()
     }
 }
 
