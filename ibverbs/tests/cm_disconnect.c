@@ -6,7 +6,8 @@
  * multicast joins fail with EOPNOTSUPP and rsockets with ENOSYS. And a peer process that
  * exits with its connection open: its library ends the connection on the wire as the kernel
  * does when a process's file closes, so this side gets DISCONNECTED (within 10 s, where an
- * idle QP would otherwise never learn) and its receive flushes. scripts/rdmacm-test.sh
+ * idle QP would otherwise never learn) and its receive flushes, while a child forked from
+ * this process ends none of its parent's connections when it exits. scripts/rdmacm-test.sh
  * builds this against rdma-core's headers and runs it over ferroce's libraries.
  *   cm_disconnect IP
  * Exit status 0 when every check holds. */
@@ -205,6 +206,20 @@ int main(int argc, char **argv)
 	}
 	if (established != 3)
 		die("ESTABLISHED is not once for each side");
+
+	/* A child forked from this process leaves with exit(): its copy of the library ends
+	 * nothing (the connections stay this process's), and its exit does not hang. */
+	pid_t kid = fork();
+	if (kid < 0)
+		die("fork");
+	if (kid == 0)
+		exit(0);
+	int kst;
+	if (waitpid(kid, &kst, 0) != kid || !WIFEXITED(kst) || WEXITSTATUS(kst) != 0)
+		die("a forked child's exit failed");
+	struct pollfd quiet = { .fd = ch->fd, .events = POLLIN };
+	if (poll(&quiet, 1, 300) != 0)
+		die("a forked child's exit touched this process's connections");
 
 	/* The server ends the connection with the client's receive outstanding. */
 	if (rdma_disconnect(server))

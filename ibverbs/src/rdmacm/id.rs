@@ -250,6 +250,10 @@ pub(crate) extern "C" fn at_exit() {
             Some(Err(())) => return,
         }
     };
+    if c.pid != std::process::id() {
+        // A forked child leaving: the ids are its parent's, which keeps them open.
+        return;
+    }
     let keys: Vec<usize> = c.ids.keys().copied().collect();
     for k in keys {
         let Some(mut s) = c.ids.remove(&k) else {

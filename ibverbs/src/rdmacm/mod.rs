@@ -185,6 +185,9 @@ pub(crate) struct Cma {
     /// `(port space, port)` pairs ids are bound to.
     pub(crate) ports: HashSet<(u16, u16)>,
     rng: u64,
+    /// The process that made the state: a child forked from it inherits the state and the
+    /// `atexit` handler, but not the connections, which stay its parent's.
+    pub(crate) pid: u32,
 }
 
 // SAFETY: the context pointers are this library's own contexts, which live for the process
@@ -243,6 +246,7 @@ static CMA: LazyLock<Result<Mutex<Cma>, c_int>> = LazyLock::new(|| {
         conns: HashMap::new(),
         ports: HashSet::new(),
         rng: seed,
+        pid: std::process::id(),
     });
     for (i, cm) in cms.into_iter().enumerate() {
         event::start_dispatcher(i, cm);
