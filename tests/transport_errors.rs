@@ -258,7 +258,11 @@ fn bad_lkey_is_a_local_protection_error() {
             statuses(&w.hosts[0].completions),
             [(1, WcStatus::LocProtErr), (2, WcStatus::WrFlushErr)]
         );
-        assert_eq!(w.hosts[0].qps[0].counters().tx_packets, 0, "sent garbage");
+        assert_eq!(
+            w.hosts[0].qps().next().unwrap().counters().tx_packets,
+            0,
+            "sent garbage"
+        );
     });
 }
 
@@ -274,10 +278,10 @@ fn rnr_then_success_once_a_receive_is_posted() {
         // min_rnr_timer 1 = 10 µs; run 1 ms with no receive posted.
         assert!(!w.drive_until(1_000_000));
         assert!(w.hosts[0].completions.is_empty());
-        let c = *w.hosts[0].qps[0].counters();
+        let c = *w.hosts[0].qps().next().unwrap().counters();
         assert!(c.rnr_naks_received >= 10, "{c:?}");
         assert_eq!(
-            w.hosts[1].qps[0].counters().out_of_buffer,
+            w.hosts[1].qps().next().unwrap().counters().out_of_buffer,
             c.rnr_naks_received
         );
         let bk = w.hosts[1].keys.lkey;
@@ -319,7 +323,7 @@ fn rnr_retry_exhausted() {
             statuses(&w.hosts[0].completions),
             [(1, WcStatus::RnrRetryExcErr), (2, WcStatus::WrFlushErr)]
         );
-        let c = *w.hosts[0].qps[0].counters();
+        let c = *w.hosts[0].qps().next().unwrap().counters();
         assert_eq!((c.rnr_naks_received, c.rnr_nak_retry_err), (3, 1));
         assert_eq!(w.hosts[0].qp(1).state(), QpState::Err);
     });
@@ -365,7 +369,7 @@ fn link_down_for_good_ends_in_retry_exceeded() {
             .skip(1)
             .all(|c| c.status == WcStatus::WrFlushErr));
         assert_eq!(w.hosts[0].qp(1).state(), QpState::Err);
-        let k = *w.hosts[0].qps[0].counters();
+        let k = *w.hosts[0].qps().next().unwrap().counters();
         assert_eq!(k.local_ack_timeout_err, 4);
         // No busy loop: at most one window per try was sent.
         assert!(k.tx_packets <= 4 * 2048 + 400, "{k:?}");

@@ -353,7 +353,7 @@ fn run_scheme(seed: u64, scheme: Scheme) -> (u64, u64) {
 
     if std::env::var_os("FERROCE_DEBUG").is_some() {
         for (i, h) in w.hosts.iter().enumerate() {
-            for q in &h.qps {
+            for q in h.qps() {
                 let a = q.query();
                 eprintln!(
                     "host {i} {q:?} rq_psn={} sq_psn={} {:?}",
@@ -505,7 +505,7 @@ fn run_scheme(seed: u64, scheme: Scheme) -> (u64, u64) {
     let mut retrans = 0;
     let mut dups = 0;
     for h in &w.hosts {
-        for q in &h.qps {
+        for q in h.qps() {
             assert_eq!(q.state(), ferroce::stack::transport::QpState::Rts);
             retrans += q.counters().retransmitted_packets;
             dups += q.counters().duplicate_request;

@@ -183,7 +183,7 @@ fn rc_every_operation() {
         assert_eq!((r[2].imm_data, r[2].byte_len), (7, 3000));
         assert_eq!(r[3].byte_len, 3000);
         assert_eq!(r[4].byte_len, 12);
-        let c = w.hosts[1].qps[0].counters();
+        let c = w.hosts[1].qps().next().unwrap().counters();
         assert_eq!((c.duplicate_request, c.out_of_sequence), (0, 0));
     });
 }
@@ -293,7 +293,7 @@ fn rc_every_path_mtu() {
             assert_eq!(&w.hosts[0].read(0x8_0000, len)[..], &data[..]);
             // Packets on the wire: ceil(len / mtu) per direction of data, plus requests/ACKs.
             let pkts = len.div_ceil(mtu.bytes() as usize) as u64;
-            let c = *w.hosts[0].qps[0].counters();
+            let c = *w.hosts[0].qps().next().unwrap().counters();
             assert_eq!(c.tx_packets, 2 * pkts + 1, "{mtu:?}");
         }
     });
@@ -362,7 +362,7 @@ fn uc_send_and_write() {
         assert_eq!(&bb[0x8_0000..0x8_0000 + 2500], &data[..]);
         assert_eq!(&bb[0x9_0000..0x9_0000 + 2500], &data[..]);
         // UC never acknowledges.
-        assert_eq!(w.hosts[1].qps[0].counters().tx_packets, 0);
+        assert_eq!(w.hosts[1].qps().next().unwrap().counters().tx_packets, 0);
     });
 }
 
@@ -438,7 +438,10 @@ fn ud_send_with_deth_grh_and_qkey() {
         assert_eq!(bb[0x1_0000 + 20], 0x45);
         assert_eq!(&bb[0x1_0000 + 32..0x1_0000 + 36], &[10, 0, 0, 1]);
         assert_eq!(&bb[0x1_0000 + 40..0x1_0000 + 1040], &data[..]);
-        assert_eq!(w.hosts[1].qps[0].counters().qkey_violations, 1);
+        assert_eq!(
+            w.hosts[1].qps().next().unwrap().counters().qkey_violations,
+            1
+        );
         // Larger than the MTU: local length error, and the send queue goes to SQE.
         let q = w.hosts[0].qp(0x100);
         q.post_send(&SendWr {

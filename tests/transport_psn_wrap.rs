@@ -53,7 +53,15 @@ fn wrap_under_loss_on_the_sim() {
         // 300 WRITEs of 8 packets: the send PSN wrapped to 2400 - 700.
         assert_eq!(w.hosts[0].qp(1).query().sq_psn, Psn::new(300 * 8 - 700));
         assert_eq!(w.hosts[1].qp(2).query().rq_psn, Psn::new(300 * 8 - 700));
-        assert!(w.hosts[0].qps[0].counters().retransmitted_packets > 0);
+        assert!(
+            w.hosts[0]
+                .qps()
+                .next()
+                .unwrap()
+                .counters()
+                .retransmitted_packets
+                > 0
+        );
     });
 }
 

@@ -166,10 +166,10 @@ fn check_send_completions(w: &Testbed, pairs: &[(u32, u32)], messages: usize) {
 /// Host `a`'s (requester) and host `b`'s (responder) counters, summed over their QPs.
 fn outcome(w: &Testbed) -> Outcome {
     let (mut req, mut resp) = (Counters::default(), Counters::default());
-    for q in &w.hosts[0].qps {
+    for q in w.hosts[0].qps() {
         req.accumulate(q.counters());
     }
-    for q in &w.hosts[1].qps {
+    for q in w.hosts[1].qps() {
         resp.accumulate(q.counters());
     }
     Outcome { req, resp }

@@ -107,11 +107,9 @@ fn stream(seed: u64, paths: Vec<(LinkModel, LinkModel)>, themis: bool, messages:
         );
     }
     let tor = stats.map_or([ThemisStats::default(); 2], |s| s.map(|s| s.snapshot()));
-    Outcome {
-        req: *a.qps[0].counters(),
-        resp: *b.qps[0].counters(),
-        tor,
-    }
+    let req = *a.qps().next().unwrap().counters();
+    let resp = *b.qps().next().unwrap().counters();
+    Outcome { req, resp, tor }
 }
 
 fn both(m: LinkModel) -> (LinkModel, LinkModel) {

@@ -5,10 +5,10 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use ferroce_drivers::Port;
 use ferroce_stack::transport::{
-    Access, AddressVector, Counters, MrKeys, MrTable, PdId, Qp, QpConfig, QpType, RegisterError,
-    WorkCompletion,
+    Access, AddressVector, Counters, Endpoint, MrKeys, MrTable, PdId, Qp, QpConfig, QpType,
+    Received, RegisterError, WorkCompletion,
 };
-use ferroce_stack::wire::{Checks, MacAddr, Qpn, RoceRepr};
+use ferroce_stack::wire::{Checks, MacAddr, Qpn};
 use hashbrown::HashMap;
 
 /// The protection domain of every host's buffer and QPs.
@@ -20,32 +20,27 @@ const ALL: Access = Access::LOCAL_WRITE
     .with(Access::REMOTE_READ)
     .with(Access::REMOTE_ATOMIC);
 
-/// A simulated host.
+/// A simulated host: ports around one [`Endpoint`], which holds the QPs and memory.
 pub struct Host<P> {
     ports: Vec<P>,
     /// Its address (one for all its ports).
     pub ip: Ipv4Addr,
-    /// Its registered memory.
-    pub mem: MrTable,
+    /// Its QPs and registered memory.
+    pub endpoint: Endpoint<Qp>,
     /// The buffer's keys: `len()` bytes with every right in [`PD`], addressed by offset
     /// (iova 0).
     pub keys: MrKeys,
     len: usize,
-    /// Its QPs, in the order they were added.
-    pub qps: Vec<Qp>,
-    /// The port each QP sends on.
-    qp_port: Vec<usize>,
-    by_qpn: HashMap<u32, usize>,
+    /// The port each QP was added on (its `port_num` when the testbed brings it up).
+    home: HashMap<u32, usize>,
     /// Completions of every QP, in the order they were taken.
     pub completions: Vec<WorkCompletion>,
     /// The virtual time each completion was taken at.
     pub completed_at: Vec<u64>,
-    /// Frames the parser refused.
+    /// Frames the parser refused that name no QP of this host.
     pub rx_malformed: u64,
     /// Frames for a QP number this host does not have.
     pub rx_unknown_qp: u64,
-    /// Each port's link state as the QPs last heard it (up), for link events.
-    link_up: Vec<bool>,
 }
 
 impl<P: Port> Host<P> {
@@ -62,20 +57,18 @@ impl<P: Port> Host<P> {
         let keys = mem
             .register_owned_at(PD, bytes, 0, ALL)
             .expect("a fresh table registers");
+        let endpoint = Endpoint::new(mem, ports.len());
         Self {
             ports,
             ip,
-            mem,
+            endpoint,
             keys,
             len: bytes,
-            qps: Vec::new(),
-            qp_port: Vec::new(),
-            by_qpn: HashMap::new(),
+            home: HashMap::new(),
             completions: Vec::new(),
             completed_at: Vec::new(),
             rx_malformed: 0,
             rx_unknown_qp: 0,
-            link_up: Vec::new(),
         }
     }
 
@@ -104,6 +97,21 @@ impl<P: Port> Host<P> {
         self.ports[0].mac()
     }
 
+    /// Its registered memory.
+    pub fn mem(&self) -> &MrTable {
+        &self.endpoint.mem
+    }
+
+    /// Its registered memory, mutably.
+    pub fn mem_mut(&mut self) -> &mut MrTable {
+        &mut self.endpoint.mem
+    }
+
+    /// Its QPs, in the order they were added.
+    pub fn qps(&self) -> impl Iterator<Item = &Qp> + '_ {
+        self.endpoint.qps.iter()
+    }
+
     /// Bytes of its buffer.
     pub fn len(&self) -> usize {
         self.len
@@ -117,7 +125,8 @@ impl<P: Port> Host<P> {
     /// A copy of `len` bytes of the buffer at `offset`.
     pub fn read(&self, offset: usize, len: usize) -> Vec<u8> {
         let mut out = vec![0; len];
-        self.mem
+        self.endpoint
+            .mem
             .read(self.keys.lkey, PD, offset as u64, &mut out, Access::NONE)
             .expect("inside the host's buffer");
         out
@@ -130,7 +139,8 @@ impl<P: Port> Host<P> {
 
     /// Writes `data` into the buffer at `offset`.
     pub fn write(&mut self, offset: usize, data: &[u8]) {
-        self.mem
+        self.endpoint
+            .mem
             .write(self.keys.lkey, PD, offset as u64, data, Access::LOCAL_WRITE)
             .expect("inside the host's buffer");
     }
@@ -151,7 +161,8 @@ impl<P: Port> Host<P> {
         len: usize,
         access: Access,
     ) -> Result<MrKeys, RegisterError> {
-        self.mem
+        self.endpoint
+            .mem
             .register_within(self.keys, offset, len, (pd, offset as u64, access))
             .expect("inside the host's buffer")
     }
@@ -161,24 +172,37 @@ impl<P: Port> Host<P> {
         self.insert_qp(Qp::new(QpConfig::new(Qpn::new(qpn), qp_type, PD)), 0)
     }
 
-    /// Adds `qp`, sending on port `port`; returns its index.
+    /// Adds `qp`, on port `port` (the testbed's bring-up makes that its `port_num`);
+    /// returns how many QPs the host has before it.
+    ///
+    /// # Panics
+    /// When the host has no port `port`, or already a QP with that number.
     pub fn insert_qp(&mut self, qp: Qp, port: usize) -> usize {
         assert!(port < self.ports.len(), "no port {port}");
-        self.by_qpn.insert(qp.qpn().value(), self.qps.len());
-        self.qps.push(qp);
-        self.qp_port.push(port);
-        self.qps.len() - 1
+        let qpn = qp.qpn().value();
+        let i = self.endpoint.qps.len();
+        assert!(
+            self.endpoint.qps.insert(qp).is_none(),
+            "QP {qpn:#x} added twice"
+        );
+        self.home.insert(qpn, port);
+        i
     }
 
     /// The QP numbered `qpn`.
+    ///
+    /// # Panics
+    /// When the host has no such QP.
     pub fn qp(&mut self, qpn: u32) -> &mut Qp {
-        let i = self.by_qpn[&qpn];
-        &mut self.qps[i]
+        self.endpoint
+            .qps
+            .get_mut(qpn)
+            .unwrap_or_else(|| panic!("no QP {qpn:#x}"))
     }
 
-    /// The port QP `qpn` sends on, if the host has that QP.
+    /// The port QP `qpn` was added on, if the host has that QP.
     pub fn port_of(&self, qpn: u32) -> Option<usize> {
-        self.by_qpn.get(&qpn).map(|&i| self.qp_port[i])
+        self.home.get(&qpn).copied()
     }
 
     /// The address vector from its first port to `peer_mac` / `peer_ip`.
@@ -199,85 +223,56 @@ impl<P: Port> Host<P> {
 
     /// Every QP's counters, summed.
     pub fn counters(&self) -> Counters {
-        let mut c = Counters::default();
-        for q in &self.qps {
-            c.accumulate(q.counters());
-        }
-        c
+        self.endpoint.counters()
     }
 
-    /// One turn at `now`: receive on every port, run due timers, transmit, take
-    /// completions. Returns the frames sent.
+    /// One turn at `now`: link changes, then every frame on every port, then every QP's
+    /// due timers, frames (each on the port it names) and completions. Returns the frames
+    /// sent.
     pub(crate) fn turn(&mut self, now: u64, scratch: &mut [u8]) -> usize {
         let Self {
             ports,
-            mem,
-            qps,
-            qp_port,
-            by_qpn,
+            endpoint,
             rx_malformed,
             rx_unknown_qp,
             completions,
             completed_at,
-            link_up,
             ..
         } = self;
-        // Link events: every QP hears of a port that went down or came back (only QPs with
-        // an alternate path act on them, so hosts without one skip the polling).
-        link_up.resize(ports.len(), true);
-        let listening = qps.iter().any(|q| q.active_port().is_some());
-        for (i, port) in ports.iter().enumerate().filter(|_| listening) {
-            let up = port.link_state() == ferroce_drivers::LinkState::Up;
-            if up != link_up[i] {
-                link_up[i] = up;
-                for qp in qps.iter_mut() {
-                    qp.on_port_event(now, i as u8, up);
-                }
+        // Only QPs with an alternate path act on link changes, so hosts without one skip
+        // looking at the links.
+        if endpoint.qps.iter().any(|q| q.active_port().is_some()) {
+            for (i, port) in ports.iter().enumerate() {
+                let up = port.link_state() == ferroce_drivers::LinkState::Up;
+                endpoint.handle_link(now, i as u8, up, |_| {});
             }
         }
         for port in ports.iter_mut() {
             port.rx_burst(usize::MAX, |frame| {
-                match RoceRepr::parse(frame, Checks::ALL) {
-                    Ok(pkt) => match by_qpn.get(&pkt.repr.bth.dest_qpn.value()) {
-                        Some(&i) => qps[i].handle_packet(now, &pkt, mem),
-                        None => *rx_unknown_qp += 1,
-                    },
-                    Err(_) => *rx_malformed += 1,
+                match endpoint.handle_frame(now, frame, Checks::ALL) {
+                    Received::Qp { .. } => {}
+                    Received::UnknownQp(_) => *rx_unknown_qp += 1,
+                    Received::Malformed { .. } => *rx_malformed += 1,
                 }
             });
         }
         let mut sent = 0;
-        for (qp, &p) in qps.iter_mut().zip(qp_port.iter()) {
-            if qp.poll_timeout().is_some_and(|t| t <= now) {
-                qp.handle_timeout(now);
-            }
-            // A probe (or its answer) leaves from its own path's port.
-            if let Some((p, n)) = qp.poll_transmit_side(scratch) {
-                if let Some(port) = ports.get_mut(usize::from(p)) {
-                    let frame = &scratch[..n];
-                    let _ = port.tx(n, |b| b.copy_from_slice(frame));
-                    sent += 1;
-                }
-            }
-            // A QP with an alternate path says which port it sends on now.
-            let p = qp
-                .active_port()
-                .map(usize::from)
-                .filter(|&a| a < ports.len())
-                .unwrap_or(p);
-            let port = &mut ports[p];
-            while let Some(n) = qp.poll_transmit(now, scratch, mem) {
-                let frame = &scratch[..n];
+        endpoint.poll_all(
+            now,
+            scratch,
+            usize::MAX,
+            |t, frame| {
+                let n = t.len();
                 // A refused frame (link down, ring full) is a lost frame; the transport
                 // recovers it.
-                let _ = port.tx(n, |b| b.copy_from_slice(frame));
+                let _ = ports[usize::from(t.port)].tx(n, |b| b.copy_from_slice(&frame[..n]));
                 sent += 1;
-            }
-            while let Some(wc) = qp.poll_completion() {
+            },
+            |wc| {
                 completions.push(wc);
                 completed_at.push(now);
-            }
-        }
+            },
+        );
         for port in ports.iter_mut() {
             port.flush();
         }
@@ -286,6 +281,6 @@ impl<P: Port> Host<P> {
 
     /// The earliest QP timer.
     pub(crate) fn next_timeout(&self) -> Option<u64> {
-        self.qps.iter().filter_map(Qp::poll_timeout).min()
+        self.endpoint.poll_timeout()
     }
 }

@@ -224,7 +224,7 @@ pub(crate) fn run_point(s: &Setup) -> Result<Outcome, String> {
     uc_pair(&mut tb, (QPN_CTL_TX, QPN_CTL_RX), &opts, s.gbps, frame);
     let sdr = {
         let b = &mut tb.hosts[1];
-        SdrReceiver::new(layout, &mut b.mem, PD).map_err(|e| e.to_string())?
+        SdrReceiver::new(layout, b.mem_mut(), PD).map_err(|e| e.to_string())?
     };
     for g in 0..GENERATIONS {
         tb.hosts[1]
@@ -301,7 +301,7 @@ pub(crate) fn run_point(s: &Setup) -> Result<Outcome, String> {
                     break;
                 }
                 let mem = TableMemory {
-                    mem: &tb.hosts[0].mem,
+                    mem: tb.hosts[0].mem(),
                     pd: PD,
                 };
                 let Some(c) = tx.poll_transmit(now, &mem) else {
@@ -331,7 +331,7 @@ pub(crate) fn run_point(s: &Setup) -> Result<Outcome, String> {
             // The receiver: arrivals, rebuilds, acknowledgements.
             {
                 let mem = TableMemory {
-                    mem: &tb.hosts[1].mem,
+                    mem: tb.hosts[1].mem(),
                     pd: PD,
                 };
                 rx.poll(now, &mem);

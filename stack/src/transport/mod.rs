@@ -26,6 +26,7 @@ macro_rules! flag_set {
 pub mod av;
 pub mod congestion;
 pub mod counters;
+pub mod endpoint;
 #[cfg(any(test, feature = "test-support"))]
 pub mod hostile;
 #[cfg(any(test, feature = "test-support"))]
@@ -46,6 +47,7 @@ pub mod wr;
 
 pub use congestion::{AckEvent, CongestionControl, FixedRate, Loss, NoControl};
 pub use counters::Counters;
+pub use endpoint::{Endpoint, Hosted, Received};
 pub use mr::{
     Access, AccessError, MemSpan, MrKeys, MrTable, PdId, RegionShare, RegisterError, SlotTarget,
     Slotted, WindowBind, WindowError, ACCESS_MW_BIND,
@@ -65,7 +67,7 @@ pub use sink::{Sunk, WriteImmSink};
 pub use srq::{Srq, SrqModifyError};
 pub use state::{check_modify, required_mask, AttrMask, ModifyError, QpState, QpType};
 pub use tm::TmError;
-pub use tx::TxOut;
+pub use tx::{Transmit, TxOut};
 pub use wr::{
     OwnedSendWr, Payload, PostError, RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode,
     WcStatus, WorkCompletion, WrOpcode,

@@ -1,5 +1,6 @@
-//! What [`Qp::poll_transmit_split`](super::Qp::poll_transmit_split) hands a port: a whole
-//! frame, or headers plus payload left where it lies in registered memory.
+//! What a QP hands a port ([`Qp::poll_transmit_any`](super::Qp::poll_transmit_any)): a
+//! whole frame, or headers plus payload left where it lies in registered memory, and the
+//! port it leaves on.
 //!
 //! A NIC that can send a frame from several buffers (a DPDK PMD with multi-segment transmit)
 //! sends a large payload straight from the application's region, as an RNIC's DMA would,
@@ -28,6 +29,30 @@ impl TxOut<'_> {
             Self::Whole(n) => *n,
             Self::Split(s) => s.len(),
         }
+    }
+
+    /// Never true: a frame has headers.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+/// A frame and the port it leaves on: what a QP (or an
+/// [`Endpoint`](super::endpoint::Endpoint)) answers when asked to transmit. The port is
+/// named with the frame because a QP with an alternate path sends on two: its data on the
+/// active path's port, a probe of the other path (or the answer to one) on that path's.
+#[derive(Debug)]
+pub struct Transmit<'m> {
+    /// The port (index from 0).
+    pub port: u8,
+    /// The frame.
+    pub out: TxOut<'m>,
+}
+
+impl Transmit<'_> {
+    /// Bytes of the frame.
+    pub fn len(&self) -> usize {
+        self.out.len()
     }
 
     /// Never true: a frame has headers.

@@ -11,8 +11,8 @@ use crossbeam::queue::SegQueue;
 use std::collections::VecDeque;
 
 use ferroce_stack::transport::{
-    AttrMask, Counters, ErrorCause, MrTable, OwnedSendWr, PostError, Qp, QpAttr, QpState, RecvWr,
-    SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode,
+    AttrMask, Counters, Endpoint, ErrorCause, Hosted, MrTable, OwnedSendWr, PostError, Qp, QpAttr,
+    QpState, RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode,
 };
 use ferroce_stack::wire::Checks;
 
@@ -47,6 +47,32 @@ pub(super) struct Slot {
     pub(super) migrations: u64,
 }
 
+impl Hosted for Slot {
+    #[inline]
+    fn qp(&self) -> &Qp {
+        &self.qp
+    }
+
+    #[inline]
+    fn qp_mut(&mut self) -> &mut Qp {
+        &mut self.qp
+    }
+
+    /// What the program posted to the QP and the engine has not taken yet is taken first.
+    #[inline]
+    fn before_frame(&mut self, mem: &mut MrTable, now: u64) {
+        if !self.shared.inbox.is_empty() {
+            EngineCore::take_posted(self, mem, now);
+        }
+    }
+
+    /// The QP gets a turn to send in this engine turn, once.
+    #[inline]
+    fn touched(&mut self) -> bool {
+        !std::mem::replace(&mut self.active, true)
+    }
+}
+
 impl Slot {
     /// The send queue's length as posters count it: the QP's and what waits behind a local
     /// operation.
@@ -57,8 +83,9 @@ impl Slot {
 
 /// An engine's QPs, memory, timers and counters: everything but the port.
 pub struct EngineCore {
-    pub(crate) mem: MrTable,
-    pub(super) qps: HashMap<u32, Slot>,
+    /// The QPs and the device's registered memory: the transport's sans-IO endpoint, which
+    /// hands each frame to its QP and names the port of each frame a QP sends.
+    pub(super) ep: Endpoint<Slot>,
     pub(super) wheel: TimerWheel,
     pub(super) active: Vec<u32>,
     pub(crate) doorbells: Arc<SegQueue<u32>>,
@@ -97,10 +124,15 @@ pub struct EngineCore {
 }
 
 impl EngineCore {
-    pub(super) fn new(now: u64, key_seed: u64, checks: Checks, split_min: usize) -> Self {
+    pub(super) fn new(
+        now: u64,
+        key_seed: u64,
+        checks: Checks,
+        split_min: usize,
+        links: Vec<bool>,
+    ) -> Self {
         Self {
-            mem: MrTable::new(key_seed),
-            qps: HashMap::new(),
+            ep: Endpoint::with_links(MrTable::new(key_seed), links),
             wheel: TimerWheel::new(now),
             active: Vec::new(),
             doorbells: Arc::new(SegQueue::new()),
@@ -195,21 +227,20 @@ impl EngineCore {
         self.idle_turns = 0;
     }
 
-    /// A link change on port `port` (index from 0): every QP hears of it (those with an
-    /// alternate path act) and gets a turn to send.
-    pub(super) fn port_event(&mut self, now: u64, port: u8, up: bool) {
+    /// Port `port`'s link (index from 0) is `up`: if that is news, every QP hears of it
+    /// (those with an alternate path act) and gets a turn to send, and the device's event
+    /// handler hears too. True when it was news.
+    pub(super) fn port_event(&mut self, now: u64, port: u8, up: bool) -> bool {
+        let active = &mut self.active;
+        if !self.ep.handle_link(now, port, up, |qpn| active.push(qpn)) {
+            return false;
+        }
         self.events.emit(if up {
             AsyncEvent::PortActive(port + 1)
         } else {
             AsyncEvent::PortError(port + 1)
         });
-        for (&qpn, slot) in self.qps.iter_mut() {
-            slot.qp.on_port_event(now, port, up);
-            if !slot.active {
-                slot.active = true;
-                self.active.push(qpn);
-            }
-        }
+        true
     }
 
     /// Port counters.
@@ -219,15 +250,16 @@ impl EngineCore {
 
     /// The transport counters of QP `qpn`.
     pub fn qp_counters(&self, qpn: u32) -> Option<Counters> {
-        self.qps.get(&qpn).map(|s| *s.qp.counters())
+        self.ep.qps.get(qpn).map(|s| *s.qp.counters())
     }
 
     /// Every QP's number and counters.
     pub fn qp_counters_all(&self) -> Vec<(u32, Counters)> {
         let mut v: Vec<_> = self
+            .ep
             .qps
             .iter()
-            .map(|(&n, s)| (n, *s.qp.counters()))
+            .map(|s| (s.qp.qpn().value(), *s.qp.counters()))
             .collect();
         v.sort_by_key(|&(n, _)| n);
         v
@@ -237,10 +269,12 @@ impl EngineCore {
     /// in-band path control exchange.
     pub fn qp_paths_all(&self) -> Vec<(u32, u8, u64, ferroce_stack::transport::PathControlStats)> {
         let mut v: Vec<_> = self
+            .ep
             .qps
             .iter()
-            .filter_map(|(&n, s)| {
+            .filter_map(|s| {
                 let port = s.qp.active_port()?;
+                let n = s.qp.qpn().value();
                 Some((n, port, s.qp.path_migrations(), s.qp.path_control_stats()))
             })
             .collect();
@@ -251,7 +285,7 @@ impl EngineCore {
     /// Every QP's counters, summed.
     pub fn qp_counters_total(&self) -> Counters {
         let mut c = Counters::default();
-        for s in self.qps.values() {
+        for s in self.ep.qps.iter() {
             c.accumulate(s.qp.counters());
         }
         c
@@ -259,7 +293,7 @@ impl EngineCore {
 
     /// The device's registered memory, as this engine holds it.
     pub(crate) fn mem(&mut self) -> &mut MrTable {
-        &mut self.mem
+        &mut self.ep.mem
     }
 
     pub(crate) fn add_qp(
@@ -269,34 +303,30 @@ impl EngineCore {
         send_cq: Arc<CqShared>,
         recv_cq: Arc<CqShared>,
     ) {
-        let qpn = qp.qpn().value();
         let migrations = qp.path_migrations();
-        self.qps.insert(
-            qpn,
-            Slot {
-                migrations,
-                qp,
-                shared,
-                send_cq,
-                recv_cq,
-                armed: None,
-                active: false,
-                sq_known: 0,
-                rq_known: 0,
-                parked: VecDeque::new(),
-            },
-        );
+        self.ep.qps.insert(Slot {
+            migrations,
+            qp,
+            shared,
+            send_cq,
+            recv_cq,
+            armed: None,
+            active: false,
+            sq_known: 0,
+            rq_known: 0,
+            parked: VecDeque::new(),
+        });
     }
 
     pub(crate) fn remove_qp(&mut self, qpn: u32) -> bool {
-        self.qps.remove(&qpn).is_some()
+        self.ep.qps.remove(qpn).is_some()
     }
 
     /// Takes QP `qpn` out of this engine, with its shared half and CQs, to be inserted into
     /// another ([`insert_qp`](Self::insert_qp)). Its wheel entry stays behind and finds
     /// nothing when it fires.
     pub(crate) fn take_qp(&mut self, qpn: u32) -> Option<TakenQp> {
-        self.qps.remove(&qpn).map(TakenQp)
+        self.ep.qps.remove(qpn).map(TakenQp)
     }
 
     /// Serves a QP taken from another engine of the device. Its next turn here settles it
@@ -307,13 +337,13 @@ impl EngineCore {
         slot.armed = None;
         slot.active = true;
         slot.shared.ring(&self.doorbells);
-        self.qps.insert(qpn, slot);
+        self.ep.qps.insert(slot);
         self.active.push(qpn);
     }
 
     /// Runs `f` on QP `qpn` (control path: modify, query), then publishes what changed.
     pub(crate) fn with_qp<T>(&mut self, qpn: u32, f: impl FnOnce(&mut Qp) -> T) -> Option<T> {
-        let slot = self.qps.get_mut(&qpn)?;
+        let slot = self.ep.qps.get_mut(qpn)?;
         let out = f(&mut slot.qp);
         Self::settle(slot, &mut self.wheel, &mut self.done, self.now);
         if !slot.active {
@@ -342,7 +372,7 @@ impl EngineCore {
     ) -> Option<T> {
         let now = self.now;
         let raw = self.raws.get_mut(&qpn)?;
-        let out = f(raw, &self.mem, now);
+        let out = f(raw, &self.ep.mem, now);
         self.raw_pending |= raw.has_sends();
         Some(out)
     }
@@ -367,7 +397,7 @@ impl EngineCore {
 
     /// Removes QP `qpn`'s completions from its CQs (it was reset).
     pub(crate) fn clean_cqs(&mut self, qpn: u32) {
-        if let Some(slot) = self.qps.get(&qpn) {
+        if let Some(slot) = self.ep.qps.get(qpn) {
             slot.send_cq.remove_qp(qpn);
             if !Arc::ptr_eq(&slot.send_cq, &slot.recv_cq) {
                 slot.recv_cq.remove_qp(qpn);
@@ -385,7 +415,7 @@ impl EngineCore {
         wrs: &[SendWr<'_>],
     ) -> Option<Result<(), (usize, PostError)>> {
         let now = self.now;
-        let slot = self.qps.get_mut(&qpn)?;
+        let slot = self.ep.qps.get_mut(qpn)?;
         let shared = slot.shared.clone();
         let (used, max) = (&shared.sq_used, shared.caps.max_send_wr);
         let mut r = Ok(());
@@ -395,7 +425,7 @@ impl EngineCore {
                 r = Err((i, PostError::QueueFull(max)));
                 break;
             }
-            match Self::submit_send(slot, &mut self.mem, now, wr) {
+            match Self::submit_send(slot, &mut self.ep.mem, now, wr) {
                 Ok(()) => slot.sq_known += 1,
                 Err(e) => {
                     used.fetch_sub(1, Ordering::AcqRel);
@@ -518,7 +548,7 @@ impl EngineCore {
         send: bool,
         post: impl Fn(&mut Qp, &W) -> Result<(), PostError>,
     ) -> Option<Result<(), (usize, PostError)>> {
-        let slot = self.qps.get_mut(&qpn)?;
+        let slot = self.ep.qps.get_mut(qpn)?;
         // Borrowed apart: the QP mutably, its shared half and one queue's count beside it.
         let Slot {
             qp,
@@ -559,8 +589,9 @@ impl EngineCore {
     /// The earliest QP deadline, for a simulator deciding how far virtual time may jump.
     pub fn next_deadline(&self) -> Option<u64> {
         let cm = self.gsi.as_ref().and_then(|g| g.agent.poll_timeout());
-        self.qps
-            .values()
+        self.ep
+            .qps
+            .iter()
             .filter_map(|s| s.qp.poll_timeout())
             .chain(cm)
             .min()
@@ -647,34 +678,6 @@ impl EngineCore {
             events.emit(AsyncEvent::QpLastWqeReached(qpn));
         }
     }
-}
-
-/// Hands a received frame to QP `qpn` (`handle` is `handle_packet` or `handle_malformed`)
-/// and marks the QP active; false if no QP here has that number. What the program posted to
-/// the QP and the engine has not taken yet is taken first: a receive posted before the
-/// frame's sender was told to send must be there for it (a datagram finds no RNR retry), as
-/// a WQE a program wrote is there for a NIC at once.
-#[inline]
-pub(super) fn deliver(
-    qps: &mut HashMap<u32, Slot>,
-    active: &mut Vec<u32>,
-    mem: &mut MrTable,
-    now: u64,
-    qpn: u32,
-    handle: impl FnOnce(&mut Qp, &mut MrTable),
-) -> bool {
-    let Some(slot) = qps.get_mut(&qpn) else {
-        return false;
-    };
-    if !slot.shared.inbox.is_empty() {
-        EngineCore::take_posted(slot, mem, now);
-    }
-    handle(&mut slot.qp, mem);
-    if !slot.active {
-        slot.active = true;
-        active.push(qpn);
-    }
-    true
 }
 
 pub(super) fn empty_wc(qpn: u32) -> WorkCompletion {

@@ -6,11 +6,11 @@
 //! or the engine thread) is the verbs layer's choice.
 
 use ferroce_drivers::Port;
-use ferroce_stack::transport::TxOut;
+use ferroce_stack::transport::{Endpoint, Received, TxOut};
 use ferroce_stack::wire::mad::GSI_QPN;
 use ferroce_stack::wire::{Checks, RoceRepr};
 
-use self::core::{deliver, steer_raw};
+use self::core::steer_raw;
 
 /// Frames taken from the port per receive burst.
 pub const RX_BURST: usize = 32;
@@ -80,8 +80,8 @@ pub struct Engine<P> {
     /// Each port's MAC: a frame to it loops back when the engine has a loopback inbox.
     macs: Vec<[u8; 6]>,
     core: EngineCore,
-    /// Multi-port engines: each port's link as last seen, and when it was looked at.
-    links: Vec<bool>,
+    /// When the ports' links were last looked at (each one's state as last seen is the
+    /// endpoint's).
     links_seen_at: u64,
 }
 
@@ -131,17 +131,16 @@ impl<P: Port> Engine<P> {
             checks.ipv4_checksum |= c.rx_checks.ipv4_checksum;
             split_min = split_min.max(c.tx_split_min.unwrap_or(usize::MAX));
         }
-        let core = EngineCore::new(ports[0].now_ns(), key_seed, checks, split_min);
         let links = ports
             .iter()
             .map(|p| p.link_state() == ferroce_drivers::LinkState::Up)
             .collect();
+        let core = EngineCore::new(ports[0].now_ns(), key_seed, checks, split_min, links);
         let macs = ports.iter().map(|p| p.mac().0).collect();
         Self {
             ports,
             macs,
             core,
-            links,
             links_seen_at: 0,
         }
     }
@@ -195,10 +194,8 @@ impl<P: Port> Engine<P> {
         let mut work = 0;
         for (i, port) in self.ports.iter().enumerate() {
             let up = port.link_state() == ferroce_drivers::LinkState::Up;
-            if up != self.links[i] {
-                self.links[i] = up;
+            if self.core.port_event(now, i as u8, up) {
                 tracing::info!(port = i + 1, up, "link change");
-                self.core.port_event(now, i as u8, up);
                 work += 1;
             }
         }
@@ -251,10 +248,11 @@ impl<P: Port> Engine<P> {
 
         // 1. Posted work.
         while let Some(qpn) = self.core.doorbells.pop() {
-            let Some(slot) = self.core.qps.get_mut(&qpn) else {
+            let Endpoint { qps, mem, .. } = &mut self.core.ep;
+            let Some(slot) = qps.get_mut(qpn) else {
                 continue;
             };
-            work += EngineCore::take_posted(slot, &mut self.core.mem, now);
+            work += EngineCore::take_posted(slot, mem, now);
             if !slot.active {
                 slot.active = true;
                 self.core.active.push(qpn);
@@ -263,8 +261,7 @@ impl<P: Port> Engine<P> {
 
         // 2. Receive: frames other engines forwarded, then a burst from each port.
         let EngineCore {
-            mem,
-            qps,
+            ep,
             active,
             counters,
             checks,
@@ -282,7 +279,7 @@ impl<P: Port> Engine<P> {
                 let Some((buf, raw)) = lb.pop() else { break };
                 n += 1;
                 counters.rx_looped += 1;
-                if !flows.is_empty() && steer_raw(flows, raws, mem, &buf, now) {
+                if !flows.is_empty() && steer_raw(flows, raws, &ep.mem, &buf, now) {
                     counters.rx_raw += 1;
                     lb.recycle(buf);
                     continue;
@@ -299,9 +296,7 @@ impl<P: Port> Engine<P> {
                             if let Some(g) = gsi.as_mut() {
                                 g.receive(&pkt);
                             }
-                        } else if !deliver(qps, active, mem, now, qpn, |qp, mem| {
-                            qp.handle_packet(now, &pkt, mem)
-                        }) {
+                        } else if !took(ep.deliver(now, &pkt), active) {
                             let forwarded = steer
                                 .as_ref()
                                 .is_some_and(|st| st.forward_to_owner(qpn, &buf, counters));
@@ -333,18 +328,12 @@ impl<P: Port> Engine<P> {
                     }
                     Ok(pkt) => {
                         let qpn = pkt.repr.bth.dest_qpn.value();
-                        (!deliver(qps, active, mem, now, qpn, |qp, mem| {
-                            qp.handle_packet(now, &pkt, mem)
-                        }))
-                        .then_some(qpn)
+                        (!took(ep.deliver(now, &pkt), active)).then_some(qpn)
                     }
                     // A malformed frame attributed to one of this engine's QPs.
                     Err(e) => RoceRepr::attribute(&buf, Checks::NONE, e).and_then(|m| {
                         let qpn = m.bth.dest_qpn.value();
-                        (!deliver(qps, active, mem, now, qpn, |qp, _| {
-                            qp.handle_malformed(now, &m)
-                        }))
-                        .then_some(qpn)
+                        (!took(ep.deliver_malformed(now, &m), active)).then_some(qpn)
                     }),
                 };
                 // A QP that moved on since the frame was handed over: on to where it lives.
@@ -360,13 +349,13 @@ impl<P: Port> Engine<P> {
         let multi = self.ports.len() > 1;
         for (i, port) in self.ports.iter_mut().enumerate() {
             // A port whose link is down delivers nothing: not asked (a system call saved).
-            if multi && !self.links[i] {
+            if multi && !ep.link_up(i as u8) {
                 continue;
             }
             work += port.rx_burst(RX_BURST, |frame| {
                 counters.rx_frames += 1;
                 counters.rx_bytes += frame.len() as u64;
-                if !flows.is_empty() && steer_raw(flows, raws, mem, frame, now) {
+                if !flows.is_empty() && steer_raw(flows, raws, &ep.mem, frame, now) {
                     counters.rx_raw += 1;
                     return;
                 }
@@ -379,9 +368,7 @@ impl<P: Port> Engine<P> {
                                 return;
                             }
                         }
-                        if deliver(qps, active, mem, now, qpn, |qp, mem| {
-                            qp.handle_packet(now, &pkt, mem)
-                        }) {
+                        if took(ep.deliver(now, &pkt), active) {
                             return;
                         }
                         let forwarded = steer
@@ -401,9 +388,7 @@ impl<P: Port> Engine<P> {
                             return;
                         };
                         let qpn = m.bth.dest_qpn.value();
-                        if deliver(qps, active, mem, now, qpn, |qp, _| {
-                            qp.handle_malformed(now, &m)
-                        }) {
+                        if took(ep.deliver_malformed(now, &m), active) {
                             return;
                         }
                         if let Some(st) = steer.as_ref() {
@@ -436,7 +421,7 @@ impl<P: Port> Engine<P> {
         let mut due = Vec::new();
         wheel.expire(now, |qpn| due.push(qpn));
         for qpn in due {
-            if let Some(slot) = self.core.qps.get_mut(&qpn) {
+            if let Some(slot) = self.core.ep.qps.get_mut(qpn) {
                 slot.armed = None;
                 if slot.qp.poll_timeout().is_some_and(|t| t <= now) {
                     slot.qp.handle_timeout(now);
@@ -451,91 +436,63 @@ impl<P: Port> Engine<P> {
 
         // 4. Transmit, completions, re-arm.
         let active = std::mem::take(&mut self.core.active);
+        let EngineCore {
+            ep,
+            frame,
+            counters,
+            looped,
+            split_min,
+            wheel,
+            done,
+            ..
+        } = &mut self.core;
+        let Endpoint { qps, mem, .. } = ep;
+        let looping = looped.is_some();
+        let nports = self.ports.len();
         for &qpn in &active {
-            let Some(slot) = self.core.qps.get_mut(&qpn) else {
+            let Some(slot) = qps.get_mut(qpn) else {
                 continue;
             };
             slot.active = false;
             if !slot.parked.is_empty() {
-                EngineCore::run_parked(slot, &mut self.core.mem, now);
+                EngineCore::run_parked(slot, mem, now);
             }
-            // A probe of a path the QP does not use (or the answer to one) leaves from that
-            // path's port.
-            if let Some((pi, n)) = slot.qp.poll_transmit_side(&mut self.core.frame) {
-                let pi = usize::from(pi);
-                let pi = if pi < self.ports.len() { pi } else { 0 };
-                let frame = &self.core.frame[..n];
-                let sent = if self.core.looped.is_some() && frame[..6] == self.macs[pi] {
-                    loop_back(&mut self.core.counters, frame, n, |b| {
-                        b.copy_from_slice(frame)
-                    })
-                } else {
-                    self.ports[pi].tx(n, |b| b.copy_from_slice(frame))
-                };
-                match sent {
-                    Ok(()) => {
-                        self.core.counters.tx_frames += 1;
-                        self.core.counters.tx_bytes += n as u64;
-                    }
-                    Err(_) => self.core.counters.tx_errors += 1,
-                }
-                work += 1;
-            }
-            // A QP with an alternate path sends on its active port; others on their own.
-            let pi = match self.ports.len() {
-                1 => 0,
-                n => {
-                    let pi = usize::from(slot.qp.send_port());
-                    if pi < n {
-                        pi
-                    } else {
-                        0
-                    }
-                }
-            };
-            let port = &mut self.ports[pi];
-            let looping = self.core.looped.is_some();
-            let mac = self.macs[pi];
-            while let Some(out) = slot.qp.poll_transmit_split(
-                now,
-                &mut self.core.frame,
-                &self.core.mem,
-                self.core.split_min,
-            ) {
-                let n = out.len();
-                let frame = &self.core.frame;
-                let sent = match &out {
-                    _ if looping && frame[..6] == mac => {
-                        let counters = &mut self.core.counters;
-                        match &out {
-                            TxOut::Whole(n) => loop_back(counters, &frame[..*n], *n, |b| {
-                                b.copy_from_slice(&frame[..*n])
-                            }),
-                            TxOut::Split(s) => {
-                                loop_back(counters, frame, s.len(), |b| s.copy_to(frame, b))
-                            }
+            // Each frame on the port the QP names: a QP with an alternate path sends on its
+            // active port, and a probe of the other path (or the answer to one) on that
+            // path's; a port the device does not have is port 1.
+            while let Some(t) = slot.qp.poll_transmit_any(now, frame, mem, *split_min) {
+                let pi = usize::from(t.port);
+                let pi = if pi < nports { pi } else { 0 };
+                let n = t.len();
+                let sent = match &t.out {
+                    _ if looping && frame[..6] == self.macs[pi] => match &t.out {
+                        TxOut::Whole(n) => loop_back(counters, &frame[..*n], *n, |b| {
+                            b.copy_from_slice(&frame[..*n])
+                        }),
+                        TxOut::Split(s) => {
+                            loop_back(counters, frame, s.len(), |b| s.copy_to(frame, b))
                         }
-                    }
+                    },
                     TxOut::Whole(n) => {
-                        let frame = &self.core.frame[..*n];
-                        port.tx(*n, |b| b.copy_from_slice(frame))
+                        let frame = &frame[..*n];
+                        self.ports[pi].tx(*n, |b| b.copy_from_slice(frame))
                     }
                     TxOut::Split(s) => {
-                        let r = port.tx_split(&self.core.frame, s);
-                        self.core.counters.tx_zero_copy += u64::from(r.is_ok());
+                        let r = self.ports[pi].tx_split(frame, s);
+                        counters.tx_zero_copy += u64::from(r.is_ok());
                         r
                     }
                 };
                 match sent {
                     Ok(()) => {
-                        self.core.counters.tx_frames += 1;
-                        self.core.counters.tx_bytes += n as u64;
+                        counters.tx_frames += 1;
+                        counters.tx_bytes += n as u64;
                     }
-                    Err(_) => self.core.counters.tx_errors += 1,
+                    Err(_) => counters.tx_errors += 1,
                 }
                 work += 1;
             }
-            EngineCore::settle(slot, &mut self.core.wheel, &mut self.core.done, now);
+            EngineCore::settle(slot, wheel, done, now);
         }
         self.core.active = active;
         self.core.active.clear();
@@ -551,6 +508,20 @@ impl<P: Port> Engine<P> {
             0
         };
         work
+    }
+}
+
+/// True when a QP took the frame; one that had been idle joins the turn's work list.
+#[inline]
+fn took(r: Received, active: &mut Vec<u32>) -> bool {
+    match r {
+        Received::Qp { qpn, woke } => {
+            if woke {
+                active.push(qpn);
+            }
+            true
+        }
+        _ => false,
     }
 }
 

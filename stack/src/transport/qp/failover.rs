@@ -555,10 +555,13 @@ mod behaviour {
         }
 
         /// A probe or a probe's answer to send on a path the QP may not be using, and that
-        /// path's port (index from 0): engines call it before [`poll_transmit`](Self::poll_transmit),
-        /// whose frames all leave from [`send_port`](Self::send_port).
+        /// path's port (index from 0): [`poll_transmit_any`](Self::poll_transmit_any) asks
+        /// for it before the frames that leave from [`send_port`](Self::send_port).
         #[inline]
-        pub fn poll_transmit_side(&mut self, buf: &mut [u8]) -> Option<(u8, usize)> {
+        pub(in crate::transport::qp) fn poll_transmit_side(
+            &mut self,
+            buf: &mut [u8],
+        ) -> Option<(u8, usize)> {
             // Called for every QP every turn; only one with an alternate path has anything.
             self.cx.ext.as_ref()?;
             self.transmit_side(buf)

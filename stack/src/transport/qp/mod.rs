@@ -39,7 +39,7 @@ use super::recovery::{Delivery, Recovery};
 use super::sink::WriteImmSink;
 use super::state::{check_modify, required_mask, AttrMask, ModifyError, QpState, QpType};
 use super::timers::local_ack_timeout_ns;
-use super::tx::TxOut;
+use super::tx::{Transmit, TxOut};
 use super::wr::{
     Payload, PostError, RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus,
     WorkCompletion, WrOpcode,
@@ -1081,9 +1081,41 @@ impl Qp {
         }
     }
 
+    /// The next frame this QP wants to send, written into `buf` (headers, and the payload
+    /// too unless it is at least `split_min` bytes from registered memory: see
+    /// [`poll_transmit_split`](Self::poll_transmit_split)), and the port it leaves on; `None`
+    /// when it has nothing to send now. This is the call a driver makes: a probe of a path
+    /// the QP does not use (or the answer to one) comes first, on that path's port; then the
+    /// QP's own frames, on its [`send_port`](Self::send_port). A driver that sends each frame
+    /// where it is told cannot put a probe on the wrong port.
+    #[inline]
+    pub fn poll_transmit_any<'m>(
+        &mut self,
+        now: u64,
+        buf: &mut [u8],
+        mem: &'m MrTable,
+        split_min: usize,
+    ) -> Option<Transmit<'m>> {
+        if let Some((port, n)) = self.poll_transmit_side(buf) {
+            return Some(Transmit {
+                port,
+                out: TxOut::Whole(n),
+            });
+        }
+        let out = self.poll_transmit_split(now, buf, mem, split_min)?;
+        Some(Transmit {
+            port: self.send_port(),
+            out,
+        })
+    }
+
     /// Writes the next frame this QP wants to send into `buf` and returns its length, or
     /// `None` when it has nothing to send now. Responses go first (they unblock the peer),
     /// then requests within the window. `buf` must hold a path-MTU packet with headers.
+    ///
+    /// The frames of the QP's [`send_port`](Self::send_port) only, for a QP on one port
+    /// (tests, a peer built by hand): a QP with an alternate path also sends probes on the
+    /// other path's port, which [`poll_transmit_any`](Self::poll_transmit_any) names.
     pub fn poll_transmit(&mut self, now: u64, buf: &mut [u8], mem: &MrTable) -> Option<usize> {
         match self.poll_transmit_split(now, buf, mem, usize::MAX)? {
             TxOut::Whole(n) => Some(n),
