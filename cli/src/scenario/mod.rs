@@ -1,26 +1,25 @@
 //! `ferroce scenario`: the papers' experiments, run on the simulated fabric in virtual time
 //! (no NIC, no root), each printing a table, a `--json` summary and optionally a plot.
 
-mod allreduce;
+//!
+//! The experiments themselves are the `ferroce-scenarios` library's; this module is their
+//! command line: arguments, tables, JSON and plots.
+
 mod allreduce_report;
-mod failover;
 mod heatmap;
-mod incast;
 mod incast_report;
 mod plot;
-mod r2ccl_side;
-mod sdr;
-mod spray;
 mod timeline;
-mod varuna;
-mod varuna_steady;
+
+pub(crate) use ferroce_scenarios::jain;
+use ferroce_scenarios::{allreduce, failover, incast, sdr, spray, varuna, varuna_steady};
 
 use std::process::ExitCode;
 
 use serde_json::{json, Value};
 
 use crate::Failure;
-use spray::{Run, Scheme, Setup};
+use spray::{Outcome as Run, Scheme, Setup};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -89,21 +88,9 @@ struct VarunaArgs {
     json: bool,
 }
 
-/// A size from 1 byte up (suffixes KiB, MiB).
+/// A size from 1 byte to 1 MiB (suffixes KiB, MiB).
 fn parse_small_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let (num, mult) = [("MiB", 1usize << 20), ("KiB", 1 << 10)]
-        .iter()
-        .find_map(|(suf, m)| t.strip_suffix(suf).map(|n| (n, *m)))
-        .unwrap_or((t, 1));
-    let n: usize = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size such as 16, 4KiB or 1MiB"))?;
-    match n.checked_mul(mult) {
-        Some(v) if (1..=1 << 20).contains(&v) => Ok(v),
-        _ => Err(format!("size '{s}' must be between 1 byte and 1MiB")),
-    }
+    parse_size_within(s, 1, 1 << 20, "16, 4KiB or 1MiB")
 }
 
 #[derive(clap::Args)]
@@ -232,19 +219,14 @@ struct SprayArgs {
     json: bool,
 }
 
-/// Jain's fairness index of `shares`: 1 when all are equal, 1/n when one has everything
-/// (0 when nothing was shared).
-pub(crate) fn jain(shares: &[u64]) -> f64 {
-    let sum: f64 = shares.iter().map(|&x| x as f64).sum();
-    let sq: f64 = shares.iter().map(|&x| (x as f64).powi(2)).sum();
-    if sq > 0.0 {
-        sum * sum / (shares.len() as f64 * sq)
-    } else {
-        0.0
-    }
+/// A size from 4 KiB to 2 GiB (suffixes KiB, MiB, GiB).
+pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
+    parse_size_within(s, 4096, 1 << 31, "4096, 64KiB or 16MiB")
 }
 
-pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
+/// A size with an optional binary suffix (KiB, MiB, GiB), within `min ..= max`; the error
+/// names `examples` of what is accepted.
+fn parse_size_within(s: &str, min: usize, max: usize, examples: &str) -> Result<usize, String> {
     let t = s.trim();
     let (num, mult) = [("GiB", 1usize << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)]
         .iter()
@@ -253,10 +235,25 @@ pub(crate) fn parse_size(s: &str) -> Result<usize, String> {
     let n: usize = num
         .trim()
         .parse()
-        .map_err(|_| format!("'{s}' is not a size such as 4096, 64KiB or 16MiB"))?;
+        .map_err(|_| format!("'{s}' is not a size such as {examples}"))?;
     match n.checked_mul(mult) {
-        Some(v) if (4096..=1 << 31).contains(&v) => Ok(v),
-        _ => Err(format!("size '{s}' must be between 4KiB and 2GiB")),
+        Some(v) if (min..=max).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "size '{s}' must be between {} and {}",
+            short_size(min),
+            short_size(max)
+        )),
+    }
+}
+
+/// `n` bytes as the parser would take them back: 1 byte, 4KiB, 1MiB, 2GiB.
+fn short_size(n: usize) -> String {
+    match n {
+        1 => "1 byte".into(),
+        n if n % (1 << 30) == 0 => format!("{}GiB", n >> 30),
+        n if n % (1 << 20) == 0 => format!("{}MiB", n >> 20),
+        n if n % (1 << 10) == 0 => format!("{}KiB", n >> 10),
+        n => format!("{n}"),
     }
 }
 
@@ -316,17 +313,20 @@ fn run_spray(a: &SprayArgs) -> Result<ExitCode, Failure> {
     } else {
         a.scheme.clone()
     };
-    let setup = Setup {
+    let setup = |scheme, loss, seed| Setup {
         size: a.size,
         bps: a.gbps * 1_000_000_000,
         delay_ns: a.delay_ns,
+        scheme,
+        loss,
+        seed,
     };
     let started = std::time::Instant::now();
     let mut points = Vec::new();
     for &loss in &a.loss {
         for &scheme in &schemes {
             let runs = (0..u64::from(a.runs))
-                .map(|k| spray::run(setup, scheme, loss, a.seed + k))
+                .map(|k| spray::run(&setup(scheme, loss, a.seed + k)))
                 .collect();
             points.push(Point { scheme, loss, runs });
         }
@@ -583,7 +583,7 @@ fn run_sdr(a: &SdrArgs) -> Result<ExitCode, Failure> {
             runs: 1,
             seed: a.seed,
         };
-        let lossless = sdr::run_point(&base).map_err(Failure)?;
+        let lossless = sdr::run(&base).map_err(Failure)?;
         let lossless_ns = lossless.times_ns[0] as f64;
         for &loss in &losses {
             for &drop in &drops {
@@ -598,7 +598,7 @@ fn run_sdr(a: &SdrArgs) -> Result<ExitCode, Failure> {
                         ..base
                     };
                     index += 1;
-                    let out = sdr::run_point(&setup).map_err(Failure)?;
+                    let out = sdr::run(&setup).map_err(Failure)?;
                     points.push(sdr_point(&setup, &out, lossless_ns, a));
                 }
             }
@@ -1097,12 +1097,19 @@ fn run_varuna_steady(a: &VarunaArgs) -> Result<ExitCode, Failure> {
             _ => size.max(64),
         };
         let ops = ((256usize << 20) / (a.clients * per_op)).clamp(1, 64) as u64;
-        let base = varuna_steady::run(Scheme::None, workload, size, a.clients, ops);
+        let setup = |scheme| varuna_steady::Setup {
+            scheme,
+            workload,
+            size,
+            clients: a.clients,
+            ops,
+        };
+        let base = varuna_steady::run(&setup(Scheme::None));
         for scheme in Scheme::ALL {
             let p = if scheme == Scheme::None {
                 base
             } else {
-                varuna_steady::run(scheme, workload, size, a.clients, ops)
+                varuna_steady::run(&setup(scheme))
             };
             ok &= p.ok;
             rows.push(json!({

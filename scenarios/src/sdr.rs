@@ -38,8 +38,9 @@ const FRAME_OVERHEAD: usize = 78;
 const AHEAD_CHUNKS: usize = 2;
 
 /// How the link drops data packets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum LossModel {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum LossModel {
     /// Each packet independently.
     Bernoulli,
     /// Bursts: a good state that drops nothing and a bad one that drops half, mean burst
@@ -48,7 +49,7 @@ pub(crate) enum LossModel {
 }
 
 impl LossModel {
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Self::Bernoulli => "bernoulli",
             Self::GilbertElliott => "gilbert-elliott",
@@ -77,8 +78,9 @@ impl LossModel {
 }
 
 /// A scheme of the comparison, as the command line names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Choice {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Choice {
     /// Selective repeat, 3-RTT timeout.
     SrRto,
     /// Selective repeat with NACKs.
@@ -93,7 +95,7 @@ pub(crate) enum Choice {
 }
 
 impl Choice {
-    pub(crate) const ALL: [Self; 5] = [
+    pub const ALL: [Self; 5] = [
         Self::SrRto,
         Self::SrNack,
         Self::EcMds,
@@ -101,7 +103,7 @@ impl Choice {
         Self::Auto,
     ];
 
-    pub(crate) fn scheme(self, k: u32, m: u32) -> Scheme {
+    pub fn scheme(self, k: u32, m: u32) -> Scheme {
         match self {
             Self::SrRto => Scheme::SR_RTO,
             Self::SrNack => Scheme::SrNack,
@@ -123,24 +125,24 @@ impl Choice {
 
 /// One point of the grid.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Setup {
-    pub(crate) size: u64,
-    pub(crate) chunk: u64,
-    pub(crate) mtu: Mtu,
-    pub(crate) gbps: f64,
-    pub(crate) rtt_ns: u64,
-    pub(crate) loss: LossModel,
-    pub(crate) drop: f64,
-    pub(crate) scheme: Scheme,
+pub struct Setup {
+    pub size: u64,
+    pub chunk: u64,
+    pub mtu: Mtu,
+    pub gbps: f64,
+    pub rtt_ns: u64,
+    pub loss: LossModel,
+    pub drop: f64,
+    pub scheme: Scheme,
     /// Choose per message between SR with NACKs and `scheme`.
-    pub(crate) auto: bool,
-    pub(crate) runs: u32,
-    pub(crate) seed: u64,
+    pub auto: bool,
+    pub runs: u32,
+    pub seed: u64,
 }
 
 impl Setup {
     /// The model's view of the same point.
-    pub(crate) fn model(&self) -> model::Setup {
+    pub fn model(&self) -> model::Setup {
         model::Setup {
             bytes: self.size,
             chunk: self.chunk,
@@ -156,24 +158,24 @@ impl Setup {
 
 /// What the runs of one point measured.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Outcome {
+pub struct Outcome {
     /// Completion time of each run: from the send to the acknowledgement that completed it.
-    pub(crate) times_ns: Vec<u64>,
+    pub times_ns: Vec<u64>,
     /// Frames' bytes the sender put on the link, all runs.
-    pub(crate) bytes_on_wire: u64,
+    pub bytes_on_wire: u64,
     /// Every run's received bytes equal what was sent.
-    pub(crate) verified: bool,
-    pub(crate) resent_chunks: u64,
-    pub(crate) fallbacks: u64,
-    pub(crate) rebuilt_chunks: u64,
+    pub verified: bool,
+    pub resent_chunks: u64,
+    pub fallbacks: u64,
+    pub rebuilt_chunks: u64,
     /// Messages the automatic choice sent with SR and with EC, and why it chose last.
-    pub(crate) auto_sr: u64,
-    pub(crate) auto_ec: u64,
-    pub(crate) auto_last: Option<ferroce_reliability::sdr::auto::Decision>,
+    pub auto_sr: u64,
+    pub auto_ec: u64,
+    pub auto_last: Option<ferroce_reliability::sdr::auto::Decision>,
 }
 
 /// Runs one point: `runs` Writes of `size` bytes one after another on one connection.
-pub(crate) fn run_point(s: &Setup) -> Result<Outcome, String> {
+pub fn run(s: &Setup) -> Result<Outcome, String> {
     let mtu = s.mtu.bytes();
     let chunk_packets = (s.chunk / u64::from(mtu)).max(1) as u32;
     // A slot takes a message or its parity, whichever is longer.
@@ -428,7 +430,7 @@ fn post_control_recv(tb: &mut Testbed, lkey: u32, ctl_at: u64, slot: usize) {
 }
 
 /// Mean and 99.9th percentile (nearest rank) of `v`.
-pub(crate) fn mean_p999(v: &[u64]) -> (f64, f64) {
+pub fn mean_p999(v: &[u64]) -> (f64, f64) {
     if v.is_empty() {
         return (0.0, 0.0);
     }

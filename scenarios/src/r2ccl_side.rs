@@ -20,10 +20,10 @@ use ferroce_stack::transport::{
 use ferroce_testbed::Testbed;
 
 /// One-way delay of an out-of-band message (a TCP message over the management network).
-pub(crate) const OOB_NS: u64 = 50_000;
+pub const OOB_NS: u64 = 50_000;
 
 /// Probe QPs on port 0: (host, QPN) ↔ (host, QPN).
-pub(crate) const PROBE_PAIRS: [((usize, u32), (usize, u32)); 3] = [
+pub const PROBE_PAIRS: [((usize, u32), (usize, u32)); 3] = [
     ((0, 0x40), (1, 0x41)),
     ((0, 0x42), (2, 0x43)),
     ((1, 0x44), (2, 0x45)),
@@ -35,7 +35,7 @@ const B_PROBES: [(usize, u32, usize); 2] = [(1, 0x41, 0), (1, 0x44, 2)];
 
 /// R2CCL's state for the stream (see the module documentation).
 #[derive(Debug, Default)]
-pub(crate) struct R2ccl {
+pub struct R2ccl {
     /// The data QPs: host 0's default and backup.
     default_qp: u32,
     backup_qp: u32,
@@ -52,13 +52,13 @@ pub(crate) struct R2ccl {
     b_probed: bool,
     b_sent: bool,
     /// What was blamed, and when.
-    pub(crate) verdict: Option<(Option<Blame>, u64)>,
+    pub verdict: Option<(Option<Blame>, u64)>,
     /// WRs posted again on the backup.
-    pub(crate) resent: u64,
+    pub resent: u64,
 }
 
 impl R2ccl {
-    pub(crate) fn new(default_qp: u32, backup_qp: u32) -> Self {
+    pub fn new(default_qp: u32, backup_qp: u32) -> Self {
         Self {
             default_qp,
             backup_qp,
@@ -67,20 +67,20 @@ impl R2ccl {
     }
 
     /// Whether the stream may post now (not while localizing, not once both QPs failed).
-    pub(crate) fn may_post(&self) -> bool {
+    pub fn may_post(&self) -> bool {
         !self.failed && (self.detected_at.is_none() || self.on_backup)
     }
 
-    pub(crate) fn failed(&self) -> bool {
+    pub fn failed(&self) -> bool {
         self.failed
     }
 
-    pub(crate) fn migrated(&self) -> bool {
+    pub fn migrated(&self) -> bool {
         self.on_backup
     }
 
     /// Posts a stream WR on the QP in use.
-    pub(crate) fn post(&mut self, w: &mut Testbed, wr: &SendWr<'_>) -> Result<(), PostError> {
+    pub fn post(&mut self, w: &mut Testbed, wr: &SendWr<'_>) -> Result<(), PostError> {
         let q = if self.on_backup {
             self.backup_qp
         } else {
@@ -93,7 +93,7 @@ impl R2ccl {
 
     /// A completion on host 0 (`h` 0) or host 1 (probes); returns the stream's
     /// completions.
-    pub(crate) fn on_completion(
+    pub fn on_completion(
         &mut self,
         w: &mut Testbed,
         h: usize,
@@ -153,7 +153,7 @@ impl R2ccl {
     }
 
     /// The next out-of-band event.
-    pub(crate) fn next_timeout(&self) -> Option<u64> {
+    pub fn next_timeout(&self) -> Option<u64> {
         self.oob.iter().map(|o| o.0).min()
     }
 
@@ -161,7 +161,7 @@ impl R2ccl {
     /// and the probes' progress: host 1 probes when told and sends its results back once
     /// its probes are done; with them and its own, host 0 blames and migrates. True when it
     /// posted or sent something.
-    pub(crate) fn poll(&mut self, w: &mut Testbed, now: u64) -> bool {
+    pub fn poll(&mut self, w: &mut Testbed, now: u64) -> bool {
         let mut acted = false;
         let mut due = Vec::new();
         self.oob.retain(|&(t, b, n)| {

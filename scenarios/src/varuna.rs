@@ -33,8 +33,9 @@ use ferroce_stack::transport::{
 use ferroce_testbed::{rails, ConnOpts, Step, Testbed};
 
 /// How the clients survive the fault.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Scheme {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Scheme {
     /// Resend every outstanding WR on a backup QP (no log).
     Resend,
     /// Varuna mode, a dedicated backup QP per client made ready at the start.
@@ -49,7 +50,7 @@ pub(crate) enum Scheme {
 }
 
 impl Scheme {
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Self::Resend => "resend",
             Self::Varuna => "varuna",
@@ -61,8 +62,9 @@ impl Scheme {
 }
 
 /// Where rail 0 fails.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Fault {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Fault {
     /// The server's NIC on rail 0.
     RemoteNic,
     /// The ToR of rail 0.
@@ -72,9 +74,9 @@ pub(crate) enum Fault {
 }
 
 impl Fault {
-    pub(crate) const ALL: [Self; 3] = [Self::RemoteNic, Self::Tor, Self::Blackhole];
+    pub const ALL: [Self; 3] = [Self::RemoteNic, Self::Tor, Self::Blackhole];
 
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Self::RemoteNic => "remote-nic",
             Self::Tor => "tor",
@@ -85,58 +87,58 @@ impl Fault {
 
 /// One run's parameters.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Setup {
-    pub(crate) scheme: Scheme,
-    pub(crate) fault: Fault,
-    pub(crate) clients: usize,
-    pub(crate) iterations: u64,
-    pub(crate) seed: u64,
+pub struct Setup {
+    pub scheme: Scheme,
+    pub fault: Fault,
+    pub clients: usize,
+    pub iterations: u64,
+    pub seed: u64,
 }
 
 /// What one run left behind.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Outcome {
+pub struct Outcome {
     /// When rail 0 failed (ns of virtual time).
-    pub(crate) fault_at: u64,
+    pub fault_at: u64,
     /// Iterations completed, over all clients.
-    pub(crate) iterations: u64,
+    pub iterations: u64,
     /// FETCH_ADDs that completed successfully.
-    pub(crate) adds: u64,
+    pub adds: u64,
     /// The counter at the end.
-    pub(crate) counter: u64,
+    pub counter: u64,
     /// Updates that ran twice: the counter above the FETCH_ADDs that completed, and results
     /// handed out twice.
-    pub(crate) duplicated: u64,
+    pub duplicated: u64,
     /// Updates lost: results whose slot does not hold their record.
-    pub(crate) lost: u64,
+    pub lost: u64,
     /// Releases that found the lock not the client's own.
-    pub(crate) bad_releases: u64,
+    pub bad_releases: u64,
     /// Clients still spinning on the lock when the run ended (a lock nobody will release).
-    pub(crate) stuck: usize,
+    pub stuck: usize,
     /// Clients a WR error ended.
-    pub(crate) dead: usize,
+    pub dead: usize,
     /// The lock ended free.
-    pub(crate) lock_free: bool,
+    pub lock_free: bool,
     /// Virtual time when the last client finished (or the run was cut off).
-    pub(crate) end_ns: u64,
+    pub end_ns: u64,
     /// Failovers (resend, varuna) or QP moves (native), over all clients.
-    pub(crate) failovers: u64,
+    pub failovers: u64,
     /// Varuna: completion-log and CAS-buffer bytes written.
-    pub(crate) log_bytes: u64,
+    pub log_bytes: u64,
     /// Operations the clients posted (lock attempts included).
-    pub(crate) ops: u64,
+    pub ops: u64,
     /// Backup QPs connected before the fault (per client, or the shared pool).
-    pub(crate) backup_qps_at_start: usize,
+    pub backup_qps_at_start: usize,
     /// varuna-pool: clients' own backup QPs rebuilt, and when the last was (ns after the
     /// fault).
-    pub(crate) rebuilt: u64,
-    pub(crate) rebuilt_all_after_ns: Option<u64>,
+    pub rebuilt: u64,
+    pub rebuilt_all_after_ns: Option<u64>,
 }
 
 impl Outcome {
     /// Every check holds: nothing ran twice, nothing lost, no release wrong, nobody stuck or
     /// dead, the lock free.
-    pub(crate) fn correct(&self) -> bool {
+    pub fn correct(&self) -> bool {
         self.duplicated == 0
             && self.lost == 0
             && self.bad_releases == 0
@@ -166,7 +168,7 @@ fn client_base(c: usize) -> usize {
     CLIENT + c * 0x1000
 }
 
-pub(super) fn qpn(rail: Rail, side: usize, c: usize) -> u32 {
+pub fn qpn(rail: Rail, side: usize, c: usize) -> u32 {
     let base = match (rail, side) {
         (Rail::Default, 0) => 0x100,
         (Rail::Default, _) => 0x200,
@@ -255,10 +257,10 @@ enum Endpoint {
 
 /// The testbed as client `c`'s two QPs and its memory; with a pool, its backup is the
 /// pool's channel until its own is rebuilt.
-pub(super) struct Bed<'a> {
-    pub(super) w: &'a mut Testbed,
-    pub(super) c: usize,
-    pub(super) pool: Option<&'a mut BackupPool>,
+pub struct Bed<'a> {
+    pub w: &'a mut Testbed,
+    pub c: usize,
+    pub pool: Option<&'a mut BackupPool>,
 }
 
 impl VarunaIo for Bed<'_> {
@@ -358,7 +360,7 @@ fn record(c: usize, i: u64) -> u64 {
 }
 
 /// Runs one (scheme, fault, seed).
-pub(crate) fn run(s: &Setup) -> Outcome {
+pub fn run(s: &Setup) -> Outcome {
     let mut rng = s.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut next = move || {
         rng ^= rng << 13;

@@ -20,15 +20,16 @@ use ferroce_reliability::failover::shift::Rail;
 use ferroce_reliability::failover::varuna::uid::CasBuffer;
 use ferroce_reliability::failover::varuna::vqp::{VarunaConfig, VarunaQp};
 
-use super::varuna::{qpn, Bed};
+use crate::varuna::{qpn, Bed};
 use ferroce_stack::transport::{
     Mtu, Payload, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
 };
 use ferroce_testbed::{rails, ConnOpts, Step};
 
 /// Who sends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Scheme {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Scheme {
     /// One QP, nothing ready for a failure.
     None,
     /// The QP with an alternate path (native failover ready).
@@ -38,9 +39,9 @@ pub(crate) enum Scheme {
 }
 
 impl Scheme {
-    pub(crate) const ALL: [Self; 3] = [Self::None, Self::Native, Self::Varuna];
+    pub const ALL: [Self; 3] = [Self::None, Self::Native, Self::Varuna];
 
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Self::None => "none",
             Self::Native => "native",
@@ -51,7 +52,7 @@ impl Scheme {
 
 /// What each client does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Workload {
+pub enum Workload {
     /// One WRITE of `size` at a time.
     SyncWrite,
     /// 64 WRITEs of `size` posted at once.
@@ -63,7 +64,7 @@ pub(crate) enum Workload {
 }
 
 impl Workload {
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Self::SyncWrite => "write",
             Self::BatchWrite => "write-batch64",
@@ -81,15 +82,31 @@ impl Workload {
     }
 }
 
+/// One point: a scheme, a workload of `size`-byte operations, `clients` clients issuing
+/// `ops` operations (batches) each.
+#[derive(Clone, Copy, Debug)]
+pub struct Setup {
+    /// The failover scheme.
+    pub scheme: Scheme,
+    /// What the clients issue.
+    pub workload: Workload,
+    /// Bytes per WRITE (the other workloads' sizes are fixed).
+    pub size: usize,
+    /// Clients on host 0.
+    pub clients: usize,
+    /// Operations (batches) per client.
+    pub ops: u64,
+}
+
 /// One point's result.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Point {
+pub struct Outcome {
     /// Mean time from posting an operation (a batch) to its (last) completion.
-    pub(crate) latency_ns: f64,
+    pub latency_ns: f64,
     /// Application bytes moved per second of virtual time (WRITE payloads, READ results).
-    pub(crate) gbps: f64,
+    pub gbps: f64,
     /// Every operation completed successfully.
-    pub(crate) ok: bool,
+    pub ok: bool,
 }
 
 const MEM: usize = 4 << 20;
@@ -122,14 +139,15 @@ struct Client {
     failed: bool,
 }
 
-/// Runs one point: `clients` clients, `ops` operations (batches) each.
-pub(crate) fn run(
-    scheme: Scheme,
-    workload: Workload,
-    size: usize,
-    clients: usize,
-    ops: u64,
-) -> Point {
+/// Runs one point.
+pub fn run(s: &Setup) -> Outcome {
+    let &Setup {
+        scheme,
+        workload,
+        size,
+        clients,
+        ops,
+    } = s;
     // Lossless, as RoCE fabrics run with PFC (and the paper's testbed did): sixteen clients
     // into one server port queue up instead of tail-dropping, so what is measured is the
     // schemes, not congestion losses and their timeouts.
@@ -282,7 +300,7 @@ pub(crate) fn run(
         Workload::SyncCas => 8,
         Workload::CasReads => 8 + 3 * 64,
     };
-    Point {
+    Outcome {
         latency_ns: latency,
         gbps: (done * bytes_per_op) as f64 * 8.0 / elapsed as f64,
         ok: done == clients as u64 * ops && cls.iter().all(|c| !c.failed),

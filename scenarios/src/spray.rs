@@ -25,17 +25,18 @@ use ferroce_testbed::{ConnOpts, Host, Testbed, PD};
 /// Hosts, ToRs and spines of the testbed.
 const HOSTS: usize = 8;
 /// One flow per host.
-pub(crate) const FLOWS: usize = HOSTS;
+pub const FLOWS: usize = HOSTS;
 const TORS: usize = 4;
 const SPINES: usize = 2;
 /// The TX window of every scheme: ConnectX-7's default, as in the paper.
-pub(crate) const WINDOW: u32 = 512;
+pub const WINDOW: u32 = 512;
 /// Local ACK timeout exponent 10: 4.096 µs × 2^10 ≈ 4.19 ms, the paper's 4 ms RTO.
-pub(crate) const TIMEOUT: u8 = 10;
+pub const TIMEOUT: u8 = 10;
 
 /// A recovery scheme of the comparison.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Scheme {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Scheme {
     /// One path per flow (ECMP), IBTA Go-Back-N.
     EcmpGbn,
     /// Random packet spraying with ConnectX-7's selective repeat.
@@ -49,7 +50,7 @@ pub(crate) enum Scheme {
 }
 
 impl Scheme {
-    pub(crate) const ALL: [Self; 5] = [
+    pub const ALL: [Self; 5] = [
         Self::EcmpGbn,
         Self::SprayRnicSr,
         Self::SprayTimeout,
@@ -57,7 +58,7 @@ impl Scheme {
         Self::SpraySr,
     ];
 
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Self::EcmpGbn => "ecmp+gbn",
             Self::SprayRnicSr => "spray+rnic-sr",
@@ -89,38 +90,44 @@ impl Scheme {
     }
 }
 
-/// The experiment's fixed parameters.
+/// One run: the fabric's parameters, the scheme, the loss rate and the seed.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Setup {
+pub struct Setup {
     /// Bytes each flow writes.
-    pub(crate) size: usize,
+    pub size: usize,
     /// Link rate in bit/s.
-    pub(crate) bps: u64,
+    pub bps: u64,
     /// One-way delay of every link, ns.
-    pub(crate) delay_ns: u64,
+    pub delay_ns: u64,
+    /// The recovery scheme every QP runs.
+    pub scheme: Scheme,
+    /// The drop rate of the one lossy ToR-to-spine link.
+    pub loss: f64,
+    /// The fabric's seed (drops, ECMP salts).
+    pub seed: u64,
 }
 
 /// What one run (one scheme, one loss rate, one seed) measured.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Run {
+pub struct Outcome {
     /// Completion time of each flow, ns (`None`: it did not complete successfully).
-    pub(crate) fct_ns: Vec<Option<u64>>,
+    pub fct_ns: Vec<Option<u64>>,
     /// Bytes every host port put on the wire (data, retransmissions, ACKs, NACKs).
-    pub(crate) wire_bytes: u64,
+    pub wire_bytes: u64,
     /// Every QP's counters, summed: requester and responder counters are separate fields
     /// (retransmissions and NAKs received on one side, duplicates and NAKs sent on the other).
-    pub(crate) counters: Counters,
+    pub counters: Counters,
     /// Frames the lossy link dropped (both directions).
-    pub(crate) link_drops: u64,
+    pub link_drops: u64,
     /// Themis on the four ToRs, summed (zero for the other schemes).
-    pub(crate) themis: ThemisStats,
+    pub themis: ThemisStats,
     /// Every flow's bytes arrived intact.
-    pub(crate) verified: bool,
+    pub verified: bool,
 }
 
-impl Run {
+impl Outcome {
     /// The slowest flow, or `None` if one failed.
-    pub(crate) fn tail_ns(&self) -> Option<u64> {
+    pub fn tail_ns(&self) -> Option<u64> {
         self.fct_ns
             .iter()
             .copied()
@@ -142,8 +149,11 @@ fn link(bps: u64, delay_ns: u64) -> LinkModel {
     m
 }
 
-/// One run of `scheme` with one ToR-to-spine link dropping at `loss`.
-pub(crate) fn run(setup: Setup, scheme: Scheme, loss: f64, seed: u64) -> Run {
+/// One run of `setup.scheme` with one ToR-to-spine link dropping at `setup.loss`.
+pub fn run(setup: &Setup) -> Outcome {
+    let &Setup {
+        scheme, loss, seed, ..
+    } = setup;
     let mut b = FabricBuilder::new(seed);
     b.ecmp(EcmpHash::SourcePortModulo).rx_ring(1 << 16);
     let hosts: Vec<_> = (0..HOSTS).map(|i| b.host(&format!("h{i}"), 1)).collect();
@@ -263,9 +273,9 @@ pub(crate) fn run(setup: Setup, scheme: Scheme, loss: f64, seed: u64) -> Run {
     // A flow that cannot finish in a virtual minute has failed; the run reports it.
     w.drive_until(60_000_000_000);
 
-    let mut out = Run {
+    let mut out = Outcome {
         verified: true,
-        ..Run::default()
+        ..Outcome::default()
     };
     for (i, &h) in hosts.iter().enumerate() {
         let n = &w.hosts[i];

@@ -10,7 +10,7 @@
 //! vQP logs its WRITEs, runs the FETCH_ADDs as READ + CAS, and after the default QP's
 //! retries run out recovers from the peer's completion log on a backup QP on rail 1; after
 //! the repair it rebuilds its default QP (500 µs) and moves back once drained),
-//! `r2ccl` (R2CCL, [`super::r2ccl_side`]: the error told out of band, both ends probe each
+//! `r2ccl` (R2CCL, [`crate::r2ccl_side`]: the error told out of band, both ends probe each
 //! other and a third node, a component blamed, the stream rolled back onto a backup QP) and
 //! `none` (an RNIC without failover: the QP exhausts its retries and dies). The testbed has a
 //! third host on both rails, idle but for R2CCL's probes.
@@ -26,7 +26,7 @@ use ferroce_stack::transport::{
 use ferroce_stack::wire::Qpn;
 use ferroce_testbed::{rails_n, ConnOpts, Testbed, PD};
 
-use super::r2ccl_side::{self, R2ccl};
+use crate::r2ccl_side::{self, R2ccl};
 
 const QPN: [u32; 2] = [0x10, 0x20];
 /// Memory: the source message, the destination ring, the counter, the atomic results.
@@ -37,8 +37,9 @@ const RESULTS: usize = (8 << 20) + 4096;
 const MEM: usize = 16 << 20;
 
 /// Where the fault is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Fault {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Fault {
     /// The sender's NIC on rail 0.
     LocalNic,
     /// The receiver's NIC on rail 0.
@@ -52,7 +53,7 @@ pub(crate) enum Fault {
 }
 
 impl Fault {
-    pub(crate) const ALL: [Self; 5] = [
+    pub const ALL: [Self; 5] = [
         Self::LocalNic,
         Self::RemoteNic,
         Self::Link,
@@ -60,7 +61,7 @@ impl Fault {
         Self::Blackhole,
     ];
 
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Self::LocalNic => "local-nic",
             Self::RemoteNic => "remote-nic",
@@ -72,8 +73,9 @@ impl Fault {
 }
 
 /// How the endpoints react.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Scheme {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Scheme {
     /// ferroce's native failover.
     Native,
     /// SHIFT mode (seed 000): WR-level resubmission on a backup QP.
@@ -89,7 +91,7 @@ pub(crate) enum Scheme {
 }
 
 impl Scheme {
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Self::Native => "native",
             Self::Shift => "shift",
@@ -199,49 +201,49 @@ const DRAIN_NS: u64 = 50_000_000;
 
 /// One run's parameters.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Setup {
-    pub(crate) scheme: Scheme,
-    pub(crate) fault: Fault,
-    pub(crate) gbps: f64,
-    pub(crate) delay_ns: u64,
-    pub(crate) size: usize,
-    pub(crate) depth: usize,
+pub struct Setup {
+    pub scheme: Scheme,
+    pub fault: Fault,
+    pub gbps: f64,
+    pub delay_ns: u64,
+    pub size: usize,
+    pub depth: usize,
     /// Local ACK timeout exponent: the detection threshold for a black hole.
-    pub(crate) timeout: u8,
-    pub(crate) fault_at: u64,
-    pub(crate) heal_at: u64,
-    pub(crate) end: u64,
-    pub(crate) bin_ns: u64,
-    pub(crate) seed: u64,
+    pub timeout: u8,
+    pub fault_at: u64,
+    pub heal_at: u64,
+    pub end: u64,
+    pub bin_ns: u64,
+    pub seed: u64,
     /// Every n-th WR a FETCH_ADD (0: none).
-    pub(crate) atomic_every: u64,
+    pub atomic_every: u64,
 }
 
 /// What one run measured.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Outcome {
+pub struct Outcome {
     /// Bytes of WRITEs completed per bin.
-    pub(crate) bins: Vec<u64>,
+    pub bins: Vec<u64>,
     /// From the fault to the QP's first move.
-    pub(crate) detect_ns: Option<u64>,
+    pub detect_ns: Option<u64>,
     /// From the fault to the first completion after the move.
-    pub(crate) failover_ns: Option<u64>,
-    pub(crate) resent_bytes: u64,
-    pub(crate) duplicates_executed: u64,
-    pub(crate) atomics_ok: bool,
-    pub(crate) verified: bool,
-    pub(crate) completed: u64,
-    pub(crate) errors: u64,
-    pub(crate) migrations: u64,
+    pub failover_ns: Option<u64>,
+    pub resent_bytes: u64,
+    pub duplicates_executed: u64,
+    pub atomics_ok: bool,
+    pub verified: bool,
+    pub completed: u64,
+    pub errors: u64,
+    pub migrations: u64,
     /// SHIFT: failures the retransmission-safety rule turned into errors (an atomic was
     /// outstanding).
-    pub(crate) refused: u64,
+    pub refused: u64,
     /// Varuna: completion-log and CAS-buffer bytes written.
-    pub(crate) log_bytes: u64,
+    pub log_bytes: u64,
     /// R2CCL: the component blamed (`local-nic`, `remote-nic`, `link`, `tor`; `none` when
     /// every probe got through), and when (from the fault).
-    pub(crate) localized: Option<&'static str>,
-    pub(crate) localize_ns: Option<u64>,
+    pub localized: Option<&'static str>,
+    pub localize_ns: Option<u64>,
 }
 
 fn is_atomic(s: &Setup, n: u64) -> bool {
@@ -277,7 +279,7 @@ fn post(w: &mut Testbed, s: &Setup, n: u64, post: impl FnOnce(&mut Testbed, &Sen
 }
 
 /// Runs one (scheme, fault).
-pub(crate) fn run(s: &Setup) -> Outcome {
+pub fn run(s: &Setup) -> Outcome {
     let (mut w, r) = rails_n(
         s.seed,
         3,

@@ -35,7 +35,7 @@ use ferroce_stack::transport::{
 };
 use ferroce_testbed::{rails_n, ConnOpts, PairCut, RailsN, Testbed};
 
-use super::r2ccl_side::OOB_NS;
+use crate::r2ccl_side::OOB_NS;
 
 const RAILS: usize = 2;
 /// Bytes per WRITE with immediate (NCCL's slices are of this order).
@@ -57,8 +57,9 @@ const DEADLINE_NS: u64 = 20_000_000_000;
 const PROBE_TAG: u64 = 1 << 40;
 
 /// How collectives are planned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Scheme {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Scheme {
     /// One ring per channel, the data split equally (NCCL's default); failed connections
     /// still move (R2CCL's hot repair), nothing else changes.
     Ring,
@@ -72,7 +73,7 @@ pub(crate) enum Scheme {
 }
 
 impl Scheme {
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Self::Ring => "ring",
             Self::Balance => "balance",
@@ -84,7 +85,7 @@ impl Scheme {
 
 /// A fault, from its moment on (it stays).
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Fault {
+pub enum Fault {
     None,
     /// Host `host`'s NIC on rail `rail` dies (its link goes down).
     Nic {
@@ -112,7 +113,7 @@ pub(crate) enum Fault {
 
 impl Fault {
     /// The kind, in `scenario failover`'s words.
-    pub(crate) fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self {
             Self::None => "none",
             Self::Nic { .. } => "nic",
@@ -123,7 +124,7 @@ impl Fault {
     }
 
     /// What failed, for comparing with what was blamed.
-    pub(crate) fn component(&self) -> Option<Component> {
+    pub fn component(&self) -> Option<Component> {
         match *self {
             Self::None | Self::Degrade { .. } => None,
             Self::Nic { host, rail } => Some(Component::Nic(host, rail)),
@@ -135,7 +136,7 @@ impl Fault {
 
 /// A component of the fabric a localization can blame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Component {
+pub enum Component {
     /// Host's NIC (or its cable) on a rail.
     Nic(usize, usize),
     /// The path between two hosts (lower first) on a rail.
@@ -158,7 +159,7 @@ impl Component {
         }
     }
 
-    pub(crate) fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         match *self {
             Self::Nic(h, r) => format!("nic h{h} r{r}"),
             Self::Link(a, b, r) => format!("link h{a}-h{b} r{r}"),
@@ -170,61 +171,61 @@ impl Component {
 
 /// One run.
 #[derive(Clone, Debug)]
-pub(crate) struct Setup {
-    pub(crate) nodes: usize,
+pub struct Setup {
+    pub nodes: usize,
     /// Bytes each host reduces (a multiple of 4).
-    pub(crate) bytes: usize,
-    pub(crate) scheme: Scheme,
-    pub(crate) fault: Fault,
+    pub bytes: usize,
+    pub scheme: Scheme,
+    pub fault: Fault,
     /// When the fault strikes (virtual ns from the start).
-    pub(crate) fault_at: u64,
+    pub fault_at: u64,
     /// AllReduces, one after another.
-    pub(crate) collectives: usize,
+    pub collectives: usize,
     /// Idle time before each collective after the first (a training step's compute).
-    pub(crate) compute_ns: u64,
-    pub(crate) gbps: f64,
-    pub(crate) delay_ns: u64,
-    pub(crate) seed: u64,
+    pub compute_ns: u64,
+    pub gbps: f64,
+    pub delay_ns: u64,
+    pub seed: u64,
 }
 
 /// One localization: who saw the error, when, and what it blamed.
 #[derive(Clone, Debug)]
-pub(crate) struct Localized {
-    pub(crate) detected_at: u64,
+pub struct Localized {
+    pub detected_at: u64,
     /// When the verdict came (`None`: never).
-    pub(crate) decided_at: Option<u64>,
-    pub(crate) blamed: Option<Component>,
+    pub decided_at: Option<u64>,
+    pub blamed: Option<Component>,
 }
 
 /// What a run did.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Outcome {
+pub struct Outcome {
     /// Each collective's start and end (virtual ns).
-    pub(crate) spans: Vec<(u64, u64)>,
+    pub spans: Vec<(u64, u64)>,
     /// Each collective's plan.
-    pub(crate) plans: Vec<String>,
+    pub plans: Vec<String>,
     /// Every host's buffer held the expected sums after every collective.
-    pub(crate) verified: bool,
+    pub verified: bool,
     /// The run stopped without finishing (a connection with nowhere to go).
-    pub(crate) stuck: bool,
-    pub(crate) localized: Vec<Localized>,
+    pub stuck: bool,
+    pub localized: Vec<Localized>,
     /// Connections moved to a backup NIC.
-    pub(crate) migrations: u64,
+    pub migrations: u64,
     /// Slices posted again after rollbacks; slices a receiver already had.
-    pub(crate) resent: u64,
-    pub(crate) repeats: u64,
+    pub resent: u64,
+    pub repeats: u64,
     /// Out-of-band messages sent.
-    pub(crate) oob_messages: u64,
+    pub oob_messages: u64,
 }
 
 impl Outcome {
     /// Virtual ns of collective `i`.
-    pub(crate) fn duration(&self, i: usize) -> Option<u64> {
+    pub fn duration(&self, i: usize) -> Option<u64> {
         self.spans.get(i).map(|&(a, b)| b - a)
     }
 
     /// When the last collective ended.
-    pub(crate) fn end_ns(&self) -> u64 {
+    pub fn end_ns(&self) -> u64 {
         self.spans.last().map_or(0, |s| s.1)
     }
 }
@@ -1083,7 +1084,7 @@ impl Run<'_> {
 }
 
 /// Runs `s` and says what happened.
-pub(crate) fn run(s: &Setup) -> Outcome {
+pub fn run(s: &Setup) -> Outcome {
     let mut x = Run::new(s);
     x.inject();
     let mut hooked = !matches!(s.fault, Fault::Link { .. });

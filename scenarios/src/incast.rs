@@ -16,12 +16,13 @@ use ferroce_stack::transport::{
 use ferroce_testbed::{star, ConnOpts};
 
 /// Congestion control of every sender.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum Scheme {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+pub enum Scheme {
     /// DCQCN with ferroce's parameters.
     Dcqcn,
     /// DCQCN with ConnectX's defaults.
-    #[value(name = "dcqcn-mlx5")]
+    #[cfg_attr(feature = "clap", value(name = "dcqcn-mlx5"))]
     DcqcnMlx5,
     /// TIMELY (delay-based), ferroce's parameters.
     Timely,
@@ -30,7 +31,7 @@ pub(crate) enum Scheme {
 }
 
 impl Scheme {
-    pub(crate) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Self::Dcqcn => "dcqcn",
             Self::DcqcnMlx5 => "dcqcn-mlx5",
@@ -52,55 +53,55 @@ impl Scheme {
 
 /// One run.
 #[derive(Clone, Debug)]
-pub(crate) struct Setup {
-    pub(crate) senders: usize,
-    pub(crate) scheme: Scheme,
-    pub(crate) gbps: f64,
-    pub(crate) delay_ns: u64,
+pub struct Setup {
+    pub senders: usize,
+    pub scheme: Scheme,
+    pub gbps: f64,
+    pub delay_ns: u64,
     /// The bottleneck's buffer.
-    pub(crate) buffer: usize,
+    pub buffer: usize,
     /// The bottleneck's marking probability at Kmax (Kmin and Kmax the DCQCN paper's, scaled).
-    pub(crate) pmax: f64,
+    pub pmax: f64,
     /// Every QP's local ACK timeout exponent (4.096 µs × 2^timeout).
-    pub(crate) timeout: u8,
+    pub timeout: u8,
     /// WRITE size and WRs outstanding per sender.
-    pub(crate) msg: usize,
-    pub(crate) depth: u64,
+    pub msg: usize,
+    pub depth: u64,
     /// When the incast senders start, and when everyone stops.
-    pub(crate) start_ns: u64,
-    pub(crate) end_ns: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
     /// Bytes an incast sender's completion time counts.
-    pub(crate) burst: u64,
-    pub(crate) bin_ns: u64,
-    pub(crate) seed: u64,
+    pub burst: u64,
+    pub bin_ns: u64,
+    pub seed: u64,
     /// Instead of `senders` incast flows and a long one: these flows, each sending in
     /// `[join, leave)` (the staggered run).
-    pub(crate) windows: Option<Vec<(u64, u64)>>,
+    pub windows: Option<Vec<(u64, u64)>>,
 }
 
 /// What a run measured.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Outcome {
+pub struct Outcome {
     /// Goodput over the bottleneck's rate, in the second half of the incast.
-    pub(crate) utilization: f64,
+    pub utilization: f64,
     /// Jain's index over every flow's goodput then.
-    pub(crate) jain: f64,
+    pub jain: f64,
     /// The bottleneck queue, sampled every microsecond over the same half (bytes).
-    pub(crate) queue_p50: usize,
-    pub(crate) queue_p99: usize,
+    pub queue_p50: usize,
+    pub queue_p99: usize,
     /// And its maximum over the whole run.
-    pub(crate) queue_max: usize,
-    pub(crate) drops: u64,
+    pub queue_max: usize,
+    pub drops: u64,
     /// Flows whose QP completed a WR in error (retries exhausted): they stop there. An
     /// outcome, not a failure of the run: an RC QP gives up after `retry_cnt` timeouts.
-    pub(crate) errors: u64,
-    pub(crate) marked: u64,
-    pub(crate) cnps: u64,
+    pub errors: u64,
+    pub marked: u64,
+    pub cnps: u64,
     /// When the last incast sender had delivered `burst` bytes, from the start (ns).
-    pub(crate) fct_ns: Option<u64>,
-    pub(crate) verified: bool,
+    pub fct_ns: Option<u64>,
+    pub verified: bool,
     /// Goodput per flow per bin, Gbit/s (the long flow last).
-    pub(crate) bins: Vec<Vec<f64>>,
+    pub bins: Vec<Vec<f64>>,
 }
 
 const SRC: usize = 0;
@@ -111,7 +112,7 @@ fn pattern(s: usize, len: usize) -> Vec<u8> {
 }
 
 /// Runs `s`.
-pub(crate) fn run(s: &Setup) -> Outcome {
+pub fn run(s: &Setup) -> Outcome {
     let line = (s.gbps * 1e9) as u64;
     let mut m = LinkModel::new(line, s.delay_ns);
     m.queue_limit_bytes = s.buffer;
@@ -266,7 +267,7 @@ pub(crate) fn run(s: &Setup) -> Outcome {
     let span = (s.end_ns - half) as f64;
     let total: u64 = in_half.iter().sum();
     out.utilization = total as f64 * 8.0 / (s.gbps * span);
-    out.jain = super::jain(&in_half);
+    out.jain = crate::jain(&in_half);
     samples.sort_unstable();
     let pct = |p: f64| {
         samples
@@ -295,17 +296,17 @@ pub(crate) fn run(s: &Setup) -> Outcome {
 /// One event of the staggered run: when, how many flows send after it, their fair share,
 /// and how long until every one of them was within 20 % of it for three bins in a row.
 #[derive(Clone, Debug)]
-pub(crate) struct Event {
-    pub(crate) at_ns: u64,
-    pub(crate) joined: bool,
-    pub(crate) active: usize,
-    pub(crate) fair_gbps: f64,
-    pub(crate) converge_ns: Option<u64>,
+pub struct Event {
+    pub at_ns: u64,
+    pub joined: bool,
+    pub active: usize,
+    pub fair_gbps: f64,
+    pub converge_ns: Option<u64>,
 }
 
 /// The events of `windows` (joins and leaves after the first join, before `end`) and their
 /// convergence in `bins` (Gbit/s per flow per `bin_ns`).
-pub(crate) fn convergence(
+pub fn convergence(
     windows: &[(u64, u64)],
     bins: &[Vec<f64>],
     bin_ns: u64,
