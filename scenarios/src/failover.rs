@@ -16,15 +16,15 @@
 //! third host on both rails, idle but for R2CCL's probes.
 
 use ferroce_drivers::sim::LinkModel;
-use ferroce_reliability::failover::shift::{Rail, ShiftConfig, ShiftIo, ShiftSide};
+use ferroce_reliability::failover::shift::{Rail, ShiftConfig, ShiftSide};
 use ferroce_reliability::failover::varuna::uid::CasBuffer;
-use ferroce_reliability::failover::varuna::vqp::{VarunaConfig, VarunaIo, VarunaQp};
+use ferroce_reliability::failover::varuna::vqp::{VarunaConfig, VarunaQp};
 use ferroce_stack::transport::{
-    AttrMask, Payload, PostError, Qp, QpAttr, QpConfig, QpState, QpType, RecvWr, SendFlags, SendWr,
-    Sge, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    AttrMask, Payload, Qp, QpAttr, QpConfig, QpState, QpType, SendFlags, SendWr, Sge, WcOpcode,
+    WcStatus, WorkCompletion, WrOpcode,
 };
 use ferroce_stack::wire::Qpn;
-use ferroce_testbed::{rails_n, ConnOpts, Testbed, PD};
+use ferroce_testbed::{rails_n, ConnOpts, RailQps, ShiftRails, Testbed, VarunaRails, PD};
 
 use crate::r2ccl_side::{self, R2ccl};
 
@@ -108,69 +108,19 @@ const CONTROL: [u32; 2] = [0x12, 0x22];
 /// Their first PSNs (each host's send side first).
 const PSNS: [[u32; 2]; 3] = [[1, 2], [11, 12], [21, 22]];
 
-/// SHIFT mode's view of host `h`'s three QPs on the testbed.
-struct ShiftBed<'a> {
-    w: &'a mut Testbed,
-    h: usize,
-    o: &'a ConnOpts,
-}
+/// The rails' QPs as SHIFT mode and Varuna mode see them.
+const RAIL_QPS: RailQps = RailQps {
+    qpns: [QPN, BACKUP, CONTROL],
+    psns: PSNS,
+};
 
-impl ShiftBed<'_> {
-    fn qpns(rail: Rail) -> [u32; 2] {
-        match rail {
-            Rail::Default => QPN,
-            Rail::Backup => BACKUP,
-            Rail::Control => CONTROL,
-        }
-    }
-}
-
-impl ShiftIo for ShiftBed<'_> {
-    fn post_send(&mut self, rail: Rail, wr: &SendWr<'_>) -> Result<(), PostError> {
-        self.w.hosts[self.h]
-            .qp(Self::qpns(rail)[self.h])
-            .post_send(wr)
-    }
-    fn post_recv(&mut self, rail: Rail, wr: &RecvWr<'_>) -> Result<(), PostError> {
-        self.w.hosts[self.h]
-            .qp(Self::qpns(rail)[self.h])
-            .post_recv(wr)
-    }
-    fn reconnect(&mut self, rail: Rail) {
-        let (h, q) = (self.h, Self::qpns(rail));
-        let reset = QpAttr {
-            qp_state: QpState::Reset,
-            ..QpAttr::default()
-        };
-        let _ = self.w.hosts[h].qp(q[h]).modify(&reset, AttrMask::STATE);
-        let p = PSNS[rail as usize];
-        self.w
-            .bring_up((h, q[h]), (1 - h, q[1 - h]), (p[h], p[1 - h]), self.o);
-    }
-    fn now(&self) -> u64 {
-        self.w.now()
-    }
-}
-
-/// Varuna mode's view of host 0's two QPs (its vQP's default and backup) and memory.
-struct VarunaBed<'a> {
-    w: &'a mut Testbed,
-}
-
-impl VarunaIo for VarunaBed<'_> {
-    fn post_send(&mut self, rail: Rail, wr: &SendWr<'_>) -> Result<(), PostError> {
-        let q = if rail == Rail::Default {
-            QPN[0]
-        } else {
-            BACKUP[0]
-        };
-        self.w.hosts[0].qp(q).post_send(wr)
-    }
-    fn read_local(&self, addr: u64, out: &mut [u8]) {
-        out.copy_from_slice(&self.w.hosts[0].read(addr as usize, out.len()));
-    }
-    fn write_local(&mut self, addr: u64, data: &[u8]) {
-        self.w.hosts[0].write(addr as usize, data);
+/// Host 0's vQP as Varuna mode sees it: its default and backup QPs, no pool.
+fn varuna_io(w: &mut Testbed) -> VarunaRails<'_> {
+    VarunaRails {
+        w,
+        h: 0,
+        qpns: [QPN[0], BACKUP[0]],
+        pool: None,
     }
 }
 
@@ -331,10 +281,11 @@ pub fn run(s: &Setup) -> Outcome {
                 probe_interval_ns: 500_000,
                 leader: h == 0,
             };
-            let mut io = ShiftBed {
+            let mut io = ShiftRails {
                 w: &mut w,
                 h,
-                o: &o,
+                qps: RAIL_QPS,
+                opts: &o,
             };
             sides.push(ShiftSide::new(config, &mut io));
         }
@@ -410,11 +361,19 @@ pub fn run(s: &Setup) -> Outcome {
             if shift {
                 let side = &mut sides[0];
                 post(&mut w, s, posted, |w, wr| {
-                    let _ = side.post_send(&mut ShiftBed { w, h: 0, o: &o }, wr);
+                    let _ = side.post_send(
+                        &mut ShiftRails {
+                            w,
+                            h: 0,
+                            qps: RAIL_QPS,
+                            opts: &o,
+                        },
+                        wr,
+                    );
                 });
             } else if let Some(v) = vqp.as_mut() {
                 post(&mut w, s, posted, |w, wr| {
-                    let _ = v.post_send(&mut VarunaBed { w }, wr);
+                    let _ = v.post_send(&mut varuna_io(w), wr);
                 });
             } else if let Some(x) = r2.as_mut() {
                 post(&mut w, s, posted, |w, wr| {
@@ -450,10 +409,11 @@ pub fn run(s: &Setup) -> Outcome {
                     .collect();
                 seen_h[h] += fresh.len();
                 acted |= !fresh.is_empty();
-                let mut io = ShiftBed {
+                let mut io = ShiftRails {
                     w: &mut w,
                     h,
-                    o: &o,
+                    qps: RAIL_QPS,
+                    opts: &o,
                 };
                 for (wc, at) in fresh {
                     let rail = match wc.qp_num.value() {
@@ -517,7 +477,7 @@ pub fn run(s: &Setup) -> Outcome {
                     Rail::Backup
                 };
                 let before = v.stats().failovers;
-                let shown = v.on_completion(&mut VarunaBed { w: &mut w }, rail, &wc);
+                let shown = v.on_completion(&mut varuna_io(&mut w), rail, &wc);
                 if moved_at.is_none() && v.stats().failovers > before {
                     moved_at = Some(at);
                 }

@@ -30,7 +30,7 @@ use ferroce_reliability::failover::varuna::vqp::{VarunaConfig, VarunaIo, VarunaQ
 use ferroce_stack::transport::{
     OwnedSendWr, Payload, PostError, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
 };
-use ferroce_testbed::{rails, ConnOpts, Step, Testbed};
+use ferroce_testbed::{rails, ConnOpts, PoolSeat, Step, Testbed, VarunaRails};
 
 /// How the clients survive the fault.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,7 +199,7 @@ struct Resend {
 }
 
 impl Resend {
-    fn post(&mut self, io: &mut Bed<'_>, wr: &SendWr<'_>) -> Result<(), PostError> {
+    fn post(&mut self, io: &mut VarunaRails<'_>, wr: &SendWr<'_>) -> Result<(), PostError> {
         let rail = if self.on_backup {
             Rail::Backup
         } else {
@@ -212,7 +212,7 @@ impl Resend {
 
     fn on_completion(
         &mut self,
-        io: &mut Bed<'_>,
+        io: &mut VarunaRails<'_>,
         rail: Rail,
         wc: &WorkCompletion,
     ) -> Vec<WorkCompletion> {
@@ -255,34 +255,18 @@ enum Endpoint {
     Varuna(Box<VarunaQp>),
 }
 
-/// The testbed as client `c`'s two QPs and its memory; with a pool, its backup is the
-/// pool's channel until its own is rebuilt.
-pub struct Bed<'a> {
-    pub w: &'a mut Testbed,
-    pub c: usize,
-    pub pool: Option<&'a mut BackupPool>,
-}
-
-impl VarunaIo for Bed<'_> {
-    fn post_send(&mut self, rail: Rail, wr: &SendWr<'_>) -> Result<(), PostError> {
-        if let (Rail::Backup, Some(pool)) = (rail, self.pool.as_deref_mut()) {
-            let now = self.w.now();
-            match pool.fail_over(self.c, now) {
-                Channel::Shared(k) => {
-                    let tag = pool.tag(k, self.c, wr.wr_id);
-                    let tagged = SendWr { wr_id: tag, ..*wr };
-                    return self.w.hosts[0].qp(shared_qpn(0, k)).post_send(&tagged);
-                }
-                Channel::Dedicated | Channel::None => {}
-            }
-        }
-        self.w.hosts[0].qp(qpn(rail, 0, self.c)).post_send(wr)
-    }
-    fn read_local(&self, addr: u64, out: &mut [u8]) {
-        out.copy_from_slice(&self.w.hosts[0].read(addr as usize, out.len()));
-    }
-    fn write_local(&mut self, addr: u64, data: &[u8]) {
-        self.w.hosts[0].write(addr as usize, data);
+/// Client `c`'s vQP as Varuna mode sees it: its two QPs on host 0 and, with a pool, its
+/// seat there.
+pub fn bed<'a>(w: &'a mut Testbed, c: usize, pool: Option<&'a mut BackupPool>) -> VarunaRails<'a> {
+    VarunaRails {
+        w,
+        h: 0,
+        qpns: [qpn(Rail::Default, 0, c), qpn(Rail::Backup, 0, c)],
+        pool: pool.map(|pool| PoolSeat {
+            pool,
+            vqp: c,
+            shared_qpn: |k| shared_qpn(0, k),
+        }),
     }
 }
 
@@ -465,11 +449,7 @@ pub fn run(s: &Setup) -> Outcome {
             cl.op(&w, c, |wr| wr_out = Some(OwnedSendWr::from_wr(wr)));
             let Some(wr) = wr_out else { continue };
             let wr = wr.as_wr();
-            let mut io = Bed {
-                w: &mut w,
-                c,
-                pool: pool.as_mut(),
-            };
+            let mut io = bed(&mut w, c, pool.as_mut());
             let posted = match &mut cl.ep {
                 Endpoint::Plain => io.post_send(Rail::Default, &wr),
                 Endpoint::Resend(x) => x.post(&mut io, &wr),
@@ -518,11 +498,7 @@ pub fn run(s: &Setup) -> Outcome {
             let Some(cl) = clients.get_mut(c) else {
                 continue;
             };
-            let mut io = Bed {
-                w: &mut w,
-                c,
-                pool: pool.as_mut(),
-            };
+            let mut io = bed(&mut w, c, pool.as_mut());
             let app = match &mut cl.ep {
                 Endpoint::Plain => vec![*wc],
                 Endpoint::Resend(x) => x.on_completion(&mut io, rail, wc),

@@ -20,7 +20,7 @@ use ferroce_reliability::failover::shift::Rail;
 use ferroce_reliability::failover::varuna::uid::CasBuffer;
 use ferroce_reliability::failover::varuna::vqp::{VarunaConfig, VarunaQp};
 
-use crate::varuna::{qpn, Bed};
+use crate::varuna::{bed, qpn};
 use ferroce_stack::transport::{
     Mtu, Payload, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
 };
@@ -222,14 +222,7 @@ pub fn run(s: &Setup) -> Outcome {
             for wr in &wrs {
                 let wr = wr.as_wr();
                 let r = match cl.vqp.as_mut() {
-                    Some(v) => v.post_send(
-                        &mut Bed {
-                            w: &mut w,
-                            c,
-                            pool: None,
-                        },
-                        &wr,
-                    ),
+                    Some(v) => v.post_send(&mut bed(&mut w, c, None), &wr),
                     None => w.hosts[0].qp(qpn(Rail::Default, 0, c)).post_send(&wr),
                 };
                 if r.is_err() {
@@ -260,15 +253,7 @@ pub fn run(s: &Setup) -> Outcome {
             };
             let Some(cl) = cls.get_mut(c) else { continue };
             let app = match cl.vqp.as_mut() {
-                Some(v) => v.on_completion(
-                    &mut Bed {
-                        w: &mut w,
-                        c,
-                        pool: None,
-                    },
-                    rail,
-                    wc,
-                ),
+                Some(v) => v.on_completion(&mut bed(&mut w, c, None), rail, wc),
                 None => vec![*wc],
             };
             for a in app {

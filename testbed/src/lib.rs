@@ -16,12 +16,14 @@ mod bed;
 mod conn;
 mod hooks;
 mod host;
+mod rails_io;
 mod topology;
 
 pub use bed::{Step, Testbed};
 pub use conn::ConnOpts;
 pub use hooks::PairCut;
 pub use host::{Host, PD};
+pub use rails_io::{PoolSeat, RailQps, ShiftRails, VarunaRails};
 pub use topology::{
     multipath, multipath_asym, pair, pair_asym, rails, rails_n, rails_with, star, Rails, RailsN,
 };
