@@ -25,15 +25,16 @@ use std::ops::Range;
 
 use ferroce_drivers::sim::LinkModel;
 use ferroce_drivers::Port;
+use ferroce_reliability::failover::r2ccl::conn::{Localization, LocalizeIo, Progress};
 use ferroce_reliability::failover::r2ccl::decompose::{self, Plan};
-use ferroce_reliability::failover::r2ccl::localize::{triangulate, Blame, Probes};
-use ferroce_reliability::failover::r2ccl::oob::{OobMsg, MAX_LEN};
+use ferroce_reliability::failover::r2ccl::localize::{Blame, Probes};
+use ferroce_reliability::failover::r2ccl::oob::OobMsg;
 use ferroce_reliability::failover::r2ccl::proximity::{backup_order, paired_layout};
 use ferroce_reliability::failover::r2ccl::rollback::{Receiver, Sender};
 use ferroce_stack::transport::{
     Mtu, Payload, RecvWr, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WrOpcode,
 };
-use ferroce_testbed::{rails_n, ConnOpts, PairCut, RailsN, Testbed};
+use ferroce_testbed::{rails_n, ConnOpts, OobNet, PairCut, RailsN, Testbed};
 
 use crate::r2ccl_side::OOB_NS;
 
@@ -277,10 +278,39 @@ struct Loc {
     /// a's probe QPs: to b, to the third node; b's likewise.
     a_probes: [u32; 2],
     b_probes: [u32; 2],
-    b_started: bool,
-    b_sent: bool,
-    b_results: Option<Probes>,
+    /// The sender's part (R2CCL's connection protocol), and the receiver's once told.
+    sender: Localization,
+    receiver: Option<Localization>,
     report: usize,
+}
+
+/// One end of a localization as R2CCL's connection protocol sees the run: its host's probe
+/// QPs (to the other end, to the third node) and the out-of-band network.
+struct LocIo<'a, 's> {
+    run: &'a mut Run<'s>,
+    h: usize,
+    probes: [u32; 2],
+    targets: [usize; 2],
+}
+
+impl LocalizeIo for LocIo<'_, '_> {
+    fn start_probes(&mut self) {
+        for (q, to) in self.probes.into_iter().zip(self.targets) {
+            self.run.probe(self.h, q, to);
+        }
+    }
+
+    fn probe_results(&self) -> Probes {
+        let res = |q| self.run.probes.get(&(self.h, q)).copied().flatten();
+        Probes {
+            to_peer: res(self.probes[0]),
+            to_third: res(self.probes[1]),
+        }
+    }
+
+    fn send_oob(&mut self, msg: OobMsg) {
+        self.run.send_oob(msg);
+    }
 }
 
 /// What the planner knows is broken.
@@ -324,8 +354,8 @@ struct Run<'s> {
     /// conn → its edge in the running collective.
     edge_of: HashMap<usize, usize>,
     locs: Vec<Loc>,
-    /// Out-of-band messages in flight: (delivery time, encoded bytes).
-    oob: Vec<(u64, [u8; MAX_LEN], usize)>,
+    /// The out-of-band network.
+    oob: OobNet,
     seen: Vec<usize>,
     out: Outcome,
 }
@@ -427,7 +457,7 @@ impl<'s> Run<'s> {
             edges: Vec::new(),
             edge_of: HashMap::new(),
             locs: Vec::new(),
-            oob: Vec::new(),
+            oob: OobNet::new(OOB_NS),
             seen: vec![0; s.nodes],
             out: Outcome::default(),
         }
@@ -749,7 +779,7 @@ fn words(n: usize, f: impl Fn(usize) -> u32) -> Vec<u8> {
     (0..n / 4).flat_map(|i| f(i).to_le_bytes()).collect()
 }
 
-impl Run<'_> {
+impl<'s> Run<'s> {
     /// Fills the buffers, plans the collective and hands every connection its transfers.
     fn start_collective(&mut self, iter: usize) -> bool {
         let s = self.s;
@@ -926,10 +956,42 @@ impl Run<'_> {
     }
 
     fn send_oob(&mut self, msg: OobMsg) {
-        let mut b = [0; MAX_LEN];
-        let n = msg.encode(&mut b);
-        self.oob.push((self.w.now() + OOB_NS, b, n));
+        self.oob.send(self.w.now(), &msg);
         self.out.oob_messages += 1;
+    }
+
+    /// Runs `f` on one end of localization `l` (the sender's, or the receiver's) with that
+    /// end's IO: its probe QPs and targets, the out-of-band network.
+    fn with_end<T>(
+        &mut self,
+        l: usize,
+        receiver: bool,
+        f: impl FnOnce(&mut Option<Localization>, &mut LocIo<'_, 's>) -> T,
+    ) -> T {
+        let loc = &self.locs[l];
+        let (h, probes, targets) = if receiver {
+            (loc.b, loc.b_probes, [loc.a, loc.third])
+        } else {
+            (loc.a, loc.a_probes, [loc.b, loc.third])
+        };
+        let mut end = if receiver {
+            self.locs[l].receiver.take()
+        } else {
+            Some(self.locs[l].sender.clone())
+        };
+        let mut io = LocIo {
+            run: self,
+            h,
+            probes,
+            targets,
+        };
+        let out = f(&mut end, &mut io);
+        match (receiver, end) {
+            (true, end) => self.locs[l].receiver = end,
+            (false, Some(a)) => self.locs[l].sender = a,
+            (false, None) => {}
+        }
+        out
     }
 
     /// The sender of `conn` saw its QP on `rail` fail: tell the receiver, probe.
@@ -942,13 +1004,18 @@ impl Run<'_> {
         let (ab_a, ab_b) = self.probe_pair(a, b, rail);
         let (at_a, _) = self.probe_pair(a, third, rail);
         let (bt_b, _) = self.probe_pair(b, third, rail);
-        self.probe(a, ab_a, b);
-        self.probe(a, at_a, third);
         self.out.localized.push(Localized {
             detected_at: at,
             decided_at: None,
             blamed: None,
         });
+        let mut io = LocIo {
+            run: self,
+            h: a,
+            probes: [ab_a, at_a],
+            targets: [b, third],
+        };
+        let sender = Localization::on_error(c as u32, rail as u8, &mut io);
         self.locs.push(Loc {
             conn: c,
             rail,
@@ -957,14 +1024,9 @@ impl Run<'_> {
             third,
             a_probes: [ab_a, at_a],
             b_probes: [ab_b, bt_b],
-            b_started: false,
-            b_sent: false,
-            b_results: None,
+            sender,
+            receiver: None,
             report: self.out.localized.len() - 1,
-        });
-        self.send_oob(OobMsg::ConnError {
-            conn: c as u32,
-            rail: rail as u8,
         });
     }
 
@@ -972,21 +1034,7 @@ impl Run<'_> {
     fn localize(&mut self) -> bool {
         let now = self.w.now();
         let mut acted = false;
-        let due: Vec<OobMsg> = {
-            let mut v = Vec::new();
-            self.oob.retain(|(t, b, n)| {
-                if *t <= now {
-                    if let Ok(m) = OobMsg::decode(&b[..*n]) {
-                        v.push(m);
-                    }
-                    false
-                } else {
-                    true
-                }
-            });
-            v
-        };
-        for m in due {
+        for m in self.oob.arrived(now) {
             acted = true;
             let Some(l) = self.locs.iter().position(|l| {
                 l.conn as u32 == m.conn() && self.out.localized[l.report].decided_at.is_none()
@@ -994,54 +1042,35 @@ impl Run<'_> {
                 continue;
             };
             match m {
-                OobMsg::ConnError { .. } => {
+                OobMsg::ConnError { conn, rail } => {
                     // The receiver learns its connection failed: it probes too.
-                    self.locs[l].b_started = true;
-                    let (b, a, third) = (self.locs[l].b, self.locs[l].a, self.locs[l].third);
-                    let [to_a, to_third] = self.locs[l].b_probes;
-                    self.probe(b, to_a, a);
-                    self.probe(b, to_third, third);
+                    self.with_end(l, true, |end, io| {
+                        *end = Some(Localization::on_notice(conn, rail, io));
+                    });
                 }
-                OobMsg::ProbeResults { probes, .. } => self.locs[l].b_results = Some(probes),
-                OobMsg::Migrated { .. } => {}
+                other => self.locs[l].sender.on_oob(&other),
             }
         }
         for l in 0..self.locs.len() {
             if self.out.localized[self.locs[l].report].decided_at.is_some() {
                 continue;
             }
-            let (a, b) = (self.locs[l].a, self.locs[l].b);
-            let res = |me: &Self, h: usize, q: u32| me.probes.get(&(h, q)).copied().flatten();
-            let [bp, bt] = self.locs[l].b_probes;
-            if self.locs[l].b_started && !self.locs[l].b_sent {
-                if let (Some(p), Some(t)) = (res(self, b, bp), res(self, b, bt)) {
-                    self.locs[l].b_sent = true;
-                    let (conn, rail) = (self.locs[l].conn, self.locs[l].rail);
-                    self.send_oob(OobMsg::ProbeResults {
-                        conn: conn as u32,
-                        rail: rail as u8,
-                        probes: Probes {
-                            to_peer: Some(p),
-                            to_third: Some(t),
-                        },
-                    });
-                    acted = true;
-                }
-            }
-            let [ap, at] = self.locs[l].a_probes;
-            let (Some(p), Some(t), Some(theirs)) =
-                (res(self, a, ap), res(self, a, at), self.locs[l].b_results)
-            else {
+            acted |= self.with_end(l, true, |end, io| {
+                end.as_mut()
+                    .is_some_and(|b| b.poll(io) == Progress::Reported)
+            });
+            let decided = self.with_end(l, false, |end, io| match end.as_mut() {
+                Some(a) => a.poll(io),
+                None => Progress::Idle,
+            });
+            let Progress::Decided(blamed) = decided else {
                 continue;
             };
             // The verdict, the move, the rollback.
             acted = true;
-            let ours = Probes {
-                to_peer: Some(p),
-                to_third: Some(t),
-            };
+            let (a, b) = (self.locs[l].a, self.locs[l].b);
             let (c, rail) = (self.locs[l].conn, self.locs[l].rail);
-            let blamed = triangulate(ours, Some(theirs)).map(|x| Component::of(x, a, b, rail));
+            let blamed = blamed.map(|x| Component::of(x, a, b, rail));
             if let Some(x) = blamed {
                 self.health.learn(x);
             }
@@ -1060,9 +1089,10 @@ impl Run<'_> {
                 self.out.resent += u64::from(self.edges[e].tx.resent - before);
                 self.edges[e].held = false;
             }
-            self.send_oob(OobMsg::Migrated {
-                conn: c as u32,
-                rail: to as u8,
+            self.with_end(l, false, |end, io| {
+                if let Some(a) = end.as_ref() {
+                    a.migrated(to as u8, io);
+                }
             });
         }
         acted
@@ -1129,7 +1159,7 @@ pub fn run(s: &Setup) -> Outcome {
             continue;
         }
         let mut horizon = DEADLINE_NS;
-        for t in x.oob.iter().map(|o| o.0).chain(next_start) {
+        for t in x.oob.next_arrival().into_iter().chain(next_start) {
             horizon = horizon.min(t.max(now + 1));
         }
         if !hooked {

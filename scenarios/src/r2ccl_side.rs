@@ -12,12 +12,13 @@
 
 use std::collections::VecDeque;
 
-use ferroce_reliability::failover::r2ccl::localize::{triangulate, Blame, Probes};
-use ferroce_reliability::failover::r2ccl::oob::{OobMsg, MAX_LEN};
+use ferroce_reliability::failover::r2ccl::conn::{Localization, LocalizeIo, Progress};
+use ferroce_reliability::failover::r2ccl::localize::{Blame, Probes};
+use ferroce_reliability::failover::r2ccl::oob::OobMsg;
 use ferroce_stack::transport::{
     OwnedSendWr, Payload, PostError, SendFlags, SendWr, WcStatus, WorkCompletion,
 };
-use ferroce_testbed::Testbed;
+use ferroce_testbed::{OobNet, Testbed};
 
 /// One-way delay of an out-of-band message (a TCP message over the management network).
 pub const OOB_NS: u64 = 50_000;
@@ -29,12 +30,41 @@ pub const PROBE_PAIRS: [((usize, u32), (usize, u32)); 3] = [
     ((1, 0x44), (2, 0x45)),
 ];
 
-/// Host 0's (A's) and host 1's (B's) probes: (host, its QPN, target host).
+/// Host 0's (A's) and host 1's (B's) probes, to the peer then to the third node: (host,
+/// its QPN, target host).
 const A_PROBES: [(usize, u32, usize); 2] = [(0, 0x40, 1), (0, 0x42, 2)];
 const B_PROBES: [(usize, u32, usize); 2] = [(1, 0x41, 0), (1, 0x44, 2)];
 
+/// One end of the localization on the testbed: its probe QPs, the out-of-band network.
+struct EndIo<'a> {
+    w: &'a mut Testbed,
+    oob: &'a mut OobNet,
+    now: u64,
+    probes: [(usize, u32, usize); 2],
+}
+
+impl LocalizeIo for EndIo<'_> {
+    fn start_probes(&mut self) {
+        for (h, q, to) in self.probes {
+            probe(self.w, h, q, to);
+        }
+    }
+
+    fn probe_results(&self) -> Probes {
+        let [(h, peer, _), (_, third, _)] = self.probes;
+        Probes {
+            to_peer: result(self.w, h, peer),
+            to_third: result(self.w, h, third),
+        }
+    }
+
+    fn send_oob(&mut self, msg: OobMsg) {
+        self.oob.send(self.now, &msg);
+    }
+}
+
 /// R2CCL's state for the stream (see the module documentation).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct R2ccl {
     /// The data QPs: host 0's default and backup.
     default_qp: u32,
@@ -43,14 +73,11 @@ pub struct R2ccl {
     out: VecDeque<OwnedSendWr>,
     on_backup: bool,
     failed: bool,
-    /// When the error came.
-    detected_at: Option<u64>,
-    /// Out-of-band messages in flight (delivery time, encoded bytes), and host 1's probe
-    /// results as host 0 received them.
-    oob: Vec<(u64, [u8; MAX_LEN], usize)>,
-    b_results: Option<Probes>,
-    b_probed: bool,
-    b_sent: bool,
+    /// The out-of-band network between the two hosts.
+    oob: OobNet,
+    /// Host 0's and host 1's part in localizing the failure, once each has one.
+    sender: Option<Localization>,
+    receiver: Option<Localization>,
     /// What was blamed, and when.
     pub verdict: Option<(Option<Blame>, u64)>,
     /// WRs posted again on the backup.
@@ -62,13 +89,20 @@ impl R2ccl {
         Self {
             default_qp,
             backup_qp,
-            ..Self::default()
+            out: VecDeque::new(),
+            on_backup: false,
+            failed: false,
+            oob: OobNet::new(OOB_NS),
+            sender: None,
+            receiver: None,
+            verdict: None,
+            resent: 0,
         }
     }
 
     /// Whether the stream may post now (not while localizing, not once both QPs failed).
     pub fn may_post(&self) -> bool {
-        !self.failed && (self.detected_at.is_none() || self.on_backup)
+        !self.failed && (self.sender.is_none() || self.on_backup)
     }
 
     pub fn failed(&self) -> bool {
@@ -116,19 +150,15 @@ impl R2ccl {
             self.out.pop_front();
             return vec![*wc];
         }
-        if !self.on_backup && wc.status == WcStatus::RetryExcErr && self.detected_at.is_none() {
+        if !self.on_backup && wc.status == WcStatus::RetryExcErr && self.sender.is_none() {
             // The error: tell the peer, probe.
-            self.detected_at = Some(at);
-            self.send(
-                at,
-                OobMsg::ConnError {
-                    conn: self.default_qp,
-                    rail: 0,
-                },
-            );
-            for (ph, pq, to) in A_PROBES {
-                probe(w, ph, pq, to);
-            }
+            let mut io = EndIo {
+                w,
+                oob: &mut self.oob,
+                now: at,
+                probes: A_PROBES,
+            };
+            self.sender = Some(Localization::on_error(self.default_qp, 0, &mut io));
             return Vec::new();
         }
         if self.on_backup {
@@ -146,88 +176,81 @@ impl R2ccl {
         Vec::new()
     }
 
-    fn send(&mut self, now: u64, msg: OobMsg) {
-        let mut b = [0; MAX_LEN];
-        let n = msg.encode(&mut b);
-        self.oob.push((now + OOB_NS, b, n));
-    }
-
     /// The next out-of-band event.
     pub fn next_timeout(&self) -> Option<u64> {
-        self.oob.iter().map(|o| o.0).min()
+        self.oob.next_arrival()
     }
 
-    /// Out-of-band messages due at `now` (decoded from their bytes, as the peer would),
-    /// and the probes' progress: host 1 probes when told and sends its results back once
-    /// its probes are done; with them and its own, host 0 blames and migrates. True when it
-    /// posted or sent something.
+    /// Out-of-band messages due at `now`, and the localization's progress: host 1 probes
+    /// when told and sends its results back once its probes are done; with them and its
+    /// own, host 0 blames and migrates. True when it posted or sent something.
     pub fn poll(&mut self, w: &mut Testbed, now: u64) -> bool {
         let mut acted = false;
-        let mut due = Vec::new();
-        self.oob.retain(|&(t, b, n)| {
-            if t <= now {
-                due.push(OobMsg::decode(&b[..n]));
-            }
-            t > now
-        });
-        for m in due {
+        let Self {
+            oob,
+            sender,
+            receiver,
+            ..
+        } = self;
+        for m in oob.arrived(now) {
             acted = true;
             match m {
-                Ok(OobMsg::ConnError { .. }) if !self.b_probed => {
-                    self.b_probed = true;
-                    for (ph, pq, to) in B_PROBES {
-                        probe(w, ph, pq, to);
+                OobMsg::ConnError { conn, rail } if receiver.is_none() => {
+                    let mut io = EndIo {
+                        w,
+                        oob,
+                        now,
+                        probes: B_PROBES,
+                    };
+                    *receiver = Some(Localization::on_notice(conn, rail, &mut io));
+                }
+                other => {
+                    if let Some(a) = sender.as_mut() {
+                        a.on_oob(&other);
                     }
                 }
-                Ok(OobMsg::ProbeResults { probes, .. }) => self.b_results = Some(probes),
-                _ => {}
             }
         }
-        if self.b_probed && !self.b_sent {
-            if let (Some(p), Some(t)) = (result(w, 1, 0x41), result(w, 1, 0x44)) {
-                self.b_sent = true;
-                let probes = Probes {
-                    to_peer: Some(p),
-                    to_third: Some(t),
-                };
-                self.send(
-                    now,
-                    OobMsg::ProbeResults {
-                        conn: self.default_qp,
-                        rail: 0,
-                        probes,
-                    },
-                );
-                acted = true;
-            }
-        }
-        if let (Some(b), None) = (self.b_results, self.verdict) {
-            let (Some(p), Some(t)) = (result(w, 0, 0x40), result(w, 0, 0x42)) else {
-                return acted;
-            };
-            let a = Probes {
-                to_peer: Some(p),
-                to_third: Some(t),
-            };
-            self.verdict = Some((triangulate(a, Some(b)), now));
-            // Rollback: from the first WR without a completion, on the backup.
-            self.on_backup = true;
-            for o in &self.out {
-                if w.hosts[0].qp(self.backup_qp).post_send(&o.as_wr()).is_err() {
-                    self.failed = true;
-                }
-            }
-            self.resent = self.out.len() as u64;
-            self.send(
+        if let Some(b) = receiver.as_mut() {
+            let mut io = EndIo {
+                w,
+                oob,
                 now,
-                OobMsg::Migrated {
-                    conn: self.default_qp,
-                    rail: 1,
-                },
-            );
-            acted = true;
+                probes: B_PROBES,
+            };
+            acted |= b.poll(&mut io) == Progress::Reported;
         }
-        acted
+        let Some(a) = sender.as_mut() else {
+            return acted;
+        };
+        let mut io = EndIo {
+            w,
+            oob,
+            now,
+            probes: A_PROBES,
+        };
+        let Progress::Decided(blamed) = a.poll(&mut io) else {
+            return acted;
+        };
+        self.verdict = Some((blamed, now));
+        // Rollback: from the first WR without a completion, on the backup.
+        self.on_backup = true;
+        for o in &self.out {
+            if w.hosts[0].qp(self.backup_qp).post_send(&o.as_wr()).is_err() {
+                self.failed = true;
+            }
+        }
+        self.resent = self.out.len() as u64;
+        let mut io = EndIo {
+            w,
+            oob: &mut self.oob,
+            now,
+            probes: A_PROBES,
+        };
+        if let Some(a) = self.sender.as_ref() {
+            a.migrated(1, &mut io);
+        }
+        true
     }
 }
 

@@ -16,6 +16,7 @@ mod bed;
 mod conn;
 mod hooks;
 mod host;
+mod oob;
 mod rails_io;
 mod topology;
 
@@ -23,6 +24,7 @@ pub use bed::{Step, Testbed};
 pub use conn::ConnOpts;
 pub use hooks::PairCut;
 pub use host::{Host, PD};
+pub use oob::OobNet;
 pub use rails_io::{PoolSeat, RailQps, ShiftRails, VarunaRails};
 pub use topology::{
     multipath, multipath_asym, pair, pair_asym, rails, rails_n, rails_with, star, Rails, RailsN,

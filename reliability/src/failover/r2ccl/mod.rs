@@ -1,6 +1,10 @@
 //! R2CCL (seed 003, issue 23): its failure handling and its AllReduce decomposition,
-//! sans-IO. The collective that drives them over RC QPs is `ferroce scenario allreduce`.
+//! sans-IO. The experiments that drive them over RC QPs on the testbed are the scenarios
+//! crate's `allreduce` (the collective) and `failover` (its `r2ccl` scheme, a WR stream).
 //!
+//! - [`conn`]: the protocol of one failed connection, per end — the error, the
+//!   out-of-band notice, both ends' probes, the results sent back, the sender's verdict,
+//!   the move announced — behind a small IO trait.
 //! - [`oob`]: bilateral failure awareness — the messages the two ends of a failed
 //!   connection swap over the out-of-band (bootstrap TCP) connection.
 //! - [`localize`]: probe triangulation — which component a failed connection's fault is
@@ -11,6 +15,7 @@
 //! - [`decompose`]: R2CCL-AllReduce — when and how to split an AllReduce into a global and
 //!   a partial ring and a broadcast around a node that lost bandwidth.
 
+pub mod conn;
 pub mod decompose;
 pub mod localize;
 pub mod oob;
