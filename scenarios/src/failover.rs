@@ -16,7 +16,7 @@
 //! third host on both rails, idle but for R2CCL's probes.
 
 use ferroce_drivers::sim::LinkModel;
-use ferroce_reliability::failover::shift::{Rail, ShiftConfig, ShiftSide};
+use ferroce_reliability::failover::shift::{Rail, ShiftConfig};
 use ferroce_reliability::failover::varuna::uid::CasBuffer;
 use ferroce_reliability::failover::varuna::vqp::{VarunaConfig, VarunaQp};
 use ferroce_stack::transport::{
@@ -24,7 +24,7 @@ use ferroce_stack::transport::{
     WcStatus, WorkCompletion, WrOpcode,
 };
 use ferroce_stack::wire::Qpn;
-use ferroce_testbed::{rails_n, ConnOpts, RailQps, ShiftRails, Testbed, VarunaRails, PD};
+use ferroce_testbed::{rails_n, ConnOpts, RailQps, ShiftPair, Testbed, VarunaRails, PD};
 
 use crate::r2ccl_side::{self, R2ccl};
 
@@ -274,23 +274,13 @@ pub fn run(s: &Setup) -> Outcome {
         w.set_alternate((1, QPN[1]), 0, (1, 1));
     }
     // SHIFT: host 0 leads (probes, starts the switch-back); a probe every 500 µs.
-    let mut sides: Vec<ShiftSide> = Vec::new();
-    if s.scheme == Scheme::Shift {
-        for h in 0..2 {
-            let config = ShiftConfig {
-                probe_interval_ns: 500_000,
-                leader: h == 0,
-            };
-            let mut io = ShiftRails {
-                w: &mut w,
-                h,
-                qps: RAIL_QPS,
-                opts: &o,
-            };
-            sides.push(ShiftSide::new(config, &mut io));
-        }
-    }
-    let mut seen_h = [0usize; 2];
+    let mut pair = (s.scheme == Scheme::Shift).then(|| {
+        let config = |leader| ShiftConfig {
+            probe_interval_ns: 500_000,
+            leader,
+        };
+        ShiftPair::new(&mut w, RAIL_QPS, o, [config(true), config(false)])
+    });
     let pattern: Vec<u8> = (0..s.size).map(|i| (i * 13 + 7) as u8).collect();
     w.hosts[0].write(SRC, &pattern);
     let (from, until) = (s.fault_at, s.heal_at);
@@ -342,7 +332,7 @@ pub fn run(s: &Setup) -> Outcome {
             break;
         }
         let dead = if shift {
-            sides[0].failed()
+            pair.as_ref().is_some_and(|p| p.sides[0].failed())
         } else if let Some(v) = vqp.as_ref() {
             v.failed()
         } else if let Some(x) = r2.as_ref() {
@@ -358,18 +348,9 @@ pub fn run(s: &Setup) -> Outcome {
             && r2.as_ref().is_none_or(R2ccl::may_post)
             && !draining_for_switch
         {
-            if shift {
-                let side = &mut sides[0];
+            if let Some(p) = pair.as_mut() {
                 post(&mut w, s, posted, |w, wr| {
-                    let _ = side.post_send(
-                        &mut ShiftRails {
-                            w,
-                            h: 0,
-                            qps: RAIL_QPS,
-                            opts: &o,
-                        },
-                        wr,
-                    );
+                    let _ = p.post_send(w, 0, wr);
                 });
             } else if let Some(v) = vqp.as_mut() {
                 post(&mut w, s, posted, |w, wr| {
@@ -392,46 +373,20 @@ pub fn run(s: &Setup) -> Outcome {
         } else {
             s.end
         };
-        let horizon = sides
-            .iter()
-            .filter_map(ShiftSide::next_timeout)
-            .min()
+        let horizon = pair
+            .as_ref()
+            .and_then(ShiftPair::next_timeout)
             .map_or(end, |t| t.clamp(now + 1, end));
         // A turn, then (SHIFT) its completions, which may post, before time moves.
         let sent = w.turn();
         let mut acted = false;
-        if shift {
-            for (h, side) in sides.iter_mut().enumerate() {
-                let fresh: Vec<(WorkCompletion, u64)> = w.hosts[h].completions[seen_h[h]..]
-                    .iter()
-                    .copied()
-                    .zip(w.hosts[h].completed_at[seen_h[h]..].iter().copied())
-                    .collect();
-                seen_h[h] += fresh.len();
-                acted |= !fresh.is_empty();
-                let mut io = ShiftRails {
-                    w: &mut w,
-                    h,
-                    qps: RAIL_QPS,
-                    opts: &o,
-                };
-                for (wc, at) in fresh {
-                    let rail = match wc.qp_num.value() {
-                        q if q == QPN[h] => Rail::Default,
-                        q if q == BACKUP[h] => Rail::Backup,
-                        _ => Rail::Control,
-                    };
-                    let before = side.stats().fallbacks;
-                    let shown = side.on_completion(&mut io, rail, &wc);
-                    if h == 0 {
-                        if moved_at.is_none() && side.stats().fallbacks > before {
-                            moved_at = Some(at);
-                        }
-                        app.extend(shown.into_iter().map(|c| (c, at)));
-                    }
-                }
-                side.poll(&mut io);
+        if let Some(p) = pair.as_mut() {
+            acted |= p.turn(&mut w);
+            if moved_at.is_none() {
+                moved_at = p.fell_back_at[0];
             }
+            app.append(&mut p.shown[0]);
+            p.shown[1].clear();
         }
         if let Some(x) = r2.as_mut() {
             let fresh = completions_since(&w, &mut seen_varuna);
@@ -569,8 +524,8 @@ pub fn run(s: &Setup) -> Outcome {
             + w.hosts[0].qp(BACKUP[0]).counters().retransmitted_packets * 4096;
         out.log_bytes = st.log_bytes;
     }
-    if let Some(side) = sides.first() {
-        let st = side.stats();
+    if let Some(p) = pair.as_ref() {
+        let st = p.sides[0].stats();
         out.migrations = st.fallbacks + st.switchbacks;
         out.refused = st.refused;
         // WRs resubmitted, and what the backup QP's transport resent on its own.

@@ -698,7 +698,7 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "1000 seeds: run in release (cargo test --release -p ferroce-cli -- --ignored lock)"]
+    #[ignore = "1000 seeds: run in release (cargo test --release -p ferroce-scenarios -- --ignored lock)"]
     fn the_lock_and_counter_stay_right_through_a_failure_thousand_seeds() {
         check(0..1000);
     }

@@ -25,7 +25,7 @@ pub use conn::ConnOpts;
 pub use hooks::PairCut;
 pub use host::{Host, PD};
 pub use oob::OobNet;
-pub use rails_io::{PoolSeat, RailQps, ShiftRails, VarunaRails};
+pub use rails_io::{PoolSeat, RailQps, ShiftPair, ShiftRails, VarunaRails};
 pub use topology::{
     multipath, multipath_asym, pair, pair_asym, rails, rails_n, rails_with, star, Rails, RailsN,
 };

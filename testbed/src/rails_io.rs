@@ -3,10 +3,12 @@
 //! that runs those layers in virtual time. (The verbs API has its own, over verbs QPs:
 //! `ferroce_verbs::shift`.)
 
-use ferroce_reliability::failover::shift::{Rail, ShiftIo};
+use ferroce_reliability::failover::shift::{Rail, ShiftConfig, ShiftIo, ShiftSide};
 use ferroce_reliability::failover::varuna::pool::{BackupPool, Channel};
 use ferroce_reliability::failover::varuna::vqp::VarunaIo;
-use ferroce_stack::transport::{AttrMask, PostError, QpAttr, QpState, RecvWr, SendWr};
+use ferroce_stack::transport::{
+    AttrMask, PostError, QpAttr, QpState, RecvWr, SendWr, WorkCompletion,
+};
 
 use crate::{ConnOpts, Testbed};
 
@@ -61,6 +63,130 @@ impl ShiftIo for ShiftRails<'_> {
 
     fn now(&self) -> u64 {
         self.w.now()
+    }
+}
+
+/// SHIFT mode on both hosts of a two-host rails testbed: each host's [`ShiftSide`] over its
+/// three QPs, handed the host's completions as the testbed takes them — the driving loop
+/// every experiment and test of SHIFT on the testbed shares.
+pub struct ShiftPair {
+    /// Host 0's and host 1's side.
+    pub sides: [ShiftSide; 2],
+    /// What each side gave its application, with the time each completion was taken.
+    pub shown: [Vec<(WorkCompletion, u64)>; 2],
+    /// When each side first fell back (its first completion that started a fallback).
+    pub fell_back_at: [Option<u64>; 2],
+    qps: RailQps,
+    opts: ConnOpts,
+    /// Each host's completions handed over so far.
+    seen: [usize; 2],
+}
+
+impl ShiftPair {
+    /// Sides for hosts 0 and 1 with `configs`, over the QPs `qps` (at RTS, set up with
+    /// `opts`); each posts its control QP's receives now.
+    pub fn new(w: &mut Testbed, qps: RailQps, opts: ConnOpts, configs: [ShiftConfig; 2]) -> Self {
+        let mut side = |h: usize| {
+            ShiftSide::new(
+                configs[h],
+                &mut ShiftRails {
+                    w,
+                    h,
+                    qps,
+                    opts: &opts,
+                },
+            )
+        };
+        let sides = [side(0), side(1)];
+        Self {
+            sides,
+            shown: [Vec::new(), Vec::new()],
+            fell_back_at: [None; 2],
+            qps,
+            opts,
+            seen: [w.hosts[0].completions.len(), w.hosts[1].completions.len()],
+        }
+    }
+
+    /// Runs `f` on host `h`'s side with its IO.
+    pub fn with_side<T>(
+        &mut self,
+        w: &mut Testbed,
+        h: usize,
+        f: impl FnOnce(&mut ShiftSide, &mut ShiftRails<'_>) -> T,
+    ) -> T {
+        let mut io = ShiftRails {
+            w,
+            h,
+            qps: self.qps,
+            opts: &self.opts,
+        };
+        f(&mut self.sides[h], &mut io)
+    }
+
+    /// Posts a send WR through host `h`'s side.
+    pub fn post_send(
+        &mut self,
+        w: &mut Testbed,
+        h: usize,
+        wr: &SendWr<'_>,
+    ) -> Result<(), PostError> {
+        self.with_side(w, h, |side, io| side.post_send(io, wr))
+    }
+
+    /// Posts a receive WR through host `h`'s side.
+    pub fn post_recv(
+        &mut self,
+        w: &mut Testbed,
+        h: usize,
+        wr: &RecvWr<'_>,
+    ) -> Result<(), PostError> {
+        self.with_side(w, h, |side, io| side.post_recv(io, wr))
+    }
+
+    /// Each host's completions since the last call go to its side, which may post (what it
+    /// gives the application lands in `shown`), then each side takes its turn (probes, the
+    /// switch-back); host 0 first. True when a completion was handed over.
+    pub fn turn(&mut self, w: &mut Testbed) -> bool {
+        let mut acted = false;
+        for h in 0..2 {
+            let host = &w.hosts[h];
+            let fresh: Vec<(WorkCompletion, u64)> = host.completions[self.seen[h]..]
+                .iter()
+                .copied()
+                .zip(host.completed_at[self.seen[h]..].iter().copied())
+                .collect();
+            self.seen[h] += fresh.len();
+            acted |= !fresh.is_empty();
+            let qpns = self.qps.qpns;
+            let mut io = ShiftRails {
+                w,
+                h,
+                qps: self.qps,
+                opts: &self.opts,
+            };
+            let side = &mut self.sides[h];
+            for (wc, at) in fresh {
+                let rail = match wc.qp_num.value() {
+                    q if q == qpns[Rail::Default as usize][h] => Rail::Default,
+                    q if q == qpns[Rail::Backup as usize][h] => Rail::Backup,
+                    _ => Rail::Control,
+                };
+                let before = side.stats().fallbacks;
+                let shown = side.on_completion(&mut io, rail, &wc);
+                if self.fell_back_at[h].is_none() && side.stats().fallbacks > before {
+                    self.fell_back_at[h] = Some(at);
+                }
+                self.shown[h].extend(shown.into_iter().map(|c| (c, at)));
+            }
+            side.poll(&mut io);
+        }
+        acted
+    }
+
+    /// The earliest time a side wants a turn (its next probe).
+    pub fn next_timeout(&self) -> Option<u64> {
+        self.sides.iter().filter_map(ShiftSide::next_timeout).min()
     }
 }
 

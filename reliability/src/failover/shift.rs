@@ -708,5 +708,4 @@ fn control_write(id: u64, imm: u32) -> SendWr<'static> {
         .flags(SendFlags::SIGNALED)
 }
 
-#[cfg(test)]
-mod tests;
+// Its tests run it on the testbed's rails: reliability/tests/shift.rs.

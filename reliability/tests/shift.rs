@@ -1,167 +1,115 @@
-//! SHIFT mode between two sides over four sans-IO QPs (a default and a backup pair), each
-//! pair on a "rail" this rig can cut: fallback with the handshake, skipping SENDs whose
-//! acknowledgement was lost, the safety rule, probing and switch-back with the fence.
+//! SHIFT mode between two hosts of the rails testbed: each host's default QP on rail 0,
+//! its backup and control QPs on rail 1, driven by the testbed's `ShiftPair`; a rail is cut
+//! (or one direction of it) with a switch hook on its ToR. Fallback with the handshake,
+//! skipping SENDs whose acknowledgement was lost, the safety rule, probing and switch-back
+//! with the fence.
 
-use super::*;
-use ferroce_stack::transport::loopback::connect;
+use ferroce_drivers::sim::LinkModel;
+use ferroce_drivers::Port;
+use ferroce_reliability::failover::shift::{RecvState, SendState, ShiftConfig, NO_RESEND};
+use ferroce_stack::switch::{HookCtx, SwitchHook, Verdict};
 use ferroce_stack::transport::{
-    Access, AttrMask, MrKeys, MrTable, PdId, Qp, QpAttr, QpConfig, QpState, QpType,
+    Access, Payload, RecvWr, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
 };
-use ferroce_stack::wire::{Checks, Qpn, RoceRepr};
+use ferroce_stack::wire::MacAddr;
+use ferroce_testbed::{rails, ConnOpts, RailQps, Rails, ShiftPair, Step, Testbed};
 
-const PD: PdId = PdId(1);
 const LEN: usize = 1 << 20;
 
-struct Io<'a> {
-    qps: &'a mut [Qp; 3],
-    saved: &'a [QpAttr; 3],
-    now: u64,
-}
+/// Each rail's QP pair (default, backup, control) and first PSNs.
+const QPS: RailQps = RailQps {
+    qpns: [[0x10, 0x20], [0x11, 0x21], [0x12, 0x22]],
+    psns: [[0, 0], [0, 0], [0, 0]],
+};
 
-impl ShiftIo for Io<'_> {
-    fn post_send(&mut self, rail: Rail, wr: &SendWr<'_>) -> Result<(), PostError> {
-        self.qps[rail as usize].post_send(wr)
-    }
-    fn post_recv(&mut self, rail: Rail, wr: &RecvWr<'_>) -> Result<(), PostError> {
-        self.qps[rail as usize].post_recv(wr)
-    }
-    fn reconnect(&mut self, rail: Rail) {
-        let qp = &mut self.qps[rail as usize];
-        let reset = QpAttr {
-            qp_state: QpState::Reset,
-            ..QpAttr::default()
-        };
-        qp.modify(&reset, AttrMask::STATE).unwrap();
-        qp.bring_up(&self.saved[rail as usize]).unwrap();
-    }
-    fn now(&self) -> u64 {
-        self.now
+/// Drops the frames through a ToR: all of them, or those from one MAC.
+struct Cut(Option<MacAddr>);
+
+impl SwitchHook for Cut {
+    fn on_frame(&mut self, _ctx: &HookCtx<'_>, frame: &mut Vec<u8>) -> Verdict {
+        match self.0 {
+            Some(mac) if frame.get(6..12) != Some(&mac.0[..]) => Verdict::Forward,
+            _ => Verdict::Drop,
+        }
     }
 }
 
-/// Two sides, each with a default QP (on wire 0), a backup and a control QP (both on wire 1)
-/// and 1 MiB registered.
+/// Two hosts on two rails, SHIFT mode on both (host 0 leads, a probe every 200 µs), 1 MiB
+/// registered on each, a fast retry budget (an error after three tries of 8 µs).
 struct Rig {
-    qps: [[Qp; 3]; 2],
-    saved: [[QpAttr; 3]; 2],
-    mem: [MrTable; 2],
-    keys: [MrKeys; 2],
-    sides: [ShiftSide; 2],
-    app: [Vec<WorkCompletion>; 2],
-    /// Per wire: frames get through.
-    up: [bool; 2],
-    /// Per side and wire: frames *from* that side are lost (one direction only).
-    drop_from: [[bool; 2]; 2],
-    now: u64,
+    w: Testbed,
+    r: Rails,
+    pair: ShiftPair,
 }
 
 impl Rig {
     fn new() -> Self {
-        let attr = QpAttr {
-            timeout: 1,   // 8 µs
-            retry_cnt: 2, // an error after three tries
-            qp_access_flags: Access::REMOTE_WRITE
+        let (mut w, r) = rails(1, LinkModel::new(100_000_000_000, 500), LEN);
+        let o = ConnOpts {
+            timeout: 1,
+            retry_cnt: 2,
+            access: Access::REMOTE_WRITE
                 .with(Access::REMOTE_READ)
                 .with(Access::REMOTE_ATOMIC),
-            ..QpAttr::default()
+            ..ConnOpts::default()
         };
-        let mk = |n: u32| Qp::new(QpConfig::new(Qpn::new(n), QpType::Rc, PD));
-        let (mut a0, mut b0, mut a1, mut b1) = (mk(0x10), mk(0x20), mk(0x11), mk(0x21));
-        let (mut a2, mut b2) = (mk(0x12), mk(0x22));
-        connect(&mut a0, &mut b0, &attr).unwrap();
-        connect(&mut a1, &mut b1, &attr).unwrap();
-        connect(&mut a2, &mut b2, &attr).unwrap();
-        let saved = [
-            [a0.query(), a1.query(), a2.query()],
-            [b0.query(), b1.query(), b2.query()],
-        ];
-        let mut qps = [[a0, a1, a2], [b0, b1, b2]];
-        let mut mem = [MrTable::new(1), MrTable::new(2)];
-        let all = Access::LOCAL_WRITE
-            .with(Access::REMOTE_WRITE)
-            .with(Access::REMOTE_READ)
-            .with(Access::REMOTE_ATOMIC);
-        let keys = [
-            mem[0].register_owned_at(PD, LEN, 0, all).unwrap(),
-            mem[1].register_owned_at(PD, LEN, 0, all).unwrap(),
-        ];
-        let sides = [0, 1].map(|s| {
-            let cfg = ShiftConfig {
-                probe_interval_ns: 200_000,
-                leader: s == 0,
-            };
-            let mut io = Io {
-                qps: &mut qps[s],
-                saved: &saved[s],
-                now: 0,
-            };
-            ShiftSide::new(cfg, &mut io)
-        });
-        Self {
-            qps,
-            saved,
-            mem,
-            keys,
-            sides,
-            app: [Vec::new(), Vec::new()],
-            up: [true, true],
-            drop_from: [[false; 2]; 2],
-            now: 0,
+        for (rail, port) in [(0, 0), (1, 1), (2, 1)] {
+            let [a, b] = QPS.qpns[rail];
+            let [pa, pb] = QPS.psns[rail];
+            w.connect_rc_on(port, ((0, a), (1, b)), (pa, pb), &o);
+        }
+        let config = |leader| ShiftConfig {
+            probe_interval_ns: 200_000,
+            leader,
+        };
+        let pair = ShiftPair::new(&mut w, QPS, o, [config(true), config(false)]);
+        Self { w, r, pair }
+    }
+
+    /// What host `s`'s side gave its application so far.
+    fn app(&self, s: usize) -> Vec<WorkCompletion> {
+        self.pair.shown[s].iter().map(|x| x.0).collect()
+    }
+
+    /// Rail `wire` carries frames (`up`) or loses them all.
+    fn set_up(&mut self, wire: usize, up: bool) {
+        let tor = self.r.tors[wire];
+        if up {
+            self.w.fabric.clear_hook(tor);
+        } else {
+            self.w.fabric.set_hook(tor, Cut(None));
         }
     }
 
-    fn with_io<T>(&mut self, s: usize, f: impl FnOnce(&mut ShiftSide, &mut Io<'_>) -> T) -> T {
-        let mut io = Io {
-            qps: &mut self.qps[s],
-            saved: &self.saved[s],
-            now: self.now,
-        };
-        f(&mut self.sides[s], &mut io)
+    /// Rail `wire` loses the frames host `s` sends on it (one direction only).
+    fn drop_from(&mut self, s: usize, wire: usize) {
+        let mac = self.w.hosts[s].port(wire).mac();
+        self.w.fabric.set_hook(self.r.tors[wire], Cut(Some(mac)));
     }
 
-    /// One microsecond: frames across each wire that is up, timers, completions, probes.
+    /// One microsecond of virtual time: frames, timers, completions handed to the sides,
+    /// their probes.
     fn step(&mut self) {
-        let mut buf = vec![0u8; 16 * 1024];
-        for rail in 0..3 {
-            let wire = rail.min(1);
-            for s in 0..2 {
-                let mut frames = Vec::new();
-                while let Some(n) =
-                    self.qps[s][rail].poll_transmit(self.now, &mut buf, &self.mem[s])
-                {
-                    frames.push(buf[..n].to_vec());
-                }
-                if !self.up[wire] || self.drop_from[s][wire] {
-                    continue;
-                }
-                let (left, right) = self.qps.split_at_mut(1);
-                let peer = if s == 0 {
-                    &mut right[0][rail]
-                } else {
-                    &mut left[0][rail]
-                };
-                for f in frames {
-                    let p = RoceRepr::parse(&f, Checks::ALL).unwrap();
-                    peer.handle_packet(self.now, &p, &mut self.mem[1 - s]);
-                }
+        let target = self.w.now() + 1_000;
+        loop {
+            let sent = self.w.turn();
+            let acted = self.pair.turn(&mut self.w);
+            if sent > 0 || acted {
+                continue;
+            }
+            let now = self.w.now();
+            if now >= target {
+                return;
+            }
+            let horizon = self
+                .pair
+                .next_timeout()
+                .map_or(target, |t| t.clamp(now + 1, target));
+            match self.w.advance(horizon) {
+                Step::Worked | Step::Advanced => {}
+                Step::Idle | Step::Beyond => self.w.fabric.advance_to(horizon),
             }
         }
-        for s in 0..2 {
-            for rail in 0..3 {
-                let qp = &mut self.qps[s][rail];
-                if qp.poll_timeout().is_some_and(|t| t <= self.now) {
-                    qp.handle_timeout(self.now);
-                }
-            }
-            for rail in [Rail::Default, Rail::Backup, Rail::Control] {
-                while let Some(wc) = self.qps[s][rail as usize].poll_completion() {
-                    let out = self.with_io(s, |side, io| side.on_completion(io, rail, &wc));
-                    self.app[s].extend(out);
-                }
-            }
-            self.with_io(s, |side, io| side.poll(io));
-        }
-        self.now += 1_000;
     }
 
     fn run_until(&mut self, limit_us: u64, mut done: impl FnMut(&Self) -> bool) -> bool {
@@ -174,56 +122,54 @@ impl Rig {
         done(self)
     }
 
+    fn post_send(&mut self, s: usize, wr: &SendWr<'_>) {
+        self.pair.post_send(&mut self.w, s, wr).unwrap();
+    }
+
     fn write(&mut self, id: u64, at: u64, len: u32) {
         let sge = [Sge {
             addr: 0,
             length: len,
-            lkey: self.keys[0].lkey,
+            lkey: self.w.hosts[0].keys.lkey,
         }];
         let wr = SendWr::new(id, WrOpcode::Write, Payload::Sges(&sge))
-            .remote(at, self.keys[1].rkey)
+            .remote(at, self.w.hosts[1].keys.rkey)
             .flags(SendFlags::SIGNALED);
-        self.with_io(0, |side, io| side.post_send(io, &wr)).unwrap();
+        self.post_send(0, &wr);
     }
 
     fn send(&mut self, id: u64, len: u32) {
         let sge = [Sge {
             addr: 0,
             length: len,
-            lkey: self.keys[0].lkey,
+            lkey: self.w.hosts[0].keys.lkey,
         }];
         let wr = SendWr::new(id, WrOpcode::Send, Payload::Sges(&sge)).flags(SendFlags::SIGNALED);
-        self.with_io(0, |side, io| side.post_send(io, &wr)).unwrap();
+        self.post_send(0, &wr);
     }
 
     fn recv(&mut self, id: u64, at: u64, len: u32) {
         let sge = [Sge {
             addr: at,
             length: len,
-            lkey: self.keys[1].lkey,
+            lkey: self.w.hosts[1].keys.lkey,
         }];
         let wr = RecvWr {
             wr_id: id,
             sg_list: &sge,
         };
-        self.with_io(1, |side, io| side.post_recv(io, &wr)).unwrap();
+        self.pair.post_recv(&mut self.w, 1, &wr).unwrap();
     }
 
     fn read_b(&self, at: u64, len: usize) -> Vec<u8> {
-        let mut out = vec![0u8; len];
-        self.mem[1]
-            .read(self.keys[1].lkey, PD, at, &mut out, Access(0))
-            .unwrap();
-        out
+        self.w.hosts[1].read(at as usize, len)
     }
 
-    fn fill_a(&self, len: usize, seed: u8) -> Vec<u8> {
+    fn fill_a(&mut self, len: usize, seed: u8) -> Vec<u8> {
         let data: Vec<u8> = (0..len)
             .map(|i| (i as u8).wrapping_mul(31) ^ seed)
             .collect();
-        self.mem[0]
-            .write(self.keys[0].lkey, PD, 0, &data, Access(0))
-            .unwrap();
+        self.w.hosts[0].write(0, &data);
         data
     }
 }
@@ -247,25 +193,33 @@ fn a_failed_default_rail_falls_back_and_every_wr_completes() {
         r.send(i * 2 + 1, 8192);
     }
     r.step();
-    r.up[0] = false;
-    assert!(r.run_until(5_000, |r| r.app[0].len() == 12 && r.app[1].len() == 6));
+    r.set_up(0, false);
+    assert!(r.run_until(5_000, |r| r.app(0).len() == 12 && r.app(1).len() == 6));
     assert!(
-        r.app[0].iter().all(|c| c.status == WcStatus::Success),
+        r.app(0).iter().all(|c| c.status == WcStatus::Success),
         "{:?}",
-        r.app[0]
+        r.app(0)
     );
-    assert_eq!(ids(&r.app[0]), (0..12).collect::<Vec<_>>());
-    assert_eq!(ids(&r.app[1]), (100..106).collect::<Vec<_>>());
+    assert_eq!(ids(&r.app(0)), (0..12).collect::<Vec<_>>());
+    assert_eq!(ids(&r.app(1)), (100..106).collect::<Vec<_>>());
     for i in 0..6 {
         assert_eq!(r.read_b(0x8_0000 + 8192 * i, 8192), data);
         assert_eq!(r.read_b(0x1_0000 + 8192 * i, 8192), data);
     }
     for s in 0..2 {
-        assert_eq!(r.sides[s].send_state(), SendState::Fallback, "side {s}");
-        assert_eq!(r.sides[s].recv_state(), RecvState::Fallback, "side {s}");
-        assert_eq!(r.sides[s].stats().fallbacks, 1, "side {s}");
+        assert_eq!(
+            r.pair.sides[s].send_state(),
+            SendState::Fallback,
+            "side {s}"
+        );
+        assert_eq!(
+            r.pair.sides[s].recv_state(),
+            RecvState::Fallback,
+            "side {s}"
+        );
+        assert_eq!(r.pair.sides[s].stats().fallbacks, 1, "side {s}");
     }
-    assert!(r.sides[0].stats().resent_wrs > 0);
+    assert!(r.pair.sides[0].stats().resent_wrs > 0);
 }
 
 /// A SEND arrived but its acknowledgement was lost (side 1's frames on rail 0 are dropped):
@@ -278,26 +232,26 @@ fn sends_whose_acks_were_lost_are_not_sent_again() {
     for i in 0..4 {
         r.recv(100 + i, 0x1_0000 + 1024 * i, 1024);
     }
-    r.drop_from[1][0] = true;
+    r.drop_from(1, 0);
     for i in 0..3 {
         r.send(i, 1024);
     }
     // The SENDs land; their ACKs do not: side 0's retries run out.
-    assert!(r.run_until(5_000, |r| r.app[0].len() == 3));
+    assert!(r.run_until(5_000, |r| r.app(0).len() == 3));
     assert!(
-        r.app[0].iter().all(|c| c.status == WcStatus::Success),
+        r.app(0).iter().all(|c| c.status == WcStatus::Success),
         "{:?}",
-        r.app[0]
+        r.app(0)
     );
     // Without ACKs the requester has no receive credits and sends one SEND at a time: the
     // first arrived, the others did not; the counter tells them apart.
-    let st = r.sides[0].stats();
+    let st = r.pair.sides[0].stats();
     assert_eq!((st.skipped_wrs, st.resent_wrs), (1, 2), "{st:?}");
     // Exactly three receives were used; the fourth still waits (on the backup now).
-    assert_eq!(ids(&r.app[1]), [100, 101, 102]);
+    assert_eq!(ids(&r.app(1)), [100, 101, 102]);
     r.send(3, 1024);
-    assert!(r.run_until(5_000, |r| r.app[1].len() == 4));
-    assert_eq!(r.app[1][3].wr_id, 103);
+    assert!(r.run_until(5_000, |r| r.app(1).len() == 4));
+    assert_eq!(r.app(1)[3].wr_id, 103);
 }
 
 /// An atomic outstanding when the default rail fails: the safety rule fails every
@@ -311,33 +265,33 @@ fn an_outstanding_atomic_or_hinted_wr_fails_instead_of_resending() {
         let res = [Sge {
             addr: 0x100,
             length: 8,
-            lkey: r.keys[0].lkey,
+            lkey: r.w.hosts[0].keys.lkey,
         }];
         let wr = if hinted {
             SendWr::new(1, WrOpcode::Write, Payload::Sges(&res))
-                .remote(0x9_0000, r.keys[1].rkey)
+                .remote(0x9_0000, r.w.hosts[1].keys.rkey)
                 .flags(SendFlags(SendFlags::SIGNALED.0 | NO_RESEND.0))
         } else {
             let mut wr = SendWr::new(1, WrOpcode::FetchAdd, Payload::Sges(&res))
-                .remote(0x9_0000, r.keys[1].rkey)
+                .remote(0x9_0000, r.w.hosts[1].keys.rkey)
                 .flags(SendFlags::SIGNALED);
             wr.compare_add = 1;
             wr
         };
-        r.with_io(0, |side, io| side.post_send(io, &wr)).unwrap();
-        r.up[0] = false;
+        r.post_send(0, &wr);
+        r.set_up(0, false);
         assert!(
-            r.run_until(5_000, |r| r.app[0].len() == 2),
+            r.run_until(5_000, |r| r.app(0).len() == 2),
             "hinted {hinted}"
         );
         assert!(
-            r.app[0].iter().all(|c| c.status != WcStatus::Success),
+            r.app(0).iter().all(|c| c.status != WcStatus::Success),
             "{:?}",
-            r.app[0]
+            r.app(0)
         );
-        assert!(r.sides[0].failed());
-        assert_eq!(r.sides[0].stats().refused, 1);
-        assert_eq!(r.sides[0].stats().resent_wrs, 0);
+        assert!(r.pair.sides[0].failed());
+        assert_eq!(r.pair.sides[0].stats().refused, 1);
+        assert_eq!(r.pair.sides[0].stats().resent_wrs, 0);
     }
 }
 
@@ -348,24 +302,24 @@ fn an_outstanding_atomic_or_hinted_wr_fails_instead_of_resending() {
 fn after_a_good_probe_the_fence_brings_traffic_home() {
     let mut r = Rig::new();
     let data = r.fill_a(4096, 9);
-    r.up[0] = false;
+    r.set_up(0, false);
     for i in 0..4 {
         r.write(i, 0x8_0000 + 4096 * i, 4096);
     }
-    assert!(r.run_until(5_000, |r| r.app[0].len() == 4));
-    assert_eq!(r.sides[0].send_state(), SendState::Fallback);
-    r.up[0] = true;
+    assert!(r.run_until(5_000, |r| r.app(0).len() == 4));
+    assert_eq!(r.pair.sides[0].send_state(), SendState::Fallback);
+    r.set_up(0, true);
     // A stream keeps two WRITEs outstanding; the next probe (every 200 µs) succeeds while
     // some are on the backup, so the next signaled WR is the fence (WaitSignaled), the ones
     // after it are held (WaitDrained) until it completes, and then go on the default QP.
     let mut next = 4;
     let mut states = Vec::new();
     for _ in 0..3_000 {
-        if r.sides[0].outstanding_sends() < 2 {
+        if r.pair.sides[0].outstanding_sends() < 2 {
             r.write(next, 0x8_0000 + 4096 * (next % 8), 4096);
             next += 1;
         }
-        let st = r.sides[0].send_state();
+        let st = r.pair.sides[0].send_state();
         if states.last() != Some(&st) {
             states.push(st);
         }
@@ -383,25 +337,24 @@ fn after_a_good_probe_the_fence_brings_traffic_home() {
         ],
         "(WaitSignaled lasts until the next post, within one step)"
     );
-    assert!(r.run_until(2_000, |r| r.app[0].len() == next as usize));
-    assert_eq!(ids(&r.app[0]), (0..next).collect::<Vec<_>>());
-    assert!(r.app[0].iter().all(|c| c.status == WcStatus::Success));
-    assert_eq!(r.sides[0].send_state(), SendState::Default);
-    assert_eq!(r.sides[0].stats().switchbacks, 1);
+    assert!(r.run_until(2_000, |r| r.app(0).len() == next as usize));
+    assert_eq!(ids(&r.app(0)), (0..next).collect::<Vec<_>>());
+    assert!(r.app(0).iter().all(|c| c.status == WcStatus::Success));
+    assert_eq!(r.pair.sides[0].send_state(), SendState::Default);
+    assert_eq!(r.pair.sides[0].stats().switchbacks, 1);
     // The receiver went home too, and its own (empty) send direction.
-    assert!(
-        r.run_until(2_000, |r| r.sides[1].send_state() == SendState::Default
-            && r.sides[1].recv_state() == RecvState::Default)
-    );
+    assert!(r.run_until(2_000, |r| r.pair.sides[1].send_state()
+        == SendState::Default
+        && r.pair.sides[1].recv_state() == RecvState::Default));
     for i in 0..8 {
         assert_eq!(r.read_b(0x8_0000 + 4096 * i, 4096), data);
     }
     // And the default rail carries the next WRITE.
-    let sent = r.qps[0][0].counters().tx_packets;
-    let n = r.app[0].len();
+    let sent = r.w.hosts[0].qp(0x10).counters().tx_packets;
+    let n = r.app(0).len();
     r.write(next, 0x8_0000, 4096);
-    assert!(r.run_until(2_000, |r| r.app[0].len() == n + 1));
-    assert!(r.qps[0][0].counters().tx_packets > sent);
+    assert!(r.run_until(2_000, |r| r.app(0).len() == n + 1));
+    assert!(r.w.hosts[0].qp(0x10).counters().tx_packets > sent);
 }
 
 /// Both rails dead: the fallback's notify fails too, and every WR errors out in bounded
@@ -412,10 +365,11 @@ fn both_rails_dead_end_in_errors() {
     for i in 0..3 {
         r.write(i, 0x8_0000 + 4096 * i, 4096);
     }
-    r.up = [false, false];
-    assert!(r.run_until(20_000, |r| r.app[0].len() == 3));
-    assert!(r.app[0].iter().all(|c| c.status != WcStatus::Success));
-    assert!(r.sides[0].failed());
+    r.set_up(0, false);
+    r.set_up(1, false);
+    assert!(r.run_until(20_000, |r| r.app(0).len() == 3));
+    assert!(r.app(0).iter().all(|c| c.status != WcStatus::Success));
+    assert!(r.pair.sides[0].failed());
 }
 
 /// Seeded runs: WRITEs (each its own pattern and slot) and SENDs into posted receives,
@@ -445,9 +399,7 @@ fn random_faults_on_the_default_rail_lose_nothing() {
         let src: Vec<u8> = (0..64 * 2048)
             .map(|i| (i as u64 * 7 + seed) as u8)
             .collect();
-        r.mem[0]
-            .write(r.keys[0].lkey, PD, 0, &src, Access(0))
-            .unwrap();
+        r.w.hosts[0].write(0, &src);
         let n = 48u64;
         let kinds: Vec<bool> = (0..n).map(|_| next() % 3 == 0).collect(); // true: SEND
         let sends = kinds.iter().filter(|&&k| k).count() as u64;
@@ -465,27 +417,27 @@ fn random_faults_on_the_default_rail_lose_nothing() {
         }
         let (mut posted, mut send_no) = (0u64, 0u64);
         let mut step_no = 0u64;
-        while r.app[0].len() < n as usize && step_no < 60_000 {
+        while r.app(0).len() < n as usize && step_no < 60_000 {
             for &(at, up) in &events {
                 if at == step_no {
-                    r.up[0] = up;
+                    r.set_up(0, up);
                 }
             }
-            if posted < n && r.sides[0].outstanding_sends() < 4 && next() % 48 == 0 {
+            if posted < n && r.pair.sides[0].outstanding_sends() < 4 && next() % 48 == 0 {
                 let sge = [Sge {
                     addr: 2048 * (posted % 64),
                     length: 2048,
-                    lkey: r.keys[0].lkey,
+                    lkey: r.w.hosts[0].keys.lkey,
                 }];
                 let wr = if kinds[posted as usize] {
                     send_no += 1;
                     SendWr::new(posted, WrOpcode::Send, Payload::Sges(&sge))
                 } else {
                     SendWr::new(posted, WrOpcode::Write, Payload::Sges(&sge))
-                        .remote(0x8_0000 + 2048 * posted, r.keys[1].rkey)
+                        .remote(0x8_0000 + 2048 * posted, r.w.hosts[1].keys.rkey)
                 }
                 .flags(SendFlags::SIGNALED);
-                r.with_io(0, |side, io| side.post_send(io, &wr)).unwrap();
+                r.post_send(0, &wr);
                 posted += 1;
             }
             r.step();
@@ -494,28 +446,28 @@ fn random_faults_on_the_default_rail_lose_nothing() {
         let ctx = format!("seed {seed} (replay: FERROCE_SEED={seed})");
         let ctx = format!(
             "{ctx}; events {events:?}; side 0 {:?}/{:?} {:?}, side 1 {:?}/{:?} {:?}; outstanding {}",
-            r.sides[0].send_state(),
-            r.sides[0].recv_state(),
-            r.sides[0].stats(),
-            r.sides[1].send_state(),
-            r.sides[1].recv_state(),
-            r.sides[1].stats(),
-            r.sides[0].outstanding_sends()
+            r.pair.sides[0].send_state(),
+            r.pair.sides[0].recv_state(),
+            r.pair.sides[0].stats(),
+            r.pair.sides[1].send_state(),
+            r.pair.sides[1].recv_state(),
+            r.pair.sides[1].stats(),
+            r.pair.sides[0].outstanding_sends()
         );
         assert_eq!(send_no, sends, "{ctx}");
         assert!(
-            r.run_until(20_000, |r| r.app[1].len() == sends as usize),
+            r.run_until(20_000, |r| r.app(1).len() == sends as usize),
             "{ctx}: receives {:?}",
-            ids(&r.app[1])
+            ids(&r.app(1))
         );
-        assert_eq!(ids(&r.app[0]), (0..n).collect::<Vec<_>>(), "{ctx}");
+        assert_eq!(ids(&r.app(0)), (0..n).collect::<Vec<_>>(), "{ctx}");
         assert!(
-            r.app[0].iter().all(|c| c.status == WcStatus::Success),
+            r.app(0).iter().all(|c| c.status == WcStatus::Success),
             "{ctx}: {:?}",
-            r.app[0]
+            r.app(0)
         );
         assert_eq!(
-            ids(&r.app[1]),
+            ids(&r.app(1)),
             (1000..1000 + sends).collect::<Vec<_>>(),
             "{ctx}"
         );
@@ -529,8 +481,8 @@ fn random_faults_on_the_default_rail_lose_nothing() {
                 assert_eq!(r.read_b(0x8_0000 + 2048 * i, 2048), pat, "{ctx}: WRITE {i}");
             }
         }
-        fallbacks += r.sides[0].stats().fallbacks;
-        switchbacks += r.sides[0].stats().switchbacks;
+        fallbacks += r.pair.sides[0].stats().fallbacks;
+        switchbacks += r.pair.sides[0].stats().switchbacks;
     }
     // The faults did hit traffic: most runs fell back, and came home.
     eprintln!("{runs} runs: {fallbacks} fallbacks, {switchbacks} switch-backs");
