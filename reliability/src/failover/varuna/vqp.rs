@@ -872,5 +872,4 @@ impl VarunaQp {
     }
 }
 
-#[cfg(test)]
-mod tests;
+// Its tests run it on the testbed's rails: reliability/tests/varuna.rs.

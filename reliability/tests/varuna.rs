@@ -1,12 +1,25 @@
-//! A Varuna vQP between two sides over two sans-IO QP pairs on two wires the test cuts.
+//! A Varuna vQP between two hosts of the rails testbed: its default QP pair on rail 0, its
+//! backup pair on rail 1; a rail is cut (or, on rail 0, only what host 1 sends: ACKs and
+//! READ responses) with a switch hook on its ToR. The vQP's IO is the testbed's
+//! `VarunaRails`.
 
-use super::*;
-use ferroce_stack::transport::loopback::connect;
-use ferroce_stack::transport::{Access, MrKeys, MrTable, PdId, Qp, QpAttr, QpConfig, QpType};
-use ferroce_stack::wire::{Checks, Qpn, RoceRepr};
+use ferroce_drivers::sim::LinkModel;
+use ferroce_drivers::Port;
+use ferroce_reliability::failover::shift::Rail;
+use ferroce_reliability::failover::varuna::uid::{CasBuffer, Uid, UidRegion, SLOT_BYTES};
+use ferroce_reliability::failover::varuna::vqp::{VarunaConfig, VarunaQp};
+use ferroce_stack::switch::{HookCtx, SwitchHook, Verdict};
+use ferroce_stack::transport::{
+    Access, AttrMask, Payload, PostError, QpAttr, QpState, SendFlags, SendWr, Sge, WcStatus,
+    WorkCompletion, WrOpcode,
+};
+use ferroce_stack::wire::MacAddr;
+use ferroce_testbed::{rails, ConnOpts, Rails, Step, Testbed, VarunaRails};
 
-const PD: PdId = PdId(1);
 const LEN: usize = 1 << 20;
+/// The vQP's QPs on host 0 (default, backup) and their peers on host 1.
+const QPN: [u32; 2] = [0x10, 0x11];
+const PEER: [u32; 2] = [0x20, 0x21];
 const LOG: u64 = 0xf_0000;
 const SLOTS: usize = 64;
 /// At the responder: the CAS buffer and the CAS target.
@@ -36,158 +49,149 @@ fn xorshift(seed: u64, salt: u64) -> impl FnMut() -> u64 {
     }
 }
 
-struct Io<'a> {
-    qps: &'a mut [Qp; 2],
-    mem: &'a MrTable,
-    lkey: u32,
-}
+/// Drops the frames through a ToR: all of them, or those from one MAC.
+struct Cut(Option<MacAddr>);
 
-impl VarunaIo for Io<'_> {
-    fn post_send(&mut self, rail: Rail, wr: &SendWr<'_>) -> Result<(), PostError> {
-        self.qps[rail as usize].post_send(wr)
-    }
-    fn read_local(&self, addr: u64, out: &mut [u8]) {
-        self.mem.read(self.lkey, PD, addr, out, Access(0)).unwrap();
-    }
-    fn write_local(&mut self, addr: u64, data: &[u8]) {
-        self.mem
-            .write(self.lkey, PD, addr, data, Access(0))
-            .unwrap();
+impl SwitchHook for Cut {
+    fn on_frame(&mut self, _ctx: &HookCtx<'_>, frame: &mut Vec<u8>) -> Verdict {
+        match self.0 {
+            Some(mac) if frame.get(6..12) != Some(&mac.0[..]) => Verdict::Forward,
+            _ => Verdict::Drop,
+        }
     }
 }
 
 struct Rig {
-    qps: [[Qp; 2]; 2],
-    mem: [MrTable; 2],
-    keys: [MrKeys; 2],
+    w: Testbed,
+    r: Rails,
+    o: ConnOpts,
     vqp: VarunaQp,
     app: Vec<WorkCompletion>,
-    up: [bool; 2],
-    /// Wire 0 loses only what side 1 sends (ACKs, READ responses).
-    acks_lost: bool,
-    now: u64,
+    /// Host 0's completions handed to the vQP so far.
+    seen: usize,
 }
 
 impl Rig {
     fn new() -> Self {
-        let attr = QpAttr {
+        let (mut w, r) = rails(1, LinkModel::new(100_000_000_000, 500), LEN);
+        let o = ConnOpts {
             timeout: 1,
             retry_cnt: 2,
-            qp_access_flags: Access::REMOTE_WRITE
+            access: Access::REMOTE_WRITE
                 .with(Access::REMOTE_READ)
                 .with(Access::REMOTE_ATOMIC),
-            ..QpAttr::default()
+            ..ConnOpts::default()
         };
-        let mk = |n: u32| Qp::new(QpConfig::new(Qpn::new(n), QpType::Rc, PD));
-        let (mut a0, mut b0, mut a1, mut b1) = (mk(0x10), mk(0x20), mk(0x11), mk(0x21));
-        connect(&mut a0, &mut b0, &attr).unwrap();
-        connect(&mut a1, &mut b1, &attr).unwrap();
-        let mut mem = [MrTable::new(1), MrTable::new(2)];
-        let all = Access::LOCAL_WRITE
-            .with(Access::REMOTE_WRITE)
-            .with(Access::REMOTE_READ)
-            .with(Access::REMOTE_ATOMIC);
-        let keys = [
-            mem[0].register_owned_at(PD, LEN, 0, all).unwrap(),
-            mem[1].register_owned_at(PD, LEN, 0, all).unwrap(),
-        ];
+        for rail in 0..2 {
+            w.connect_rc_on(rail, ((0, QPN[rail]), (1, PEER[rail])), (0, 0), &o);
+        }
+        let (lkey, rkey) = (w.hosts[0].keys.lkey, w.hosts[1].keys.rkey);
         let vqp = VarunaQp::new(VarunaConfig {
             slots: SLOTS,
             log_addr: LOG,
-            log_rkey: keys[1].rkey,
+            log_rkey: rkey,
             staging_addr: LOG,
-            staging_lkey: keys[0].lkey,
+            staging_lkey: lkey,
             cas: Some((
                 CasBuffer {
                     base: CAS_BUF,
                     slots: 16,
                     qp: 0x10,
                 },
-                keys[1].rkey,
+                rkey,
             )),
             uids: Some(UidRegion {
                 base: CAS_BUF,
                 len: 0x1000,
-                rkey: keys[1].rkey,
+                rkey,
             }),
         });
         Self {
-            qps: [[a0, a1], [b0, b1]],
-            mem,
-            keys,
+            w,
+            r,
+            o,
             vqp,
             app: Vec::new(),
-            up: [true, true],
-            acks_lost: false,
-            now: 0,
+            seen: 0,
         }
     }
 
-    fn io(&mut self) -> (&mut VarunaQp, Io<'_>) {
+    fn io(&mut self) -> (&mut VarunaQp, VarunaRails<'_>) {
         (
             &mut self.vqp,
-            Io {
-                qps: &mut self.qps[0],
-                mem: &self.mem[0],
-                lkey: self.keys[0].lkey,
+            VarunaRails {
+                w: &mut self.w,
+                h: 0,
+                qpns: QPN,
+                pool: None,
             },
         )
     }
 
+    /// Rail `wire` carries frames (`up`) or loses them all.
+    fn set_up(&mut self, wire: usize, up: bool) {
+        let tor = self.r.tors[wire];
+        if up {
+            self.w.fabric.clear_hook(tor);
+        } else {
+            self.w.fabric.set_hook(tor, Cut(None));
+        }
+    }
+
+    /// Rail 0 loses only what host 1 sends (ACKs, READ responses).
+    fn lose_acks(&mut self) {
+        let mac = self.w.hosts[1].port(0).mac();
+        self.w.fabric.set_hook(self.r.tors[0], Cut(Some(mac)));
+    }
+
+    /// Host 0's new completions to the vQP; true when there were any.
+    fn hand_over(&mut self) -> bool {
+        let fresh: Vec<WorkCompletion> = self.w.hosts[0].completions[self.seen..].to_vec();
+        self.seen += fresh.len();
+        for wc in &fresh {
+            let rail = if wc.qp_num.value() == QPN[0] {
+                Rail::Default
+            } else {
+                Rail::Backup
+            };
+            let (v, mut io) = self.io();
+            let out = v.on_completion(&mut io, rail, wc);
+            self.app.extend(out);
+        }
+        !fresh.is_empty()
+    }
+
+    /// One microsecond of virtual time.
     fn step(&mut self) {
-        let mut buf = vec![0u8; 16 * 1024];
-        for rail in 0..2 {
-            for s in 0..2 {
-                let mut frames = Vec::new();
-                while let Some(n) =
-                    self.qps[s][rail].poll_transmit(self.now, &mut buf, &self.mem[s])
-                {
-                    frames.push(buf[..n].to_vec());
-                }
-                if !self.up[rail] || (rail == 0 && s == 1 && self.acks_lost) {
-                    continue;
-                }
-                let (left, right) = self.qps.split_at_mut(1);
-                let peer = if s == 0 {
-                    &mut right[0][rail]
-                } else {
-                    &mut left[0][rail]
-                };
-                for f in frames {
-                    let p = RoceRepr::parse(&f, Checks::ALL).unwrap();
-                    peer.handle_packet(self.now, &p, &mut self.mem[1 - s]);
-                }
+        let target = self.w.now() + 1_000;
+        loop {
+            let sent = self.w.turn();
+            if sent > 0 || self.hand_over() {
+                continue;
+            }
+            let now = self.w.now();
+            if now >= target {
+                return;
+            }
+            match self.w.advance(target) {
+                Step::Worked | Step::Advanced => {}
+                Step::Idle | Step::Beyond => self.w.fabric.advance_to(target),
             }
         }
-        for s in 0..2 {
-            for rail in 0..2 {
-                let qp = &mut self.qps[s][rail];
-                if qp.poll_timeout().is_some_and(|t| t <= self.now) {
-                    qp.handle_timeout(self.now);
-                }
-            }
-        }
-        for rail in [Rail::Default, Rail::Backup] {
-            while let Some(wc) = self.qps[0][rail as usize].poll_completion() {
-                let (v, mut io) = self.io();
-                let out = v.on_completion(&mut io, rail, &wc);
-                self.app.extend(out);
-            }
-        }
-        for rail in 0..2 {
-            while self.qps[1][rail].poll_completion().is_some() {}
-        }
-        self.now += 1_000;
+    }
+
+    fn keys(&self, h: usize) -> (u32, u32) {
+        (self.w.hosts[h].keys.lkey, self.w.hosts[h].keys.rkey)
     }
 
     fn write(&mut self, id: u64, src: u64, dst: u64, len: u32) -> Result<(), PostError> {
         let sge = [Sge {
             addr: src,
             length: len,
-            lkey: self.keys[0].lkey,
+            lkey: self.keys(0).0,
         }];
         let wr = SendWr::new(id, WrOpcode::Write, Payload::Sges(&sge))
-            .remote(dst, self.keys[1].rkey)
+            .remote(dst, self.keys(1).1)
             .flags(SendFlags::SIGNALED);
         let (v, mut io) = self.io();
         v.post_send(&mut io, &wr)
@@ -197,10 +201,10 @@ impl Rig {
         let sge = [Sge {
             addr: dst,
             length: len,
-            lkey: self.keys[0].lkey,
+            lkey: self.keys(0).0,
         }];
         let wr = SendWr::new(id, WrOpcode::Read, Payload::Sges(&sge))
-            .remote(src, self.keys[1].rkey)
+            .remote(src, self.keys(1).1)
             .flags(SendFlags::SIGNALED);
         let (v, mut io) = self.io();
         v.post_send(&mut io, &wr)
@@ -210,10 +214,10 @@ impl Rig {
         let sge = [Sge {
             addr: result,
             length: 8,
-            lkey: self.keys[0].lkey,
+            lkey: self.keys(0).0,
         }];
         let mut wr = SendWr::new(id, WrOpcode::CmpSwp, Payload::Sges(&sge))
-            .remote(TARGET, self.keys[1].rkey)
+            .remote(TARGET, self.keys(1).1)
             .flags(SendFlags::SIGNALED);
         wr.compare_add = compare;
         wr.swap = swap;
@@ -226,19 +230,18 @@ impl Rig {
     }
 
     fn read_mem(&self, side: usize, at: u64, len: usize) -> Vec<u8> {
-        let mut out = vec![0u8; len];
-        self.mem[side]
-            .read(self.keys[side].lkey, PD, at, &mut out, Access(0))
-            .unwrap();
-        out
+        self.w.hosts[side].read(at as usize, len)
     }
 
-    /// WRITEs executed by side 1's responders, log writes included.
-    fn writes_executed(&self) -> u64 {
-        self.qps[1]
-            .iter()
-            .map(|q| q.counters().rx_write_requests)
+    /// WRITEs executed by host 1's responders, log writes included.
+    fn writes_executed(&mut self) -> u64 {
+        PEER.iter()
+            .map(|&q| self.w.hosts[1].qp(q).counters().rx_write_requests)
             .sum()
+    }
+
+    fn poke(&mut self, at: u64, v: u64) {
+        self.w.hosts[1].write(at as usize, &v.to_le_bytes());
     }
 }
 
@@ -279,14 +282,10 @@ fn random_cuts_resend_only_what_never_ran() {
         let src: Vec<u8> = (0..32 * 4096)
             .map(|i| (i as u64 * 13 + seed) as u8)
             .collect();
-        r.mem[0]
-            .write(r.keys[0].lkey, PD, 0, &src, Access(0))
-            .unwrap();
+        r.w.hosts[0].write(0, &src);
         // Side 1's READ source.
         let far: Vec<u8> = (0..4096).map(|i| (i as u64 * 7 + seed) as u8).collect();
-        r.mem[1]
-            .write(r.keys[1].lkey, PD, 0xe_0000, &far, Access(0))
-            .unwrap();
+        r.w.hosts[1].write(0xe_0000, &far);
         let n = 40u64;
         let reads: Vec<bool> = (0..n).map(|_| next().is_multiple_of(4)).collect();
         let cut = next() % 60;
@@ -296,10 +295,10 @@ fn random_cuts_resend_only_what_never_ran() {
             // The cut: first only the responses (what is in flight then runs, its completion
             // is lost), a few steps later everything.
             if step == cut {
-                r.acks_lost = true;
+                r.lose_acks();
             }
             if step == cut + 3 {
-                r.up[0] = false;
+                r.set_up(0, false);
             }
             if posted < n && r.vqp.outstanding() < 6 && next().is_multiple_of(3) {
                 let i = posted;
@@ -363,7 +362,8 @@ fn both_wires_dead_end_in_errors() {
     for i in 0..4 {
         r.write(i, 0, 0x1000 * i, 4096).unwrap();
     }
-    r.up = [false, false];
+    r.set_up(0, false);
+    r.set_up(1, false);
     for _ in 0..20_000 {
         r.step();
         if r.app.len() == 4 {
@@ -398,10 +398,10 @@ fn a_cas_chain_survives_a_cut_exactly_once() {
         let done = |r: &Rig| r.app.iter().filter(|c| c.wr_id >= 1000).count() as u64;
         while done(&r) < k && step < 50_000 {
             if step == cut {
-                r.acks_lost = true;
+                r.lose_acks();
             }
             if step == cut + if at_once { 0 } else { 3 } {
-                r.up[0] = false;
+                r.set_up(0, false);
             }
             // The chain: the next CAS once the last one completed.
             if cas_posted < k && done(&r) == cas_posted && next().is_multiple_of(2) {
@@ -448,10 +448,10 @@ impl Rig {
         let sge = [Sge {
             addr: result,
             length: 8,
-            lkey: self.keys[0].lkey,
+            lkey: self.keys(0).0,
         }];
         let mut wr = SendWr::new(id, WrOpcode::FetchAdd, Payload::Sges(&sge))
-            .remote(COUNTER, self.keys[1].rkey)
+            .remote(COUNTER, self.keys(1).1)
             .flags(SendFlags::SIGNALED);
         wr.compare_add = add;
         let (v, mut io) = self.io();
@@ -485,10 +485,10 @@ fn fetch_adds_run_once_across_a_cut() {
         let mut order = Vec::new();
         while r.app.len() < 2 * n as usize && step < 50_000 {
             if step == cut {
-                r.acks_lost = true;
+                r.lose_acks();
             }
             if step == cut + if at_once { 0 } else { 3 } {
-                r.up[0] = false;
+                r.set_up(0, false);
             }
             if posted < n && r.vqp.outstanding() < 8 && next().is_multiple_of(3) {
                 let i = posted;
@@ -542,10 +542,9 @@ fn fetch_adds_run_once_across_a_cut() {
 /// again (recovering from the same completion log).
 #[test]
 fn a_rebuilt_default_qp_takes_the_traffic_back() {
-    use ferroce_stack::transport::{AttrMask, QpAttr, QpState};
     let mut r = Rig::new();
     r.write(0, 0, 0x1_0000, 4096).unwrap();
-    r.up[0] = false;
+    r.set_up(0, false);
     for _ in 0..5_000 {
         r.step();
         if r.app.len() == 1 {
@@ -565,26 +564,25 @@ fn a_rebuilt_default_qp_takes_the_traffic_back() {
     }
     assert_eq!(r.app.len(), 2);
     // The rail comes back; the default pair is rebuilt (reset, connected afresh).
-    r.up[0] = true;
-    let attr = QpAttr {
-        timeout: 1,
-        retry_cnt: 2,
-        qp_access_flags: Access::REMOTE_WRITE
-            .with(Access::REMOTE_READ)
-            .with(Access::REMOTE_ATOMIC),
-        ..QpAttr::default()
-    };
+    r.set_up(0, true);
     let reset = QpAttr {
         qp_state: QpState::Reset,
         ..QpAttr::default()
     };
-    let (left, right) = r.qps.split_at_mut(1);
-    left[0][0].modify(&reset, AttrMask::STATE).unwrap();
-    right[0][0].modify(&reset, AttrMask::STATE).unwrap();
-    connect(&mut left[0][0], &mut right[0][0], &attr).unwrap();
+    r.w.hosts[0]
+        .qp(QPN[0])
+        .modify(&reset, AttrMask::STATE)
+        .unwrap();
+    r.w.hosts[1]
+        .qp(PEER[0])
+        .modify(&reset, AttrMask::STATE)
+        .unwrap();
+    let o = r.o;
+    r.w.bring_up((0, QPN[0]), (1, PEER[0]), (0, 0), &o);
+    r.w.bring_up((1, PEER[0]), (0, QPN[0]), (0, 0), &o);
     assert!(r.vqp.switch_to(Rail::Default));
     assert_eq!(r.vqp.stats().switchbacks, 1);
-    let before = r.qps[1][0].counters().rx_write_requests;
+    let before = r.w.hosts[1].qp(PEER[0]).counters().rx_write_requests;
     r.write(2, 0, 0x1_2000, 4096).unwrap();
     for _ in 0..200 {
         r.step();
@@ -592,12 +590,12 @@ fn a_rebuilt_default_qp_takes_the_traffic_back() {
     assert_eq!(r.app.len(), 3);
     assert!(r.app.iter().all(|c| c.status == WcStatus::Success));
     assert_eq!(
-        r.qps[1][0].counters().rx_write_requests - before,
+        r.w.hosts[1].qp(PEER[0]).counters().rx_write_requests - before,
         2,
         "the WRITE and its log write ran on the default QP"
     );
     // A second failure fails over again.
-    r.up[0] = false;
+    r.set_up(0, false);
     r.write(3, 0, 0x1_3000, 4096).unwrap();
     for _ in 0..5_000 {
         r.step();
@@ -609,14 +607,6 @@ fn a_rebuilt_default_qp_takes_the_traffic_back() {
     assert!(r.app.iter().all(|c| c.status == WcStatus::Success));
     assert_eq!(r.vqp.stats().failovers, 2);
     assert_eq!(r.read_mem(1, 0x1_3000, 4096), r.read_mem(0, 0, 4096));
-}
-
-impl Rig {
-    fn poke(&mut self, at: u64, v: u64) {
-        self.mem[1]
-            .write(self.keys[1].lkey, PD, at, &v.to_le_bytes(), Access(0))
-            .unwrap();
-    }
 }
 
 /// Another requester's CAS buffer in the same region: its QP id and one of its slots.
@@ -653,10 +643,10 @@ fn a_fetch_add_resolves_a_foreign_uid_exactly_once() {
         let mut step = 0;
         while r.app.len() < 2 && step < 20_000 {
             if step == cut {
-                r.acks_lost = true;
+                r.lose_acks();
             }
             if step == cut.saturating_add(2) {
-                r.up[0] = false;
+                r.set_up(0, false);
             }
             r.step();
             step += 1;
@@ -687,7 +677,7 @@ fn a_fetch_add_resolves_a_foreign_uid_exactly_once() {
 #[test]
 fn a_cas_resolved_by_another_still_counts_as_won() {
     let mut r = Rig::new();
-    r.acks_lost = true;
+    r.lose_acks();
     r.cas(9, RESULTS, 0, 77).unwrap();
     let mut step = 0;
     while r.word(1, TARGET) == 0 && step < 100 {
@@ -700,7 +690,7 @@ fn a_cas_resolved_by_another_still_counts_as_won() {
     let slot = Uid::from_word(uid).slot_addr;
     r.poke(slot + 8, uid);
     r.poke(TARGET, 77);
-    r.up[0] = false;
+    r.set_up(0, false);
     while r.app.is_empty() && step < 20_000 {
         r.step();
         step += 1;
