@@ -89,6 +89,9 @@ scripts/ibverbs-test.sh
 step "librdmacm drop-in: unmodified rdma_cm programs (rping, ucmatose, udaddy, cmtime, perftest -R) and tshark on their CM MADs"
 scripts/rdmacm-test.sh
 
+step "the drop-in's schemes: ib_write_bw -R with FERROCE_SCHEME=sr,spray=4 through a lossy user-space switch, against IBTA's"
+scripts/scheme-veth.sh
+
 step "rdma-core's own test suite (python3-pyverbs, rdma-core 44) on the drop-in, veth in a namespace"
 /usr/bin/python3 scripts/rdma-core-tests.py --json target/rdma-core-tests.json
 

@@ -42,6 +42,10 @@ pub(crate) struct Args {
     /// The marking probability at Kmax (0: no marking).
     #[arg(long, default_value_t = 0.2)]
     pmax: f64,
+    /// Drop each RoCEv2 frame towards the receiver with this probability before it is
+    /// queued: a lossy link, for recovery runs (the kernel here has no netem).
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
     /// Stop after this many seconds and print what the queue did.
     #[arg(long, default_value_t = 10.0)]
     duration: f64,
@@ -57,6 +61,7 @@ pub(crate) enum Offer {
     Queued,
     Marked,
     Dropped,
+    Lost,
 }
 
 /// The shaped egress queue, sans-IO: frames are offered and taken out at times given.
@@ -65,6 +70,8 @@ pub(crate) struct Egress {
     bits_per_s: f64,
     buffer: usize,
     red: Option<Red>,
+    /// The probability a RoCEv2 frame is lost before the queue.
+    loss: f64,
     q: VecDeque<Vec<u8>>,
     /// Buffers of frames sent, for the next ones.
     spare: Vec<Vec<u8>>,
@@ -81,6 +88,8 @@ pub(crate) struct EgressStats {
     pub(crate) dropped: u64,
     pub(crate) marked: u64,
     pub(crate) max_bytes: usize,
+    /// RoCEv2 frames the lossy link took.
+    pub(crate) lost: u64,
 }
 
 impl Egress {
@@ -89,6 +98,7 @@ impl Egress {
             bits_per_s,
             buffer,
             red,
+            loss: 0.0,
             q: VecDeque::new(),
             spare: Vec::new(),
             bytes: 0,
@@ -106,8 +116,18 @@ impl Egress {
         (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    /// Queues `frame` (marking it as the queue ahead of it says), or drops it.
+    /// Makes the link lose each RoCEv2 frame with probability `p` before the queue.
+    pub(crate) fn set_loss(&mut self, p: f64) {
+        self.loss = p;
+    }
+
+    /// Queues `frame` (marking it as the queue ahead of it says), or drops it (a lossy
+    /// link's loss, a full buffer).
     pub(crate) fn offer(&mut self, frame: &[u8]) -> Offer {
+        if self.loss > 0.0 && roce_src_port(frame).is_some() && self.uniform() < self.loss {
+            self.stats.lost += 1;
+            return Offer::Lost;
+        }
         if self.bytes + frame.len() > self.buffer {
             self.stats.dropped += 1;
             return Offer::Dropped;
@@ -162,6 +182,51 @@ impl Egress {
     }
 }
 
+/// The UDP source port of a RoCEv2 frame over IPv4 (UDP destination 4791), `None` for any
+/// other frame: the path a sprayed packet takes through an ECMP fabric.
+pub(crate) fn roce_src_port(f: &[u8]) -> Option<u16> {
+    roce_flow(f).map(|x| x.0)
+}
+
+/// A RoCEv2 frame's UDP source port and destination QP.
+fn roce_flow(f: &[u8]) -> Option<(u16, u32)> {
+    if f.get(12..14)? != [0x08, 0x00] || f.get(23)? != &17 {
+        return None;
+    }
+    let udp = 14 + usize::from(f.get(14)? & 0x0f) * 4;
+    let port = |at: usize| f.get(at..at + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
+    if port(udp + 2)? != 4791 {
+        return None;
+    }
+    // The BTH after the 8-byte UDP header: the destination QP in its bytes 5..8.
+    let q = f.get(udp + 8 + 5..udp + 8 + 8)?;
+    Some((port(udp)?, u32::from_be_bytes([0, q[0], q[1], q[2]])))
+}
+
+/// The UDP source ports the RoCE frames to each destination QP came from: how many paths
+/// its sender sprays over.
+#[derive(Default)]
+struct Paths(std::collections::HashMap<u32, std::collections::BTreeSet<u16>>);
+
+impl Paths {
+    fn see(&mut self, f: &[u8]) {
+        // QP1's MADs come from whichever port each sender's CM picks: not a path count.
+        if let Some((sport, qpn)) = roce_flow(f).filter(|x| x.1 != 1) {
+            if self.0.len() < 1024 {
+                let ports = self.0.entry(qpn).or_default();
+                if ports.len() < 256 {
+                    ports.insert(sport);
+                }
+            }
+        }
+    }
+
+    /// The most source ports any destination QP saw.
+    fn most(&self) -> usize {
+        self.0.values().map(|s| s.len()).max().unwrap_or(0)
+    }
+}
+
 fn open(dev: &str) -> Result<AfPacketPort, Failure> {
     let Some(ifname) = dev.strip_prefix("afpacket:") else {
         return Err(Failure(format!(
@@ -173,10 +238,14 @@ fn open(dev: &str) -> Result<AfPacketPort, Failure> {
 
 pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
     let positive = |x: f64| x.is_finite() && x > 0.0;
-    if !positive(a.gbps) || a.buffer == 0 || !(0.0..=1.0).contains(&a.pmax) || !positive(a.duration)
+    if !positive(a.gbps)
+        || a.buffer == 0
+        || !(0.0..=1.0).contains(&a.pmax)
+        || !(0.0..1.0).contains(&a.loss)
+        || !positive(a.duration)
     {
         return Err(Failure(
-            "--gbps, --buffer and --duration must be above zero, --pmax within 0..1".into(),
+            "--gbps, --buffer and --duration must be above zero, --pmax within 0..1, --loss within 0..1 (below 1)".into(),
         ));
     }
     let red = (a.pmax > 0.0).then(|| Red {
@@ -186,7 +255,9 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
     });
     let (mut from, mut to) = (open(&a.from)?, open(&a.to)?);
     let mut egress = Egress::new(a.gbps * 1e9, a.buffer, red, 0x5eed);
+    egress.set_loss(a.loss);
     let mut back = 0u64;
+    let mut paths = Paths::default();
     let mut hist = Histogram(vec![0; (a.buffer >> 10) + 2]);
     let epoch = Instant::now();
     let end = Duration::from_secs_f64(a.duration);
@@ -194,6 +265,7 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
     while epoch.elapsed() < end {
         let now = epoch.elapsed().as_nanos() as u64;
         from.rx_burst(64, |f| {
+            paths.see(f);
             egress.offer(f);
         });
         while let Some(f) = egress.take(now) {
@@ -220,11 +292,11 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
             next_sample = now + 10_000;
         }
         if a.json && now >= next_report {
-            report(true, &egress.stats, &hist, back);
+            report(true, &egress.stats, &hist, back, paths.most());
             next_report = now + 1_000_000_000;
         }
     }
-    report(a.json, &egress.stats, &hist, back);
+    report(a.json, &egress.stats, &hist, back, paths.most());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -255,24 +327,26 @@ impl Histogram {
 
 /// Prints what the queue did so far (its percentiles over every sample yet, rounded down to
 /// 1 KiB).
-fn report(json: bool, s: &EgressStats, h: &Histogram, back: u64) {
+fn report(json: bool, s: &EgressStats, h: &Histogram, back: u64, ports: usize) {
     let pct = |p: f64| h.quantile(p);
     if json {
         println!(
             "{}",
             json!({
                 "forwarded": s.forwarded, "dropped": s.dropped, "marked": s.marked,
-                "returned": back, "queue_p50_bytes": pct(0.5), "queue_p99_bytes": pct(0.99),
+                "lost": s.lost, "roce_paths_per_qp": ports, "returned": back, "queue_p50_bytes": pct(0.5), "queue_p99_bytes": pct(0.99),
                 "queue_max_bytes": s.max_bytes,
             })
         );
     } else {
         println!(
-            "forwarded {} dropped {} marked {} returned {}; queue p50 {} B p99 {} B max {} B",
+            "forwarded {} dropped {} marked {} lost {} returned {}; up to {} UDP source ports per destination QP; queue p50 {} B p99 {} B max {} B",
             s.forwarded,
             s.dropped,
             s.marked,
+            s.lost,
             back,
+            ports,
             pct(0.5),
             pct(0.99),
             s.max_bytes
@@ -321,7 +395,8 @@ mod tests {
                 forwarded: 4,
                 dropped: 1,
                 marked: 1,
-                max_bytes: 4000
+                max_bytes: 4000,
+                lost: 0,
             }
         );
         // Not-ECT is never marked, however long the queue.
@@ -330,6 +405,29 @@ mod tests {
             assert_ne!(q.offer(&frame(0, 1000)), Offer::Marked);
         }
         assert_eq!(q.stats.marked, 0);
+    }
+
+    /// A RoCEv2 frame (UDP to 4791 from `sport`) of `len` bytes.
+    fn roce(sport: u16, len: usize) -> Vec<u8> {
+        let mut f = frame(0b10, len);
+        f[34..36].copy_from_slice(&sport.to_be_bytes());
+        f[36..38].copy_from_slice(&4791u16.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn a_lossy_link_loses_about_its_share_of_roce_frames_and_nothing_else() {
+        assert_eq!(roce_src_port(&roce(0xc001, 100)), Some(0xc001));
+        assert_eq!(roce_src_port(&frame(0, 100)), None, "UDP, not to 4791");
+        assert_eq!(roce_src_port(&[0u8; 20]), None, "too short");
+        let mut q = Egress::new(1e12, 1 << 30, None, 9);
+        q.set_loss(0.1);
+        for i in 0..10_000 {
+            q.offer(&roce(i as u16, 100));
+            q.offer(&frame(0, 100));
+        }
+        assert!((800..1200).contains(&q.stats.lost), "{}", q.stats.lost);
+        assert_eq!(q.queued_bytes(), (20_000 - q.stats.lost as usize) * 100);
     }
 
     #[test]

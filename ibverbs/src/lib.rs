@@ -33,5 +33,6 @@ pub mod private;
 pub mod qp;
 pub mod qpex;
 pub mod rdmacm;
+pub mod schemes;
 pub mod srq;
 pub mod wq;

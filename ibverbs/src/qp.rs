@@ -374,7 +374,7 @@ pub unsafe extern "C" fn ferroce_ibv_destroy_qp(qp: *mut ffi::ibv_qp) -> c_int {
     // shows what a finished program's QPs did.
     let _ = c.verbs.export_stats();
     c.events.forget(Kind::Qp, q.base().qp_num);
-    let _ = take_peer_path_control(q.base().context, q.base().qp_num);
+    crate::schemes::forget_peer(q.base().context, q.base().qp_num);
     // SAFETY: the header's own fields, live until freed below; the CQs and SRQ outlive the
     // QP (their destroys fail with EBUSY until it is gone).
     unsafe {
@@ -441,51 +441,6 @@ fn to_attr(q: &Qp, a: &ffi::ibv_qp_attr, mask: AttrMask) -> Result<QpAttr, c_int
     Ok(out)
 }
 
-/// The environment variable that picks how a QP on a device with two ports survives one
-/// failing: `native` (the default: ferroce's own failover, in band with a ferroce peer) or
-/// `none`.
-pub const FAILOVER_ENV: &str = "FERROCE_FAILOVER";
-
-/// True unless `FERROCE_FAILOVER` turns native failover off: the drop-in then speaks and
-/// offers ferroce's in-band path control.
-pub(crate) fn failover_wanted() -> bool {
-    match std::env::var(FAILOVER_ENV).as_deref() {
-        Ok("none") => false,
-        Ok("native") | Err(_) => true,
-        Ok(other) => {
-            eprintln!(
-                "ferroce: {FAILOVER_ENV}={other} is not a scheme (native or none); using native"
-            );
-            true
-        }
-    }
-}
-
-/// What the connection manager learnt of each QP's peer, by device context and QPN: whether
-/// it speaks ferroce's in-band path control (its REQ or REP carried a ferroce offer). A QP
-/// not here was connected by the program's own exchange, which says nothing of the peer.
-static PEER_PATH_CONTROL: std::sync::LazyLock<
-    std::sync::Mutex<std::collections::HashMap<(usize, u32), bool>>,
-> = std::sync::LazyLock::new(Default::default);
-
-/// Records whether the peer of QP `qpn` of `ctx` speaks ferroce's in-band path control, as
-/// the connection exchange found; read when the QP enters RTR.
-pub(crate) fn set_peer_path_control(ctx: *mut ffi::ibv_context, qpn: u32, speaks: bool) {
-    let mut m = PEER_PATH_CONTROL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    m.insert((ctx as usize, qpn), speaks);
-}
-
-/// What the connection manager found of the peer of QP `qpn` (forgotten as it is read, and
-/// when the QP goes).
-fn take_peer_path_control(ctx: *mut ffi::ibv_context, qpn: u32) -> Option<bool> {
-    let mut m = PEER_PATH_CONTROL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    m.remove(&(ctx as usize, qpn))
-}
-
 /// On a device with two ports, a connected QP entering RTR offers its other port to the
 /// peer (see [`QueuePair::offer_alternate_port`](ferroce_verbs::QueuePair)): programs
 /// written for one port (perftest) get native failover with a ferroce peer unchanged. A QP
@@ -494,11 +449,11 @@ fn take_peer_path_control(ctx: *mut ffi::ibv_context, qpn: u32) -> Option<bool> 
 fn offer_failover(q: &Qp) {
     // SAFETY: QPs are made with a live context.
     let c = unsafe { owner(q.base().context) };
-    let peer = take_peer_path_control(q.base().context, q.base().qp_num);
+    let peer = crate::schemes::peer(q.base().context, q.base().qp_num);
     if c.verbs.query_device().phys_port_cnt < 2 || q.base().qp_type == ffi::IBV_QPT_UD {
         return;
     }
-    if !failover_wanted() || peer == Some(false) {
+    if !crate::schemes::failover_wanted() || peer.is_some_and(|p| !p.path_control) {
         return;
     }
     let Some(rdma) = q.qp.rdma() else {
@@ -535,6 +490,12 @@ pub unsafe extern "C" fn ferroce_ibv_modify_qp(
         Ok(x) => x,
         Err(e) => return e,
     };
+    let to_rtr = mask.contains(AttrMask::STATE) && attr.qp_state == QpState::Rtr;
+    if to_rtr {
+        // The schemes go in while the QP is still in INIT (both ends' agree from RTR on).
+        let peer = crate::schemes::peer(q.base().context, q.base().qp_num);
+        crate::schemes::apply(rdma, q.base().qp_type, peer);
+    }
     match rdma.modify(&attr, mask) {
         Ok(()) => {
             if mask.contains(AttrMask::STATE) {

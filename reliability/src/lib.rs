@@ -25,6 +25,7 @@
 pub mod cc;
 pub mod failover;
 pub mod policy;
+pub mod schemes;
 pub mod sdr;
 
 pub use ferroce_stack::transport::congestion::{AckEvent, CongestionControl, Loss, NoControl};

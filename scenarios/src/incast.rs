@@ -8,8 +8,7 @@
 //! sender has delivered its first `burst` bytes. Every byte is checked.
 
 use ferroce_drivers::sim::{LinkModel, Red};
-use ferroce_reliability::cc::dcqcn::{Dcqcn, DcqcnConfig};
-use ferroce_reliability::cc::timely::{Timely, TimelyConfig};
+use ferroce_reliability::schemes::{CcScheme, Params, Schemes};
 use ferroce_stack::transport::{
     Mtu, Payload, Policies, QpType, SendFlags, SendWr, Sge, WcStatus, WrOpcode,
 };
@@ -41,13 +40,20 @@ impl Scheme {
     }
 
     fn policies(self, line: u64) -> Option<Policies> {
-        let cc: Box<dyn ferroce_stack::transport::CongestionControl> = match self {
-            Self::Dcqcn => Box::new(Dcqcn::new(DcqcnConfig::ferroce(line))),
-            Self::DcqcnMlx5 => Box::new(Dcqcn::new(DcqcnConfig::mlx5(line))),
-            Self::Timely => Box::new(Timely::new(TimelyConfig::ferroce(line))),
+        let cc = match self {
+            Self::Dcqcn => CcScheme::Dcqcn,
+            Self::DcqcnMlx5 => CcScheme::DcqcnMlx5,
+            Self::Timely => CcScheme::Timely,
             Self::None => return None,
         };
-        Some(Policies::default().with_congestion(cc))
+        let schemes = Schemes {
+            cc: Some(cc),
+            ..Schemes::IBTA
+        };
+        Some(schemes.policies(&Params {
+            line_bps: line,
+            ..Params::default()
+        }))
     }
 }
 

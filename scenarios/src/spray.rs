@@ -9,14 +9,10 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use ferroce_drivers::sim::{EcmpHash, FabricBuilder, LinkModel, LinkStats, Loss, SwitchId};
-use ferroce_reliability::policy::baselines::{RnicSr, TimeoutOnly};
-use ferroce_reliability::policy::gbn::GoBackN;
-use ferroce_reliability::policy::spray::Spray;
-use ferroce_reliability::policy::sr::{SelectiveRepeat, SrConfig};
 use ferroce_reliability::policy::themis::{SharedStats, ThemisConfig, ThemisStats, ThemisTor};
+use ferroce_reliability::schemes::{Params, PathScheme, RecoveryScheme, Schemes};
 use ferroce_stack::transport::{
-    Access, Counters, Mtu, Payload, Policies, Qp, QpConfig, QpType, Recovery, SendWr, Sge,
-    WcStatus, WrOpcode,
+    Access, Counters, Mtu, Payload, Policies, Qp, QpConfig, QpType, SendWr, Sge, WcStatus, WrOpcode,
 };
 use ferroce_stack::wire::Qpn;
 
@@ -68,25 +64,31 @@ impl Scheme {
         }
     }
 
+    /// The schemes every end runs.
+    pub fn schemes(self) -> Schemes {
+        let paths = SPINES as u16;
+        let (recovery, path) = match self {
+            Self::EcmpGbn => (RecoveryScheme::GoBackN, PathScheme::Ecmp),
+            Self::SprayRnicSr => (RecoveryScheme::RnicSr, PathScheme::Random(paths)),
+            Self::SprayTimeout => (RecoveryScheme::TimeoutOnly, PathScheme::Random(paths)),
+            // The ToRs spray; the endpoints keep one UDP port, as a ConnectX does.
+            Self::SprayThemis => (RecoveryScheme::RnicSr, PathScheme::Ecmp),
+            Self::SpraySr => (RecoveryScheme::SelectiveRepeat, PathScheme::Psn(paths)),
+        };
+        Schemes {
+            recovery: Some(recovery),
+            path: Some(path),
+            cc: None,
+        }
+    }
+
     /// The policy of one end of flow `flow`.
     fn policy(self, seed: u64, flow: usize) -> Policies {
-        let random = || Spray::random(SPINES as u16, seed ^ (flow as u64).wrapping_mul(0x51));
-        let (recovery, spray): (Box<dyn Recovery>, Spray) = match self {
-            Self::EcmpGbn => (Box::new(GoBackN::with_window(WINDOW)), Spray::ecmp()),
-            Self::SprayRnicSr => (Box::new(RnicSr::new(WINDOW)), random()),
-            Self::SprayTimeout => (Box::new(TimeoutOnly::new(WINDOW)), random()),
-            // The ToRs spray; the endpoints keep one UDP port, as a ConnectX does.
-            Self::SprayThemis => (Box::new(RnicSr::new(WINDOW)), Spray::ecmp()),
-            Self::SpraySr => {
-                let config = SrConfig {
-                    window: WINDOW,
-                    ..SrConfig::default()
-                };
-                let sr = SelectiveRepeat::new(config);
-                (Box::new(sr), Spray::psn(SPINES as u16))
-            }
-        };
-        Policies::recovery(recovery).with_path(Box::new(spray))
+        self.schemes().policies(&Params {
+            window: Some(WINDOW),
+            seed: seed ^ (flow as u64).wrapping_mul(0x51),
+            ..Params::default()
+        })
     }
 }
 

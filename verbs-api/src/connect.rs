@@ -161,6 +161,18 @@ impl Negotiated {
     }
 }
 
+impl Negotiated {
+    /// The schemes a QP of a connection that agreed on this runs, of those it `wanted`:
+    /// selective repeat, and spraying with it, only when agreed (see
+    /// [`Schemes::agreed`](ferroce_reliability::schemes::Schemes::agreed)).
+    pub fn schemes(
+        self,
+        wanted: &ferroce_reliability::schemes::Schemes,
+    ) -> ferroce_reliability::schemes::Schemes {
+        wanted.agreed(self == Self::SelectiveRepeat)
+    }
+}
+
 /// What two ends agreed on: every capability both offered, and what that means for each
 /// policy a connection composes (only recovery so far).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +181,19 @@ pub struct Agreement {
     pub common: Capabilities,
     /// The recovery scheme: the best both offer.
     pub recovery: Negotiated,
+}
+
+impl Agreement {
+    /// The policies a QP of this connection runs, of those it `wanted`, with `params`: the
+    /// one way from a connection exchange to [`Policies`](ferroce_stack::transport::Policies)
+    /// (`ferroce perf`, the drop-in's rdma_cm).
+    pub fn policies(
+        &self,
+        wanted: &ferroce_reliability::schemes::Schemes,
+        params: &ferroce_reliability::schemes::Params,
+    ) -> ferroce_stack::transport::Policies {
+        self.recovery.schemes(wanted).policies(params)
+    }
 }
 
 /// What a connection runs, from both ends' offers.

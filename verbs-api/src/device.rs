@@ -98,7 +98,13 @@ pub(crate) struct Device {
     /// On a real port: where other devices of the process loop frames for this device's
     /// QPs (its first engine's inbox; a multi-engine device hands them on by QPN).
     pub(crate) looped: std::sync::OnceLock<Arc<LoopInbox>>,
+    /// The last counters of the QPs destroyed lately (the newest [`RETIRED_KEPT`]), so a
+    /// counters export after a program's data QPs are gone still shows what they did.
+    pub(crate) retired: Mutex<std::collections::VecDeque<(u32, Counters)>>,
 }
+
+/// Destroyed QPs whose counters a device keeps for its exports.
+pub(crate) const RETIRED_KEPT: usize = 64;
 
 impl Device {
     pub(crate) fn new<P: Port + Send + 'static>(
@@ -155,6 +161,7 @@ impl Device {
             cores: std::sync::OnceLock::new(),
             events,
             looped: std::sync::OnceLock::new(),
+            retired: Mutex::new(std::collections::VecDeque::new()),
         })
     }
 
@@ -253,8 +260,20 @@ impl Device {
         if self.looped.get().is_some() {
             looped::release(qpn);
         }
-        self.slot(qpn).lock().core_mut().remove_qp(qpn);
+        let last = {
+            let mut e = self.slot(qpn).lock();
+            let last = e.core().qp_counters(qpn);
+            e.core_mut().remove_qp(qpn);
+            last
+        };
         self.homes.forget(qpn);
+        if let Some(c) = last {
+            let mut r = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+            if r.len() == RETIRED_KEPT {
+                r.pop_front();
+            }
+            r.push_back((qpn, c));
+        }
     }
 
     /// Enters a new QP where loopback finds it.

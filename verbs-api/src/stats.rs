@@ -1,6 +1,7 @@
 //! The counters file `ferroce stats` reads: one per process and device.
 
 use crate::device::Device;
+use ferroce_stack::transport::Counters;
 
 /// Writes `dev`'s counters (see `Context::export_stats`).
 pub(crate) fn export(dev: &Device) -> std::io::Result<std::path::PathBuf> {
@@ -19,7 +20,23 @@ pub(crate) fn export(dev: &Device) -> std::io::Result<std::path::PathBuf> {
     for (k, v) in dev.counters().iter() {
         text.push_str(&format!("port.{k}={v}\n"));
     }
-    for (qpn, c) in dev.qp_counters_all() {
+    let live = dev.qp_counters_all();
+    for (qpn, c) in &live {
+        for (k, v) in c.iter() {
+            text.push_str(&format!("qp.{qpn:#x}.{k}={v}\n"));
+        }
+    }
+    // QPs destroyed lately, with their last counters (a number a live QP has again is the
+    // live QP's).
+    let retired: Vec<(u32, Counters)> = {
+        let r = dev.retired.lock().unwrap_or_else(|p| p.into_inner());
+        r.iter().copied().collect()
+    };
+    for (qpn, c) in retired.iter().rev() {
+        if live.iter().any(|(n, _)| n == qpn) || text.contains(&format!("qp.{qpn:#x}.destroyed=")) {
+            continue;
+        }
+        text.push_str(&format!("qp.{qpn:#x}.destroyed=1\n"));
         for (k, v) in c.iter() {
             text.push_str(&format!("qp.{qpn:#x}.{k}={v}\n"));
         }

@@ -13,11 +13,6 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use ferroce_drivers::sim::{LinkModel, Loss};
-use ferroce_reliability::cc::dcqcn::{Dcqcn, DcqcnConfig};
-use ferroce_reliability::cc::timely::{Timely, TimelyConfig};
-use ferroce_reliability::policy::spray::Spray;
-use ferroce_reliability::policy::sr::{SelectiveRepeat, SrConfig};
-use ferroce_reliability::Policies;
 use ferroce_verbs::connect::{
     capability, connect_qp, negotiate, Capabilities, ConnectOpts, Endpoint, Negotiated,
 };
@@ -333,42 +328,38 @@ fn endpoint(s: &Side, i: usize, psn: u32, a: &Args) -> Result<Endpoint, Failure>
     })
 }
 
-/// Puts a QP (in RESET) on the scheme its connection agreed on.
+/// Puts a QP (in RESET) on the schemes its connection agreed on.
 fn use_scheme(qp: &QueuePair, agreed: Negotiated, a: &Args) -> Result<(), Failure> {
-    let sr = agreed == Negotiated::SelectiveRepeat;
-    if !sr && a.cc == Cc::None {
+    use ferroce_reliability::schemes::{CcScheme, Params, PathScheme, RecoveryScheme, Schemes};
+    let wanted = Schemes {
+        recovery: Some(RecoveryScheme::SelectiveRepeat),
+        path: Some(if a.paths > 1 {
+            PathScheme::Psn(a.paths)
+        } else {
+            PathScheme::Ecmp
+        }),
+        cc: match a.cc {
+            Cc::None => None,
+            Cc::Dcqcn => Some(CcScheme::DcqcnMlx5),
+            Cc::DcqcnFerroce => Some(CcScheme::Dcqcn),
+            Cc::Timely => Some(CcScheme::Timely),
+        },
+    };
+    let schemes = agreed.schemes(&wanted);
+    if schemes == Schemes::IBTA {
         return Ok(());
     }
-    let mut p = Policies::default();
-    if sr {
-        let spray = if a.paths > 1 {
-            Spray::psn(a.paths)
-        } else {
-            Spray::ecmp()
-        };
-        let recovery = SelectiveRepeat::new(SrConfig::default());
-        p = Policies::recovery(Box::new(recovery)).with_path(Box::new(spray));
-    }
-    let line = (a.gbps * 1e9) as u64;
-    match a.cc {
-        Cc::None => {}
-        Cc::Dcqcn => p = p.with_congestion(Box::new(Dcqcn::new(DcqcnConfig::mlx5(line)))),
-        Cc::DcqcnFerroce => {
-            let c = DcqcnConfig {
-                window_rtt_ns: (a.base_rtt_us.unwrap_or(5.0) * 1e3) as u64,
-                ..DcqcnConfig::ferroce(line)
-            };
-            p = p.with_congestion(Box::new(Dcqcn::new(c)));
-        }
-        Cc::Timely => {
-            let mut c = TimelyConfig::ferroce(line);
-            if let Some(us) = a.base_rtt_us {
-                c = c.with_base_rtt((us * 1e3) as u64);
-            }
-            p = p.with_congestion(Box::new(Timely::new(c)));
-        }
-    }
-    qp.set_reliability(p)?;
+    let rtt_ns = match a.cc {
+        Cc::DcqcnFerroce => Some((a.base_rtt_us.unwrap_or(5.0) * 1e3) as u64),
+        Cc::Timely => a.base_rtt_us.map(|us| (us * 1e3) as u64),
+        Cc::None | Cc::Dcqcn => None,
+    };
+    let params = Params {
+        line_bps: (a.gbps * 1e9) as u64,
+        rtt_ns,
+        ..Params::default()
+    };
+    qp.set_reliability(schemes.policies(&params))?;
     Ok(())
 }
 

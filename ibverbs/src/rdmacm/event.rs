@@ -465,9 +465,10 @@ fn process_inner(c: &mut Cma, p: Pending) -> Option<*mut ffi::rdma_cm_event> {
             // Whether the peer speaks ferroce (its REP carries an offer), before the QP's
             // RTR reads it; the offer's bytes are not the program's.
             let offer = Offer::take_from(&mut rep.private_data);
-            let speaks = offer.is_some_and(|o| super::my_offer().agree(&o).path_control);
+            let peer =
+                crate::schemes::Peer::agreed(&crate::schemes::my_offer(true), offer.as_ref());
             if let Some(dev) = s.dev {
-                crate::qp::set_peer_path_control(c.devs[dev].ctx, s.qpn, speaks);
+                crate::schemes::set_peer(c.devs[dev].ctx, s.qpn, peer);
             }
             conn_param(&mut b, &rep.private_data);
             // SAFETY: the `conn` member, as above.

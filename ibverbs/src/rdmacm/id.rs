@@ -665,7 +665,8 @@ pub unsafe extern "C" fn ferroce_rdma_connect(
         let mut private = request_private(cm, s, p.as_ref().map_or(&[], |p| &p.private));
         if !s.ud {
             // After the program's bytes, if it left the room (see `ferroce_verbs::cm::Offer`).
-            super::my_offer().append_to(&mut private, private_len::REQ);
+            // Its QP cannot be past INIT before the REP names the peer's: it may switch.
+            crate::schemes::my_offer(true).append_to(&mut private, private_len::REQ);
         }
         let peer = s.peer.expect("resolved");
         let svc = service_id(ps_of(cm), s.dst.map_or(0, |a| a.port()));
@@ -803,12 +804,16 @@ pub unsafe extern "C" fn ferroce_rdma_accept(
         s.qpn = qpn;
         // A peer that offered ferroce's schemes gets this end's offer in the REP and what
         // both offer; one that offered nothing (a kernel CM) gets a plain IBTA connection.
-        let mine = super::my_offer();
-        let agreed = s.peer_offer.map(|peer| mine.agree(&peer));
-        if agreed.is_some() {
+        // Selective repeat only for a QP still in INIT: one the program moved on itself
+        // (`rdma_init_qp_attr` before accepting) or one the CM does not hold keeps Go-Back-N.
+        // SAFETY: the id's QP, if any, is a live QP of this library.
+        let can_switch = unsafe { cm.id.qp.as_ref() }.is_some_and(|q| q.state <= ffi::IBV_QPS_INIT);
+        let mine = crate::schemes::my_offer(can_switch);
+        if s.peer_offer.is_some() {
             mine.append_to(&mut private, private_len::REP);
         }
-        crate::qp::set_peer_path_control(ctx, qpn, agreed.is_some_and(|a| a.path_control));
+        let peer = crate::schemes::Peer::agreed(&mine, s.peer_offer.as_ref());
+        crate::schemes::set_peer(ctx, qpn, peer);
         if let Err(e) = super::qp::to_rts(&c, key) {
             super::qp::to_err(cm);
             return err(e);

@@ -159,16 +159,6 @@ impl IdState {
     }
 }
 
-/// What this process offers a peer beyond IBTA in the private data of its REQs and REPs:
-/// ferroce's in-band path control unless `FERROCE_FAILOVER=none`. Recovery, path and
-/// congestion schemes join it once the drop-in can run them (issue 36).
-pub(crate) fn my_offer() -> Offer {
-    Offer {
-        path_control: crate::qp::failover_wanted(),
-        offers: ferroce_verbs::connect::Capabilities::NONE,
-    }
-}
-
 /// The local ACK timeout (4.096 µs × 2^n, about 1.07 s) of a connection made through the CM
 /// when the program sets none (`RDMA_OPTION_ID_ACK_TIMEOUT`): the order of what Linux's CM
 /// puts in a RoCE REQ, whose path records carry a packet lifetime of 16 to 18 by kernel
