@@ -7,12 +7,10 @@
 use ferroce_drivers::sim::LinkModel;
 use ferroce_drivers::Port;
 use ferroce_reliability::failover::shift::{RecvState, SendState, ShiftConfig, NO_RESEND};
-use ferroce_stack::switch::{HookCtx, SwitchHook, Verdict};
 use ferroce_stack::transport::{
     Access, Payload, RecvWr, SendFlags, SendWr, Sge, WcStatus, WorkCompletion, WrOpcode,
 };
-use ferroce_stack::wire::MacAddr;
-use ferroce_testbed::{rails, ConnOpts, RailQps, Rails, ShiftPair, Step, Testbed};
+use ferroce_testbed::{rails, ConnOpts, Cut, RailQps, Rails, ShiftPair, Step, Testbed};
 
 const LEN: usize = 1 << 20;
 
@@ -21,18 +19,6 @@ const QPS: RailQps = RailQps {
     qpns: [[0x10, 0x20], [0x11, 0x21], [0x12, 0x22]],
     psns: [[0, 0], [0, 0], [0, 0]],
 };
-
-/// Drops the frames through a ToR: all of them, or those from one MAC.
-struct Cut(Option<MacAddr>);
-
-impl SwitchHook for Cut {
-    fn on_frame(&mut self, _ctx: &HookCtx<'_>, frame: &mut Vec<u8>) -> Verdict {
-        match self.0 {
-            Some(mac) if frame.get(6..12) != Some(&mac.0[..]) => Verdict::Forward,
-            _ => Verdict::Drop,
-        }
-    }
-}
 
 /// Two hosts on two rails, SHIFT mode on both (host 0 leads, a probe every 200 µs), 1 MiB
 /// registered on each, a fast retry budget (an error after three tries of 8 µs).

@@ -8,13 +8,11 @@ use ferroce_drivers::Port;
 use ferroce_reliability::failover::shift::Rail;
 use ferroce_reliability::failover::varuna::uid::{CasBuffer, Uid, UidRegion, SLOT_BYTES};
 use ferroce_reliability::failover::varuna::vqp::{VarunaConfig, VarunaQp};
-use ferroce_stack::switch::{HookCtx, SwitchHook, Verdict};
 use ferroce_stack::transport::{
     Access, AttrMask, Payload, PostError, QpAttr, QpState, SendFlags, SendWr, Sge, WcStatus,
     WorkCompletion, WrOpcode,
 };
-use ferroce_stack::wire::MacAddr;
-use ferroce_testbed::{rails, ConnOpts, Rails, Step, Testbed, VarunaRails};
+use ferroce_testbed::{rails, ConnOpts, Cut, Rails, Step, Testbed, VarunaRails};
 
 const LEN: usize = 1 << 20;
 /// The vQP's QPs on host 0 (default, backup) and their peers on host 1.
@@ -46,18 +44,6 @@ fn xorshift(seed: u64, salt: u64) -> impl FnMut() -> u64 {
         rng ^= rng >> 7;
         rng ^= rng << 17;
         rng
-    }
-}
-
-/// Drops the frames through a ToR: all of them, or those from one MAC.
-struct Cut(Option<MacAddr>);
-
-impl SwitchHook for Cut {
-    fn on_frame(&mut self, _ctx: &HookCtx<'_>, frame: &mut Vec<u8>) -> Verdict {
-        match self.0 {
-            Some(mac) if frame.get(6..12) != Some(&mac.0[..]) => Verdict::Forward,
-            _ => Verdict::Drop,
-        }
     }
 }
 

@@ -23,3 +23,19 @@ impl SwitchHook for PairCut {
         }
     }
 }
+
+/// Drops the frames through a switch — all of them (`Cut(None)`: a rail that carries
+/// nothing while its carrier stays up), or those from one MAC (`Cut(Some(mac))`: one
+/// direction of a path, an end's ACKs and READ responses) — and forwards the rest. Set on a
+/// ToR and cleared again, it cuts and heals a rail at any moment a test chooses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cut(pub Option<MacAddr>);
+
+impl SwitchHook for Cut {
+    fn on_frame(&mut self, _ctx: &HookCtx<'_>, frame: &mut Vec<u8>) -> Verdict {
+        match self.0 {
+            Some(mac) if frame.get(6..12) != Some(&mac.0[..]) => Verdict::Forward,
+            _ => Verdict::Drop,
+        }
+    }
+}

@@ -22,7 +22,7 @@ mod topology;
 
 pub use bed::{Step, Testbed};
 pub use conn::ConnOpts;
-pub use hooks::PairCut;
+pub use hooks::{Cut, PairCut};
 pub use host::{Host, PD};
 pub use oob::OobNet;
 pub use rails_io::{PoolSeat, RailQps, ShiftPair, ShiftRails, VarunaRails};
