@@ -42,10 +42,17 @@ pub(crate) struct Args {
     /// The marking probability at Kmax (0: no marking).
     #[arg(long, default_value_t = 0.2)]
     pmax: f64,
-    /// Drop each RoCEv2 frame towards the receiver with this probability before it is
-    /// queued: a lossy link, for recovery runs (the kernel here has no netem).
+    /// Drop each RoCEv2 data frame (not QP1's MADs) towards the receiver with this
+    /// probability before it is queued: a lossy link, for recovery runs (the kernel here
+    /// has no netem).
     #[arg(long, default_value_t = 0.0)]
     loss: f64,
+    /// Hold the communication manager's MADs (RoCE frames to QP1) towards the receiver this
+    /// many milliseconds before they are queued (they are never lost): a slower management
+    /// path, so a program that connects again at once (perftest -R's data connection) finds
+    /// its server listening.
+    #[arg(long, default_value_t = 0.0)]
+    cm_delay_ms: f64,
     /// Stop after this many seconds and print what the queue did.
     #[arg(long, default_value_t = 10.0)]
     duration: f64,
@@ -124,7 +131,8 @@ impl Egress {
     /// Queues `frame` (marking it as the queue ahead of it says), or drops it (a lossy
     /// link's loss, a full buffer).
     pub(crate) fn offer(&mut self, frame: &[u8]) -> Offer {
-        if self.loss > 0.0 && roce_src_port(frame).is_some() && self.uniform() < self.loss {
+        let data = roce_flow(frame).is_some_and(|(_, qpn)| qpn != 1);
+        if self.loss > 0.0 && data && self.uniform() < self.loss {
             self.stats.lost += 1;
             return Offer::Lost;
         }
@@ -182,13 +190,9 @@ impl Egress {
     }
 }
 
-/// The UDP source port of a RoCEv2 frame over IPv4 (UDP destination 4791), `None` for any
-/// other frame: the path a sprayed packet takes through an ECMP fabric.
-pub(crate) fn roce_src_port(f: &[u8]) -> Option<u16> {
-    roce_flow(f).map(|x| x.0)
-}
-
-/// A RoCEv2 frame's UDP source port and destination QP.
+/// A RoCEv2 frame's (over IPv4: UDP destination 4791) UDP source port — the path a
+/// sprayed packet takes through an ECMP fabric — and destination QP; `None` for any other
+/// frame.
 fn roce_flow(f: &[u8]) -> Option<(u16, u32)> {
     if f.get(12..14)? != [0x08, 0x00] || f.get(23)? != &17 {
         return None;
@@ -238,14 +242,15 @@ fn open(dev: &str) -> Result<AfPacketPort, Failure> {
 
 pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
     let positive = |x: f64| x.is_finite() && x > 0.0;
-    if !positive(a.gbps)
-        || a.buffer == 0
-        || !(0.0..=1.0).contains(&a.pmax)
-        || !(0.0..1.0).contains(&a.loss)
-        || !positive(a.duration)
-    {
+    let valid = positive(a.gbps)
+        && a.buffer != 0
+        && (0.0..=1.0).contains(&a.pmax)
+        && (0.0..1.0).contains(&a.loss)
+        && (a.cm_delay_ms == 0.0 || positive(a.cm_delay_ms))
+        && positive(a.duration);
+    if !valid {
         return Err(Failure(
-            "--gbps, --buffer and --duration must be above zero, --pmax within 0..1, --loss within 0..1 (below 1)".into(),
+            "--gbps, --buffer and --duration must be above zero, --pmax within 0..1, --loss within 0..1 (below 1), --cm-delay-ms 0 or more".into(),
         ));
     }
     let red = (a.pmax > 0.0).then(|| Red {
@@ -258,6 +263,8 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
     egress.set_loss(a.loss);
     let mut back = 0u64;
     let mut paths = Paths::default();
+    let cm_delay = (a.cm_delay_ms * 1e6) as u64;
+    let mut held: VecDeque<(u64, Vec<u8>)> = VecDeque::new();
     let mut hist = Histogram(vec![0; (a.buffer >> 10) + 2]);
     let epoch = Instant::now();
     let end = Duration::from_secs_f64(a.duration);
@@ -266,8 +273,17 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
         let now = epoch.elapsed().as_nanos() as u64;
         from.rx_burst(64, |f| {
             paths.see(f);
-            egress.offer(f);
+            if cm_delay > 0 && roce_flow(f).is_some_and(|(_, qpn)| qpn == 1) {
+                held.push_back((now + cm_delay, f.to_vec()));
+            } else {
+                egress.offer(f);
+            }
         });
+        while held.front().is_some_and(|h| h.0 <= now) {
+            if let Some((_, f)) = held.pop_front() {
+                egress.offer(&f);
+            }
+        }
         while let Some(f) = egress.take(now) {
             // A full transmit ring: send what is queued and try once more.
             let sent = to.tx(f.len(), |b| b.copy_from_slice(&f)).is_ok() || {
@@ -417,9 +433,9 @@ mod tests {
 
     #[test]
     fn a_lossy_link_loses_about_its_share_of_roce_frames_and_nothing_else() {
-        assert_eq!(roce_src_port(&roce(0xc001, 100)), Some(0xc001));
-        assert_eq!(roce_src_port(&frame(0, 100)), None, "UDP, not to 4791");
-        assert_eq!(roce_src_port(&[0u8; 20]), None, "too short");
+        assert_eq!(roce_flow(&roce(0xc001, 100)), Some((0xc001, 0)));
+        assert_eq!(roce_flow(&frame(0, 100)), None, "UDP, not to 4791");
+        assert_eq!(roce_flow(&[0u8; 20]), None, "too short");
         let mut q = Egress::new(1e12, 1 << 30, None, 9);
         q.set_loss(0.1);
         for i in 0..10_000 {
@@ -428,6 +444,14 @@ mod tests {
         }
         assert!((800..1200).contains(&q.stats.lost), "{}", q.stats.lost);
         assert_eq!(q.queued_bytes(), (20_000 - q.stats.lost as usize) * 100);
+        // QP1's MADs (the destination QP in the BTH's bytes 5..8) are never lost.
+        let mut mad = roce(1, 100);
+        mad[49] = 1;
+        let before = q.stats.lost;
+        for _ in 0..1000 {
+            q.offer(&mad);
+        }
+        assert_eq!(q.stats.lost, before);
     }
 
     #[test]
