@@ -170,45 +170,40 @@ impl Rig {
         (self.w.hosts[h].keys.lkey, self.w.hosts[h].keys.rkey)
     }
 
-    fn write(&mut self, id: u64, src: u64, dst: u64, len: u32) -> Result<(), PostError> {
+    /// Posts through the vQP a signaled one-sided `opcode` of `len` bytes between host 0's
+    /// `local` and host 1's `remote`, set further by `tweak`.
+    fn one_sided(
+        &mut self,
+        (id, opcode): (u64, WrOpcode),
+        (local, len, remote): (u64, u32, u64),
+        tweak: impl FnOnce(&mut SendWr<'_>),
+    ) -> Result<(), PostError> {
         let sge = [Sge {
-            addr: src,
+            addr: local,
             length: len,
             lkey: self.keys(0).0,
         }];
-        let wr = SendWr::new(id, WrOpcode::Write, Payload::Sges(&sge))
-            .remote(dst, self.keys(1).1)
+        let mut wr = SendWr::new(id, opcode, Payload::Sges(&sge))
+            .remote(remote, self.keys(1).1)
             .flags(SendFlags::SIGNALED);
+        tweak(&mut wr);
         let (v, mut io) = self.io();
         v.post_send(&mut io, &wr)
+    }
+
+    fn write(&mut self, id: u64, src: u64, dst: u64, len: u32) -> Result<(), PostError> {
+        self.one_sided((id, WrOpcode::Write), (src, len, dst), |_| {})
     }
 
     fn read(&mut self, id: u64, dst: u64, src: u64, len: u32) -> Result<(), PostError> {
-        let sge = [Sge {
-            addr: dst,
-            length: len,
-            lkey: self.keys(0).0,
-        }];
-        let wr = SendWr::new(id, WrOpcode::Read, Payload::Sges(&sge))
-            .remote(src, self.keys(1).1)
-            .flags(SendFlags::SIGNALED);
-        let (v, mut io) = self.io();
-        v.post_send(&mut io, &wr)
+        self.one_sided((id, WrOpcode::Read), (dst, len, src), |_| {})
     }
 
     fn cas(&mut self, id: u64, result: u64, compare: u64, swap: u64) -> Result<(), PostError> {
-        let sge = [Sge {
-            addr: result,
-            length: 8,
-            lkey: self.keys(0).0,
-        }];
-        let mut wr = SendWr::new(id, WrOpcode::CmpSwp, Payload::Sges(&sge))
-            .remote(TARGET, self.keys(1).1)
-            .flags(SendFlags::SIGNALED);
-        wr.compare_add = compare;
-        wr.swap = swap;
-        let (v, mut io) = self.io();
-        v.post_send(&mut io, &wr)
+        self.one_sided((id, WrOpcode::CmpSwp), (result, 8, TARGET), |wr| {
+            wr.compare_add = compare;
+            wr.swap = swap;
+        })
     }
 
     fn word(&self, side: usize, at: u64) -> u64 {
@@ -431,17 +426,9 @@ fn a_cas_chain_survives_a_cut_exactly_once() {
 
 impl Rig {
     fn faa(&mut self, id: u64, result: u64, add: u64) -> Result<(), PostError> {
-        let sge = [Sge {
-            addr: result,
-            length: 8,
-            lkey: self.keys(0).0,
-        }];
-        let mut wr = SendWr::new(id, WrOpcode::FetchAdd, Payload::Sges(&sge))
-            .remote(COUNTER, self.keys(1).1)
-            .flags(SendFlags::SIGNALED);
-        wr.compare_add = add;
-        let (v, mut io) = self.io();
-        v.post_send(&mut io, &wr)
+        self.one_sided((id, WrOpcode::FetchAdd), (result, 8, COUNTER), |wr| {
+            wr.compare_add = add;
+        })
     }
 }
 

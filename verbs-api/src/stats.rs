@@ -26,14 +26,16 @@ pub(crate) fn export(dev: &Device) -> std::io::Result<std::path::PathBuf> {
             text.push_str(&format!("qp.{qpn:#x}.{k}={v}\n"));
         }
     }
-    // QPs destroyed lately, with their last counters (a number a live QP has again is the
-    // live QP's).
+    // QPs destroyed lately, with their last counters.
     let retired: Vec<(u32, Counters)> = {
         let r = dev.retired.lock().unwrap_or_else(|p| p.into_inner());
         r.iter().copied().collect()
     };
+    let mut written: std::collections::HashSet<u32> = live.iter().map(|x| x.0).collect();
     for (qpn, c) in retired.iter().rev() {
-        if live.iter().any(|(n, _)| n == qpn) || text.contains(&format!("qp.{qpn:#x}.destroyed=")) {
+        // The newest counters of a number first; a number a live QP has again is the live
+        // QP's.
+        if !written.insert(*qpn) {
             continue;
         }
         text.push_str(&format!("qp.{qpn:#x}.destroyed=1\n"));

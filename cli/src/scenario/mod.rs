@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use serde_json::{json, Value};
 
 use crate::Failure;
-use spray::{Outcome as Run, Scheme, Setup};
+use spray::{Scheme, Setup};
 
 #[derive(clap::Args)]
 pub(crate) struct Args {
@@ -272,17 +272,17 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
 struct Point {
     scheme: Scheme,
     loss: f64,
-    runs: Vec<Run>,
+    runs: Vec<spray::Outcome>,
 }
 
 impl Point {
     /// Mean over the runs of the slowest flow, in µs; `None` if a flow failed.
     fn tail_us(&self) -> Option<f64> {
-        let tails: Option<Vec<u64>> = self.runs.iter().map(Run::tail_ns).collect();
+        let tails: Option<Vec<u64>> = self.runs.iter().map(spray::Outcome::tail_ns).collect();
         tails.map(|t| t.iter().sum::<u64>() as f64 / t.len() as f64 / 1e3)
     }
 
-    fn sum(&self, f: impl Fn(&Run) -> u64) -> u64 {
+    fn sum(&self, f: impl Fn(&spray::Outcome) -> u64) -> u64 {
         self.runs.iter().map(f).sum()
     }
 
