@@ -19,14 +19,21 @@ export CARGO_TERM_COLOR=never
 timings=()
 step_name=""
 step_start=$SECONDS
+# cpu_s: the CPU seconds (user + system) of every child the script has waited for so far.
+cpu_s() {
+  times | awk 'NR == 2 { t = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } printf "%d", t }'
+}
+step_cpu=0
 step() {
   if [ -n "$step_name" ]; then
-    local took=$((SECONDS - step_start))
-    printf '    (%d s)\n' "$took"
-    timings+=("$(printf '%5d s  %s' "$took" "$step_name")")
+    local took=$((SECONDS - step_start)) cpu
+    cpu=$(( $(cpu_s) - step_cpu ))
+    printf '    (%d s, %d CPU s)\n' "$took" "$cpu"
+    timings+=("$(printf '%5d s %5d CPU s  %s' "$took" "$cpu" "$step_name")")
   fi
   step_name=$1
   step_start=$SECONDS
+  step_cpu=$(cpu_s)
   printf '\n==> %s\n' "$*"
 }
 
