@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ferroce_stack::transport::WcFlags;
 use ferroce_verbs::{CompletionChannel, CompletionQueue, WorkCompletion};
 
 use crate::context::{context, Context};
@@ -207,7 +208,11 @@ fn create(
             .unwrap_or_else(|e| e.into_inner())
             .insert(id, p as usize);
     }
-    c.events.register(Kind::Cq, id, p as *mut c_void);
+    // SAFETY: just published, so live.
+    let reported = &unsafe { object::<Cq, _>(p) }
+        .expect("just made")
+        .async_reported;
+    c.events.register(Kind::Cq, id, p as *mut c_void, reported);
     Ok(p)
 }
 
@@ -294,7 +299,7 @@ pub unsafe extern "C" fn ferroce_ibv_destroy_cq(cq: *mut ffi::ibv_cq) -> c_int {
         return libc::EBUSY;
     }
     // SAFETY: CQs are made with a live context.
-    let ctx = unsafe { crate::objects::owner(c.ibv.context) };
+    let ctx = unsafe { crate::context::owner(c.ibv.context) };
     ctx.events.forget(Kind::Cq, c.cq.id());
     // SAFETY: the channel outlives its CQs (destroying it first fails with EBUSY).
     if let Some(ch) = unsafe { object::<Channel, _>(c.ibv.channel) } {
@@ -330,7 +335,7 @@ pub unsafe extern "C" fn ferroce_ibv_resize_cq(cq: *mut ffi::ibv_cq, cqe: c_int)
     // SAFETY: per the contract.
     let c = unsafe { cq_of(cq) };
     // SAFETY: CQs are made with a live context.
-    let max = unsafe { crate::objects::owner(c.ibv.context) }
+    let max = unsafe { crate::context::owner(c.ibv.context) }
         .verbs
         .query_device()
         .max_cqe;
@@ -471,19 +476,17 @@ fn read<T: Default>(cq: *mut ffi::ibv_cq_ex, f: impl FnOnce(&WorkCompletion, u64
 }
 
 unsafe extern "C" fn read_opcode(cq: *mut ffi::ibv_cq_ex) -> ffi::ibv_wc_opcode {
-    read(cq, |w, _, _| crate::ops::to_wc(w).opcode)
+    read(cq, |w, _, _| to_wc(w).opcode)
 }
 unsafe extern "C" fn read_vendor_err(cq: *mut ffi::ibv_cq_ex) -> u32 {
-    read(cq, |w, _, _| crate::ops::to_wc(w).vendor_err)
+    read(cq, |w, _, _| to_wc(w).vendor_err)
 }
 unsafe extern "C" fn read_byte_len(cq: *mut ffi::ibv_cq_ex) -> u32 {
     read(cq, |w, _, _| w.byte_len)
 }
 unsafe extern "C" fn read_imm_data(cq: *mut ffi::ibv_cq_ex) -> u32 {
     // SAFETY: both union members are plain u32s.
-    read(cq, |w, _, _| unsafe {
-        crate::ops::to_wc(w).__bindgen_anon_1.imm_data
-    })
+    read(cq, |w, _, _| unsafe { to_wc(w).__bindgen_anon_1.imm_data })
 }
 unsafe extern "C" fn read_qp_num(cq: *mut ffi::ibv_cq_ex) -> u32 {
     read(cq, |w, _, _| w.qp_num.value())
@@ -492,7 +495,7 @@ unsafe extern "C" fn read_src_qp(cq: *mut ffi::ibv_cq_ex) -> u32 {
     read(cq, |w, _, _| w.src_qp.value())
 }
 unsafe extern "C" fn read_wc_flags(cq: *mut ffi::ibv_cq_ex) -> std::ffi::c_uint {
-    read(cq, |w, _, _| crate::ops::to_wc(w).wc_flags)
+    read(cq, |w, _, _| to_wc(w).wc_flags)
 }
 unsafe extern "C" fn read_slid(_cq: *mut ffi::ibv_cq_ex) -> u32 {
     0
@@ -526,5 +529,65 @@ unsafe extern "C" fn read_tm_info(cq: *mut ffi::ibv_cq_ex, info: *mut ffi::ibv_w
     if let Some(i) = unsafe { info.as_mut() } {
         i.tag = tag;
         i.priv_ = ctx;
+    }
+}
+/// A ferroce completion as `struct ibv_wc`.
+pub(crate) fn to_wc(wc: &WorkCompletion) -> ffi::ibv_wc {
+    let mut out = ffi::ibv_wc {
+        wr_id: wc.wr_id,
+        status: wc.status as ffi::ibv_wc_status,
+        opcode: wc.opcode as ffi::ibv_wc_opcode,
+        byte_len: wc.byte_len,
+        qp_num: wc.qp_num.value(),
+        src_qp: wc.src_qp.value(),
+        wc_flags: wc.wc_flags.0,
+        ..Default::default()
+    };
+    if wc.wc_flags.contains(WcFlags::WITH_INV) {
+        out.__bindgen_anon_1.invalidated_rkey = wc.imm_data;
+    } else {
+        out.__bindgen_anon_1.imm_data = wc.imm_data.to_be();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferroce_stack::transport::{WcOpcode, WcStatus};
+    use ferroce_stack::wire::Qpn;
+
+    #[test]
+    fn immediate_data_keeps_its_wire_bytes() {
+        // A program writes htonl(0x01020304); the wire and the peer's wc carry 01 02 03 04.
+        let c_imm: u32 = u32::from_ne_bytes([1, 2, 3, 4]);
+        assert_eq!(u32::from_be(c_imm), 0x0102_0304);
+        let mut wc = WorkCompletion {
+            wr_id: 7,
+            status: WcStatus::Success,
+            opcode: WcOpcode::RecvRdmaWithImm,
+            qp_num: Qpn::new(0x11),
+            byte_len: 0,
+            imm_data: 0x0102_0304,
+            wc_flags: WcFlags::WITH_IMM,
+            src_qp: Qpn::new(0),
+            smac: ferroce_stack::wire::MacAddr([0; 6]),
+            solicited: false,
+            tag: 0,
+        };
+        let out = to_wc(&wc);
+        // SAFETY: reading the member just written.
+        assert_eq!(
+            unsafe { out.__bindgen_anon_1.imm_data }.to_ne_bytes(),
+            [1, 2, 3, 4]
+        );
+        assert_eq!(out.opcode, ffi::IBV_WC_RECV_RDMA_WITH_IMM);
+        assert_eq!(out.wc_flags, ffi::IBV_WC_WITH_IMM);
+        wc.wc_flags = WcFlags::WITH_INV;
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { to_wc(&wc).__bindgen_anon_1.invalidated_rkey },
+            0x0102_0304
+        );
     }
 }

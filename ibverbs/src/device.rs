@@ -14,6 +14,12 @@ use crate::ffi;
 /// `afpacket:eth1;tap:fr0@10.0.0.2`.
 pub const DEVICES_ENV: &str = "FERROCE_DEVICES";
 
+/// Where a context hears of its device's asynchronous events (see [`crate::events`], which
+/// turns each into the `struct ibv_async_event` a program takes).
+pub(crate) trait EventQueue: Send + Sync {
+    fn raise(&self, event: ferroce_verbs::AsyncEvent);
+}
+
 /// A device as programs see it (`ibv_device` first, so a pointer to one is a pointer to the
 /// other) and what opening it needs.
 #[repr(C)]
@@ -26,8 +32,8 @@ pub struct Device {
     /// A DPDK device's ferroce device, opened once for the process: EAL and the PMD take a
     /// port once, so every context on the device shares it, as contexts share a NIC.
     shared: Mutex<Option<VerbsContext>>,
-    /// The event queues of the contexts open on the device (see [`crate::events`]).
-    subscribers: Arc<Mutex<Vec<Weak<crate::events::Shared>>>>,
+    /// The event queues of the contexts open on the device.
+    subscribers: Arc<Mutex<Vec<Weak<dyn EventQueue>>>>,
 }
 
 // SAFETY: the `ibv_device` holds only plain data and null function pointers, written once
@@ -120,10 +126,10 @@ impl Device {
 
     /// Enters a context's event queue: the ferroce device's events reach it from now on.
     /// The device's handler is set by its first context and serves every one after.
-    pub(crate) fn subscribe(&self, verbs: &VerbsContext, queue: &Arc<crate::events::Shared>) {
+    pub(crate) fn subscribe(&self, verbs: &VerbsContext, queue: Arc<dyn EventQueue>) {
         let mut subs = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
         subs.retain(|w| w.strong_count() > 0);
-        subs.push(Arc::downgrade(queue));
+        subs.push(Arc::downgrade(&queue));
         drop(subs);
         let subs = self.subscribers.clone();
         // A device opened afresh takes a handler; a shared one keeps the first.

@@ -1,4 +1,5 @@
-//! Thread domains and parent domains (`ibv_alloc_td`, `ibv_alloc_parent_domain`).
+//! Protection domains (`ibv_alloc_pd`), thread domains and parent domains (`ibv_alloc_td`,
+//! `ibv_alloc_parent_domain`).
 //!
 //! A thread domain is a program's promise that the objects made with it are used from one
 //! thread at a time, so a provider may drop its locks. ferroce's posting and polling paths
@@ -12,10 +13,101 @@
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use ferroce_verbs::ProtectionDomain;
+
 use crate::context::context;
 use crate::device::set_errno;
 use crate::ffi;
-use crate::objects::{free, object, publish, Pd};
+use crate::objects::{forget_handle, free, object, publish, register_handle, HandleKind};
+
+/// A protection domain, or a parent domain (which stands for its protection domain
+/// wherever a PD is taken, see [`Parent`]).
+#[repr(C)]
+pub struct Pd {
+    pub(crate) ibv: ffi::ibv_pd,
+    pub(crate) pd: ProtectionDomain,
+    /// Set on a parent domain: its thread domain and what the program gave it.
+    pub(crate) parent: Option<Parent>,
+    /// Parent domains made over this PD (it cannot be freed while one lives).
+    pub(crate) children: std::sync::atomic::AtomicU32,
+    /// Made by `ibv_import_pd`: a second handle on another context's PD.
+    pub(crate) imported: bool,
+}
+
+/// Counts an object made in `pd` (an MR, MW, QP, SRQ, AH, WQ): `ibv_dealloc_pd` is `EBUSY`
+/// until it goes, as the kernel refuses to free a PD that still has objects.
+///
+/// # Safety
+/// `pd` is null or a live PD.
+pub(crate) unsafe fn hold_pd(pd: *mut ffi::ibv_pd) {
+    // SAFETY: per the contract.
+    if let Some(p) = unsafe { object::<Pd, _>(pd) } {
+        p.children.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Undoes [`hold_pd`] when the object goes.
+///
+/// # Safety
+/// `pd` is null or a live PD that [`hold_pd`] counted the object in.
+pub(crate) unsafe fn release_pd(pd: *mut ffi::ibv_pd) {
+    // SAFETY: per the contract.
+    if let Some(p) = unsafe { object::<Pd, _>(pd) } {
+        p.children.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// `ibv_alloc_pd`.
+///
+/// # Safety
+/// `ctx` is an open context.
+#[no_mangle]
+pub unsafe extern "C" fn ferroce_ibv_alloc_pd(ctx: *mut ffi::ibv_context) -> *mut ffi::ibv_pd {
+    // SAFETY: per the contract.
+    let Some(c) = (unsafe { context(ctx) }) else {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    let p: *mut ffi::ibv_pd = publish(Pd {
+        ibv: ffi::ibv_pd {
+            context: ctx,
+            handle: 0,
+        },
+        pd: c.verbs.alloc_pd(),
+        parent: None,
+        children: std::sync::atomic::AtomicU32::new(0),
+        imported: false,
+    });
+    // SAFETY: just made, not yet the program's.
+    unsafe { (*p).handle = register_handle(HandleKind::Pd, p.cast()) };
+    p
+}
+symver!(ferroce_ibv_alloc_pd => "ibv_alloc_pd" @ "IBVERBS_1.1");
+
+/// `ibv_dealloc_pd` (also of a parent domain): `EBUSY` while a parent domain stands on it
+/// or an object was made in it and not destroyed.
+///
+/// # Safety
+/// `pd` came from `ibv_alloc_pd` (or `ibv_alloc_parent_domain`) and is not used again.
+#[no_mangle]
+pub unsafe extern "C" fn ferroce_ibv_dealloc_pd(pd: *mut ffi::ibv_pd) -> c_int {
+    // SAFETY: per the contract.
+    let Some(p) = (unsafe { object::<Pd, _>(pd) }) else {
+        return libc::EINVAL;
+    };
+    if p.children.load(std::sync::atomic::Ordering::Acquire) != 0 {
+        return libc::EBUSY;
+    }
+    if let Some(parent) = &p.parent {
+        parent.release();
+    }
+    if !p.imported {
+        forget_handle(p.ibv.handle);
+    }
+    // SAFETY: per the contract.
+    unsafe { free::<Pd, _>(pd) }
+}
+symver!(ferroce_ibv_dealloc_pd => "ibv_dealloc_pd" @ "IBVERBS_1.1");
 
 /// A thread domain.
 #[repr(C)]

@@ -19,8 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use ferroce_verbs::{AsyncEvent, Context as VerbsContext};
 
-use crate::context::context;
-use crate::device::{set_errno, Device};
+use crate::device::{Device, EventQueue};
 use crate::ffi;
 
 /// The kinds of object an event names.
@@ -31,8 +30,9 @@ pub(crate) enum Kind {
     Srq,
 }
 
-/// A queued event. It holds the program's pointers, which only this library's verbs read.
-struct Queued(ffi::ibv_async_event);
+/// A queued event, and the count of taken events of the object it names (none for a port
+/// event). It holds the program's pointers, which only this library's verbs read.
+struct Queued(ffi::ibv_async_event, Option<*const Reported>);
 
 // SAFETY: the pointers are the program's objects, handed back to it; this library reads
 // them only while the objects are registered, under the queue's lock.
@@ -42,8 +42,9 @@ unsafe impl Send for Queued {}
 #[derive(Default)]
 struct Inner {
     queue: VecDeque<Queued>,
-    /// The program's object for each ferroce id (QPN, CQ id, SRQ id), by kind.
-    objects: HashMap<(Kind, u32), usize>,
+    /// The program's object for each ferroce id (QPN, CQ id, SRQ id), by kind, and the
+    /// address of its [`Reported`] count.
+    objects: HashMap<(Kind, u32), (usize, usize)>,
 }
 
 pub(crate) struct Shared {
@@ -61,11 +62,13 @@ impl Shared {
     /// program has no such object (it was destroyed, or never seen by this library).
     fn push(&self, kind: Option<(Kind, u32)>, event_type: ffi::ibv_event_type, port: u8) {
         let mut inner = self.lock();
+        let mut reported = None;
         let element = match kind {
             Some(k) => {
-                let Some(&p) = inner.objects.get(&k) else {
+                let Some(&(p, r)) = inner.objects.get(&k) else {
                     return;
                 };
+                reported = Some(r as *const Reported);
                 match k.0 {
                     Kind::Qp => ffi::ibv_async_event__bindgen_ty_1 {
                         qp: p as *mut ffi::ibv_qp,
@@ -82,17 +85,22 @@ impl Shared {
                 port_num: c_int::from(port),
             },
         };
-        inner.queue.push_back(Queued(ffi::ibv_async_event {
-            element,
-            event_type,
-        }));
+        inner.queue.push_back(Queued(
+            ffi::ibv_async_event {
+                element,
+                event_type,
+            },
+            reported,
+        ));
         drop(inner);
         let one = 1u64;
         // SAFETY: writes 8 bytes from a live u64 to our eventfd.
         unsafe { libc::write(self.fd, &one as *const u64 as *const c_void, 8) };
     }
+}
 
-    pub(crate) fn raise(&self, event: AsyncEvent) {
+impl EventQueue for Shared {
+    fn raise(&self, event: AsyncEvent) {
         let qp = |q: ferroce_stack::wire::Qpn| Some((Kind::Qp, q.value()));
         let (kind, t, port) = match event {
             AsyncEvent::PortActive(p) => (None, ffi::IBV_EVENT_PORT_ACTIVE, p),
@@ -144,7 +152,7 @@ impl AsyncEvents {
             fd,
             inner: Mutex::new(Inner::default()),
         });
-        dev.subscribe(verbs, &shared);
+        dev.subscribe(verbs, shared.clone());
         Ok(Self { shared })
     }
 
@@ -164,18 +172,57 @@ impl AsyncEvents {
         inner.objects.clear();
     }
 
-    /// Enters the program's object `ptr` as `(kind, id)`: events naming it name `ptr`.
-    pub(crate) fn register(&self, kind: Kind, id: u32, ptr: *mut c_void) {
-        self.shared.lock().objects.insert((kind, id), ptr as usize);
+    /// Enters the program's object `ptr` as `(kind, id)`: events naming it name `ptr`, and
+    /// each one the program takes counts in `reported` (the object's own, which lives as
+    /// long as it stays registered).
+    pub(crate) fn register(&self, kind: Kind, id: u32, ptr: *mut c_void, reported: &Reported) {
+        self.shared.lock().objects.insert(
+            (kind, id),
+            (ptr as usize, reported as *const Reported as usize),
+        );
+    }
+
+    /// `ibv_get_async_event` on this context: the next event, waiting for one unless the
+    /// program made `async_fd` non-blocking (then -1 with `errno` `EAGAIN` when none waits).
+    ///
+    /// # Safety
+    /// `event` points to a writable `struct ibv_async_event`.
+    pub(crate) unsafe fn take(&self, event: *mut ffi::ibv_async_event) -> c_int {
+        let shared = &self.shared;
+        loop {
+            let mut count = 0u64;
+            // SAFETY: reads 8 bytes into a live u64 from our eventfd; blocks unless the
+            // program set O_NONBLOCK on it.
+            let n = unsafe { libc::read(shared.fd, &mut count as *mut u64 as *mut c_void, 8) };
+            if n != 8 {
+                return -1;
+            }
+            let mut inner = shared.lock();
+            // An event dropped with its object left its count behind: wait for the next one.
+            let Some(Queued(e, reported)) = inner.queue.pop_front() else {
+                continue;
+            };
+            // Counted while the object is certainly alive (its destroy takes this lock to
+            // forget it, which drops its queued events, then waits for this count's
+            // acknowledgement).
+            if let Some(r) = reported {
+                // SAFETY: the object is registered, so its count is live.
+                unsafe { &*r }.0.fetch_add(1, Ordering::AcqRel);
+            }
+            drop(inner);
+            // SAFETY: per the contract.
+            unsafe { event.write(e) };
+            return 0;
+        }
     }
 
     /// Forgets `(kind, id)` and drops its queued events (its object is being destroyed).
     pub(crate) fn forget(&self, kind: Kind, id: u32) {
         let mut inner = self.shared.lock();
-        let Some(p) = inner.objects.remove(&(kind, id)) else {
+        let Some((p, _)) = inner.objects.remove(&(kind, id)) else {
             return;
         };
-        inner.queue.retain(|Queued(e)| {
+        inner.queue.retain(|Queued(e, _)| {
             // SAFETY: an event that is not a port event was made with a pointer member,
             // and every pointer member reads as the same address.
             is_port_event(e.event_type) || unsafe { e.element.qp } as usize != p
@@ -277,56 +324,6 @@ fn kind_of(t: ffi::ibv_event_type) -> Option<Kind> {
         _ => None,
     }
 }
-
-/// `ibv_get_async_event`: the next event, waiting for one unless the program made
-/// `async_fd` non-blocking (then -1 with `errno` `EAGAIN` when none waits).
-///
-/// # Safety
-/// `ctx` is an open context; `event` points to a writable `struct ibv_async_event`.
-#[no_mangle]
-pub unsafe extern "C" fn ferroce_ibv_get_async_event(
-    ctx: *mut ffi::ibv_context,
-    event: *mut ffi::ibv_async_event,
-) -> c_int {
-    // SAFETY: per the contract.
-    let (Some(c), false) = (unsafe { context(ctx) }, event.is_null()) else {
-        set_errno(libc::EINVAL);
-        return -1;
-    };
-    let shared = &c.events.shared;
-    loop {
-        let mut count = 0u64;
-        // SAFETY: reads 8 bytes into a live u64 from our eventfd; blocks unless the program
-        // set O_NONBLOCK on it.
-        let n = unsafe { libc::read(shared.fd, &mut count as *mut u64 as *mut c_void, 8) };
-        if n != 8 {
-            return -1;
-        }
-        let mut inner = shared.lock();
-        // An event dropped with its object left its count behind: wait for the next one.
-        let Some(Queued(e)) = inner.queue.pop_front() else {
-            continue;
-        };
-        // Counted while the object is certainly alive (its destroy takes this lock to
-        // forget it, then waits for this count's acknowledgement).
-        if let Some(k) = kind_of(e.event_type) {
-            // SAFETY: the object is registered, so live; the union member its kind names.
-            unsafe {
-                let r = match k {
-                    Kind::Qp => &crate::qp::object_of(e.element.qp).async_reported,
-                    Kind::Cq => &crate::cq::cq_of(e.element.cq).async_reported,
-                    Kind::Srq => &crate::srq::srq_of(e.element.srq).async_reported,
-                };
-                r.0.fetch_add(1, Ordering::AcqRel);
-            }
-        }
-        drop(inner);
-        // SAFETY: per the contract.
-        unsafe { event.write(e) };
-        return 0;
-    }
-}
-symver!(ferroce_ibv_get_async_event => "ibv_get_async_event" @ "IBVERBS_1.1");
 
 /// `ibv_ack_async_event`: the program is done with an event; a destroy of the object it
 /// named may proceed once all of its events are acknowledged.

@@ -185,7 +185,7 @@ pub(crate) unsafe extern "C" fn create_flow(
     // SAFETY: as above.
     let port = unsafe { (*attr).port };
     // SAFETY: QPs are made with a live context.
-    let ports = unsafe { crate::objects::owner(q.base().context) }
+    let ports = unsafe { crate::context::owner(q.base().context) }
         .verbs
         .query_device()
         .phys_port_cnt;

@@ -15,19 +15,21 @@ pub mod ffi;
 #[macro_use]
 mod symver;
 
+pub mod ah;
+pub mod caps;
 pub mod compat;
 pub mod context;
 pub mod cq;
 pub mod device;
 pub mod domain;
 pub mod events;
-pub mod extended;
 pub mod flow;
 pub mod misc;
 pub mod mr;
 pub mod mw;
 pub mod neigh;
 pub mod objects;
+pub mod open;
 pub mod ops;
 pub mod private;
 pub mod qp;
@@ -36,3 +38,4 @@ pub mod rdmacm;
 pub mod schemes;
 pub mod srq;
 pub mod wq;
+pub mod wr;

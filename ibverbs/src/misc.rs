@@ -365,7 +365,8 @@ pub unsafe extern "C" fn ferroce_ibv_import_pd(
     ctx: *mut ffi::ibv_context,
     handle: u32,
 ) -> *mut ffi::ibv_pd {
-    use crate::objects::{handle_object, publish, HandleKind, Pd};
+    use crate::domain::Pd;
+    use crate::objects::{handle_object, publish, HandleKind};
     // SAFETY: per the contract.
     let Some(c) = (unsafe { context(ctx) }) else {
         set_errno(libc::EINVAL);
@@ -376,7 +377,7 @@ pub unsafe extern "C" fn ferroce_ibv_import_pd(
         .and_then(|p| unsafe { crate::objects::object::<Pd, ffi::ibv_pd>(p as *mut ffi::ibv_pd) });
     // SAFETY: PDs are made with a live context.
     let Some(o) = orig.filter(|o| {
-        unsafe { crate::objects::owner(o.ibv.context) }
+        unsafe { crate::context::owner(o.ibv.context) }
             .verbs
             .same_device(&c.verbs)
     }) else {
@@ -403,9 +404,9 @@ symver!(ferroce_ibv_import_pd => "ibv_import_pd" @ "IBVERBS_1.10");
 #[no_mangle]
 pub unsafe extern "C" fn ferroce_ibv_unimport_pd(pd: *mut ffi::ibv_pd) {
     // SAFETY: per the contract.
-    if unsafe { crate::objects::object::<crate::objects::Pd, _>(pd) }.is_some_and(|p| p.imported) {
+    if unsafe { crate::objects::object::<crate::domain::Pd, _>(pd) }.is_some_and(|p| p.imported) {
         // SAFETY: per the contract.
-        unsafe { crate::objects::free::<crate::objects::Pd, _>(pd) };
+        unsafe { crate::objects::free::<crate::domain::Pd, _>(pd) };
     }
 }
 symver!(ferroce_ibv_unimport_pd => "ibv_unimport_pd" @ "IBVERBS_1.10");
@@ -420,8 +421,10 @@ pub unsafe extern "C" fn ferroce_ibv_import_mr(
     pd: *mut ffi::ibv_pd,
     handle: u32,
 ) -> *mut ffi::ibv_mr {
+    use crate::context::owner;
+    use crate::domain::Pd;
     use crate::mr::Mr;
-    use crate::objects::{handle_object, object, owner, publish, HandleKind, Pd};
+    use crate::objects::{handle_object, object, publish, HandleKind};
     // SAFETY: per the contract.
     let Some(p) = (unsafe { object::<Pd, _>(pd) }) else {
         set_errno(libc::EINVAL);

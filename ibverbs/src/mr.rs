@@ -7,10 +7,9 @@ use ferroce_stack::transport::Access;
 use ferroce_verbs::MemoryRegion;
 
 use crate::device::set_errno;
+use crate::domain::{hold_pd, release_pd, Pd};
 use crate::ffi;
-use crate::objects::{
-    forget_handle, free, hold_pd, object, publish, register_handle, release_pd, HandleKind, Pd,
-};
+use crate::objects::{forget_handle, free, object, publish, register_handle, HandleKind};
 
 /// A registered memory region.
 #[repr(C)]

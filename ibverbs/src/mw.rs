@@ -16,9 +16,11 @@ use ferroce_stack::transport::{Access, SendFlags, SendWr, WindowBind};
 use ferroce_verbs::MemoryWindow;
 
 use crate::device::set_errno;
+use crate::domain::{hold_pd, release_pd, Pd};
 use crate::ffi;
-use crate::objects::{free, hold_pd, object, publish, release_pd, Pd};
+use crate::objects::{free, object, publish};
 use crate::qp::Qp;
+use crate::wr::Bind;
 
 /// The `ibv_wr_*` operations memory windows add (`IBV_QP_EX_WITH_BIND_MW`, `_LOCAL_INV`).
 pub(crate) fn qp_ex_ops() -> u32 {
@@ -30,14 +32,6 @@ pub(crate) fn qp_ex_ops() -> u32 {
 pub struct Mw {
     pub(crate) ibv: ffi::ibv_mw,
     pub(crate) mw: MemoryWindow,
-}
-
-/// A bind built by `ibv_wr_bind_mw` or read from an `IBV_WR_BIND_MW` request.
-#[derive(Clone, Copy)]
-pub(crate) struct Bind {
-    pub(crate) mw: *mut ffi::ibv_mw,
-    pub(crate) rkey: u32,
-    pub(crate) info: ffi::ibv_mw_bind_info,
 }
 
 /// `ops.alloc_mw` (the header's `ibv_alloc_mw`): a window of type 1 or 2.
@@ -125,7 +119,7 @@ fn post(q: &Qp, wr_id: u64, flags: u32, b: &Bind) -> Result<(), c_int> {
     q.qp.rdma()
         .ok_or(libc::EINVAL)?
         .post_send(&[wr])
-        .map_err(|f| crate::ops::errno(f.error))
+        .map_err(|f| crate::wr::errno(f.error))
 }
 
 /// An `IBV_WR_BIND_MW` request of `ibv_post_send` (or `ibv_wr_bind_mw`, as `b`).

@@ -7,29 +7,21 @@
 use std::ffi::c_int;
 
 use ferroce_stack::transport::{
-    Payload, PostError, RecvWr, SendFlags, SendWr, Sge, UdDest, WcFlags, WorkCompletion, WrOpcode,
+    Payload, PostError, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode,
 };
 use ferroce_stack::wire::Qpn;
 
+use crate::ah::Ah;
+use crate::cq::to_wc;
 use crate::cq::Cq;
 use crate::ffi;
-use crate::objects::{object, Ah};
+use crate::objects::object;
 use crate::qp::{Qp, QpKind, MAX_INLINE};
 use crate::srq::Srq;
+use crate::wr::errno;
 
 /// Most scatter/gather elements in one WR (the device's `max_sge`).
 const MAX_SGE: usize = 30;
-
-/// The errno for a refused send WR, as mlx5 gives it: a full queue, more gather elements or
-/// inline bytes than the QP was granted are ENOMEM (the WQE does not fit); the rest EINVAL.
-pub(crate) fn errno(e: PostError) -> c_int {
-    match e {
-        PostError::QueueFull(_)
-        | PostError::TooManySges { .. }
-        | PostError::InlineTooLong { .. } => libc::ENOMEM,
-        _ => libc::EINVAL,
-    }
-}
 
 /// The errno for a refused receive WR: a full queue is ENOMEM, anything else (too many
 /// scatter elements included) EINVAL, as mlx5 gives them.
@@ -88,7 +80,7 @@ pub(crate) unsafe fn post_one(q: &Qp, w: &ffi::ibv_send_wr) -> Result<(), c_int>
     if op == WrOpcode::BindMw {
         // SAFETY: the union's bind member for a bind request.
         let b = unsafe { w.__bindgen_anon_2.bind_mw };
-        let bind = crate::mw::Bind {
+        let bind = crate::wr::Bind {
             mw: b.mw,
             rkey: b.rkey,
             info: b.bind_info,
@@ -279,26 +271,6 @@ unsafe extern "C" fn post_srq_recv(
     }
 }
 
-/// A ferroce completion as `struct ibv_wc`.
-pub(crate) fn to_wc(wc: &WorkCompletion) -> ffi::ibv_wc {
-    let mut out = ffi::ibv_wc {
-        wr_id: wc.wr_id,
-        status: wc.status as ffi::ibv_wc_status,
-        opcode: wc.opcode as ffi::ibv_wc_opcode,
-        byte_len: wc.byte_len,
-        qp_num: wc.qp_num.value(),
-        src_qp: wc.src_qp.value(),
-        wc_flags: wc.wc_flags.0,
-        ..Default::default()
-    };
-    if wc.wc_flags.contains(WcFlags::WITH_INV) {
-        out.__bindgen_anon_1.invalidated_rkey = wc.imm_data;
-    } else {
-        out.__bindgen_anon_1.imm_data = wc.imm_data.to_be();
-    }
-    out
-}
-
 /// `ops.poll_cq`.
 unsafe extern "C" fn poll_cq(cq: *mut ffi::ibv_cq, num: c_int, wc: *mut ffi::ibv_wc) -> c_int {
     // SAFETY: the header calls this with the program's CQ.
@@ -344,45 +316,5 @@ pub(crate) fn table() -> ffi::ibv_context_ops {
         post_send: Some(post_send),
         post_recv: Some(post_recv),
         ..Default::default()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use ferroce_stack::transport::{WcOpcode, WcStatus};
-
-    #[test]
-    fn immediate_data_keeps_its_wire_bytes() {
-        // A program writes htonl(0x01020304); the wire and the peer's wc carry 01 02 03 04.
-        let c_imm: u32 = u32::from_ne_bytes([1, 2, 3, 4]);
-        assert_eq!(u32::from_be(c_imm), 0x0102_0304);
-        let mut wc = WorkCompletion {
-            wr_id: 7,
-            status: WcStatus::Success,
-            opcode: WcOpcode::RecvRdmaWithImm,
-            qp_num: Qpn::new(0x11),
-            byte_len: 0,
-            imm_data: 0x0102_0304,
-            wc_flags: WcFlags::WITH_IMM,
-            src_qp: Qpn::new(0),
-            smac: ferroce_stack::wire::MacAddr([0; 6]),
-            solicited: false,
-            tag: 0,
-        };
-        let out = to_wc(&wc);
-        // SAFETY: reading the member just written.
-        assert_eq!(
-            unsafe { out.__bindgen_anon_1.imm_data }.to_ne_bytes(),
-            [1, 2, 3, 4]
-        );
-        assert_eq!(out.opcode, ffi::IBV_WC_RECV_RDMA_WITH_IMM);
-        assert_eq!(out.wc_flags, ffi::IBV_WC_WITH_IMM);
-        wc.wc_flags = WcFlags::WITH_INV;
-        // SAFETY: as above.
-        assert_eq!(
-            unsafe { to_wc(&wc).__bindgen_anon_1.invalidated_rkey },
-            0x0102_0304
-        );
     }
 }

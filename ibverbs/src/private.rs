@@ -172,7 +172,7 @@ pub unsafe extern "C" fn ferroce_verbs_open_device(
     _private_data: *mut c_void,
 ) -> *mut ffi::ibv_context {
     // SAFETY: per the contract.
-    unsafe { crate::context::ferroce_ibv_open_device(dev) }
+    unsafe { crate::open::ferroce_ibv_open_device(dev) }
 }
 symver!(ferroce_verbs_open_device => "verbs_open_device" @ "IBVERBS_PRIVATE_34");
 

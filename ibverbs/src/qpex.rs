@@ -12,6 +12,7 @@ use ferroce_stack::transport::QpType;
 
 use crate::ffi;
 use crate::qp::{Qp, MAX_INLINE};
+use crate::wr::{Batch, BatchWr, Bind};
 
 /// The operations a QP of type `t` may be created for (`IBV_QP_EX_WITH_*`).
 pub(crate) fn supported_send_ops(t: QpType) -> u64 {
@@ -31,26 +32,6 @@ pub(crate) fn supported_send_ops(t: QpType) -> u64 {
         QpType::Uc => rdma | crate::mw::qp_ex_ops(),
         QpType::Ud => ffi::IBV_QP_EX_WITH_SEND | ffi::IBV_QP_EX_WITH_SEND_WITH_IMM,
     })
-}
-
-/// One work request of a batch.
-#[derive(Clone)]
-pub(crate) struct BatchWr {
-    pub(crate) wr: ffi::ibv_send_wr,
-    pub(crate) sges: Vec<ffi::ibv_sge>,
-    /// Inline data, copied when set.
-    pub(crate) inline: Option<Vec<u8>>,
-    /// A memory window bind (`IBV_WR_BIND_MW`).
-    pub(crate) bind: Option<crate::mw::Bind>,
-}
-
-/// The batch an `ibv_wr_start` opened.
-#[derive(Default)]
-pub(crate) struct Batch {
-    pub(crate) open: bool,
-    pub(crate) wrs: Vec<BatchWr>,
-    /// The first error met while building, which `ibv_wr_complete` returns.
-    pub(crate) error: c_int,
 }
 
 /// Fills the `ibv_wr_*` entry points of a QP created with `send_ops_flags`.
@@ -342,7 +323,7 @@ unsafe extern "C" fn wr_bind_mw(
         last(q, |_, w| {
             // SAFETY: null or the program's bind information, read now.
             let info = unsafe { info.as_ref() }.ok_or(libc::EINVAL)?;
-            w.bind = Some(crate::mw::Bind {
+            w.bind = Some(Bind {
                 mw,
                 rkey,
                 info: *info,

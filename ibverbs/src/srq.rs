@@ -10,10 +10,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use ferroce_verbs::SharedReceiveQueue;
 
 use crate::context::context;
+use crate::context::owner;
 use crate::device::set_errno;
+use crate::domain::Pd;
 use crate::events::{Kind, Reported};
 use crate::ffi;
-use crate::objects::{destroy, init_sync, object, owner, publish, Pd};
+use crate::objects::{destroy, init_sync, object, publish};
 
 /// A shared receive queue.
 #[repr(C)]
@@ -98,7 +100,7 @@ fn create(
     };
     let id = srq.id();
     // SAFETY: a live PD.
-    unsafe { crate::objects::hold_pd(pd) };
+    unsafe { crate::domain::hold_pd(pd) };
     let ptr: *mut ffi::ibv_srq = publish(Srq {
         ibv,
         srq,
@@ -106,7 +108,12 @@ fn create(
         users: AtomicU32::new(0),
         tm_cq,
     });
-    c.events.register(Kind::Srq, id, ptr as *mut c_void);
+    // SAFETY: just published, so live.
+    let reported = &unsafe { object::<Srq, _>(ptr) }
+        .expect("just made")
+        .async_reported;
+    c.events
+        .register(Kind::Srq, id, ptr as *mut c_void, reported);
     Ok(ptr)
 }
 
@@ -272,7 +279,7 @@ pub unsafe extern "C" fn ferroce_ibv_destroy_srq(srq: *mut ffi::ibv_srq) -> c_in
     }
     // SAFETY: the SRQ's PD and CQ outlive it.
     unsafe {
-        crate::objects::release_pd(s.ibv.pd);
+        crate::domain::release_pd(s.ibv.pd);
         if s.tm_cq != 0 {
             crate::cq::cq_of(s.tm_cq as *mut ffi::ibv_cq)
                 .users

@@ -7,16 +7,19 @@
 
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use ferroce_stack::transport::QpState;
 use ferroce_verbs::RawQueuePair;
 
 use crate::context::context;
+use crate::context::owner;
 use crate::cq::Cq;
 use crate::device::set_errno;
+use crate::domain::Pd;
 use crate::events::{Kind, Reported};
 use crate::ffi;
-use crate::objects::{free, init_sync, object, owner, publish, Pd};
+use crate::objects::{free, init_sync, object, publish};
 use crate::qp::{Qp, QpKind};
 
 /// The largest indirection table (log2 of its entries) a device offers.
@@ -39,8 +42,8 @@ pub struct IndTable {
     pub(crate) ibv: ffi::ibv_rwq_ind_table,
     /// Its work queues, in table order (`struct ibv_wq` pointers of this library).
     wqs: Vec<usize>,
-    /// RSS QPs using it.
-    pub(crate) users: AtomicU32,
+    /// RSS QPs using it (each holds a count of its own, see `Qp::table_users`).
+    pub(crate) users: Arc<AtomicU32>,
 }
 
 /// `ibv_wq.post_recv`.
@@ -129,7 +132,7 @@ unsafe fn make_wq(
     unsafe { init_sync(&mut ibv.mutex, &mut ibv.cond) };
     cq.users.fetch_add(1, Ordering::AcqRel);
     // SAFETY: a live PD.
-    unsafe { crate::objects::hold_pd(a.pd) };
+    unsafe { crate::domain::hold_pd(a.pd) };
     Ok(publish(Wq {
         ibv,
         wq,
@@ -194,7 +197,7 @@ pub(crate) unsafe extern "C" fn destroy_wq(wq: *mut ffi::ibv_wq) -> c_int {
         .users
         .fetch_sub(1, Ordering::AcqRel);
     // SAFETY: the WQ's PD outlives it.
-    unsafe { crate::objects::release_pd(w.ibv.pd) };
+    unsafe { crate::domain::release_pd(w.ibv.pd) };
     // SAFETY: per the contract, not used again.
     unsafe { free::<Wq, _>(wq) }
 }
@@ -254,7 +257,7 @@ unsafe fn make_table(
             comp_mask: 0,
         },
         wqs,
-        users: AtomicU32::new(0),
+        users: Arc::new(AtomicU32::new(0)),
     }))
 }
 
@@ -344,7 +347,7 @@ pub(crate) unsafe fn create_rss_qp(
     unsafe { init_sync(&mut ibv.qp_base.mutex, &mut ibv.qp_base.cond) };
     table.users.fetch_add(1, Ordering::AcqRel);
     // SAFETY: a live PD.
-    unsafe { crate::objects::hold_pd(a.pd) };
+    unsafe { crate::domain::hold_pd(a.pd) };
     let ptr: *mut ffi::ibv_qp = publish(Qp {
         ibv,
         qp: QpKind::Raw(raw),
@@ -353,22 +356,16 @@ pub(crate) unsafe fn create_rss_qp(
         extended: false,
         send_ops: 0,
         async_reported: Reported::default(),
-        batch: std::sync::Mutex::new(crate::qpex::Batch::default()),
-        ind_table: a.rwq_ind_tbl as usize,
+        batch: std::sync::Mutex::new(crate::wr::Batch::default()),
+        table_users: Some(table.users.clone()),
     });
-    c.events.register(Kind::Qp, qpn, ptr as *mut c_void);
+    // SAFETY: just published, so live.
+    let reported = &unsafe { object::<Qp, _>(ptr) }
+        .expect("just made")
+        .async_reported;
+    c.events
+        .register(Kind::Qp, qpn, ptr as *mut c_void, reported);
     Ok(ptr)
-}
-
-/// Lets an RSS QP's table go (the QP is being destroyed).
-///
-/// # Safety
-/// `t` is 0 or the address of a live table.
-pub(crate) unsafe fn release_table(t: usize) {
-    // SAFETY: per the contract.
-    if let Some(table) = unsafe { object::<IndTable, _>(t as *mut ffi::ibv_rwq_ind_table) } {
-        table.users.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 /// The RSS capabilities of `ibv_query_device_ex`.

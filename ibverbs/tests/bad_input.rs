@@ -38,13 +38,13 @@ fn device_and_port_queries() {
         );
         let mut attr = ffi::ibv_device_attr::default();
         assert_eq!(
-            ibverbs::context::ferroce_ibv_query_device(null_mut(), &mut attr),
+            ibverbs::caps::ferroce_ibv_query_device(null_mut(), &mut attr),
             libc::EINVAL
         );
-        assert!(ibverbs::context::ferroce_ibv_open_device(null_mut()).is_null());
+        assert!(ibverbs::open::ferroce_ibv_open_device(null_mut()).is_null());
         assert_eq!(errno(), libc::ENODEV);
         assert_eq!(
-            ibverbs::context::ferroce_ibv_close_device(null_mut()),
+            ibverbs::open::ferroce_ibv_close_device(null_mut()),
             libc::EINVAL
         );
     }
@@ -76,7 +76,7 @@ fn memory_registration() {
         // A PD with a region cannot go; without it, it can.
         let mr = ibverbs::mr::ferroce_ibv_reg_mr(pd, addr, 8192, 1);
         assert!(!mr.is_null());
-        assert_eq!(ibverbs::objects::ferroce_ibv_dealloc_pd(pd), libc::EBUSY);
+        assert_eq!(ibverbs::domain::ferroce_ibv_dealloc_pd(pd), libc::EBUSY);
         // Re-registration with a bad flag or a PD of nothing.
         assert_eq!(
             ibverbs::mr::ferroce_ibv_rereg_mr(mr, 1 << 20, null_mut(), null_mut(), 0, 0),
@@ -93,10 +93,7 @@ fn completion_queues() {
     let d = Dev::open();
     let mut attr = ffi::ibv_device_attr::default();
     unsafe {
-        assert_eq!(
-            ibverbs::context::ferroce_ibv_query_device(d.ctx, &mut attr),
-            0
-        );
+        assert_eq!(ibverbs::caps::ferroce_ibv_query_device(d.ctx, &mut attr), 0);
         for (cqe, vector) in [
             (0, 0),
             (-1, 0),
@@ -138,10 +135,7 @@ fn queue_pair_creation() {
     let foreign_cq = other.cq(16);
     unsafe {
         let mut attr = ffi::ibv_device_attr::default();
-        assert_eq!(
-            ibverbs::context::ferroce_ibv_query_device(d.ctx, &mut attr),
-            0
-        );
+        assert_eq!(ibverbs::caps::ferroce_ibv_query_device(d.ctx, &mut attr), 0);
         // Types ferroce does not offer: EOPNOTSUPP; a type that is no type: EOPNOTSUPP too
         // (mlx5's kernel answers so for any type it does not know).
         for t in [
@@ -152,7 +146,7 @@ fn queue_pair_creation() {
         ] {
             let mut init = rc_init(cq);
             init.qp_type = t;
-            assert!(ibverbs::qp::ferroce_ibv_create_qp(pd, &mut init).is_null());
+            assert!(ibverbs::qp::create::ferroce_ibv_create_qp(pd, &mut init).is_null());
             assert_eq!(errno(), libc::EOPNOTSUPP, "type {t}");
         }
         let bad_caps: [fn(&mut ffi::ibv_qp_cap, &ffi::ibv_device_attr); 5] = [
@@ -166,27 +160,27 @@ fn queue_pair_creation() {
             let mut init = rc_init(cq);
             f(&mut init.cap, &attr);
             assert!(
-                ibverbs::qp::ferroce_ibv_create_qp(pd, &mut init).is_null(),
+                ibverbs::qp::create::ferroce_ibv_create_qp(pd, &mut init).is_null(),
                 "cap {i}"
             );
             assert_eq!(errno(), libc::EINVAL, "cap {i}");
         }
         // No CQ, a CQ of another context, no PD.
         let mut init = rc_init(null_mut());
-        assert!(ibverbs::qp::ferroce_ibv_create_qp(pd, &mut init).is_null());
+        assert!(ibverbs::qp::create::ferroce_ibv_create_qp(pd, &mut init).is_null());
         assert_eq!(errno(), libc::EINVAL);
         let mut init = rc_init(foreign_cq);
-        assert!(ibverbs::qp::ferroce_ibv_create_qp(pd, &mut init).is_null());
+        assert!(ibverbs::qp::create::ferroce_ibv_create_qp(pd, &mut init).is_null());
         assert_eq!(errno(), libc::EINVAL);
         let mut init = rc_init(cq);
-        assert!(ibverbs::qp::ferroce_ibv_create_qp(null_mut(), &mut init).is_null());
+        assert!(ibverbs::qp::create::ferroce_ibv_create_qp(null_mut(), &mut init).is_null());
         assert_eq!(errno(), libc::EINVAL);
-        assert!(ibverbs::qp::ferroce_ibv_create_qp(pd, null_mut()).is_null());
+        assert!(ibverbs::qp::create::ferroce_ibv_create_qp(pd, null_mut()).is_null());
         assert_eq!(errno(), libc::EINVAL);
         // A CQ in use cannot go.
         let qp = d.qp(pd, cq, ffi::IBV_QPT_RC);
         assert_eq!(ibverbs::cq::ferroce_ibv_destroy_cq(cq), libc::EBUSY);
-        assert_eq!(ibverbs::objects::ferroce_ibv_dealloc_pd(pd), libc::EBUSY);
+        assert_eq!(ibverbs::domain::ferroce_ibv_dealloc_pd(pd), libc::EBUSY);
         assert_eq!(ibverbs::qp::ferroce_ibv_destroy_qp(qp), 0);
         assert_eq!(
             ibverbs::qp::ferroce_ibv_destroy_qp(null_mut()),
@@ -472,10 +466,7 @@ fn shared_receive_queues() {
     let pd = d.pd();
     unsafe {
         let mut attr = ffi::ibv_device_attr::default();
-        assert_eq!(
-            ibverbs::context::ferroce_ibv_query_device(d.ctx, &mut attr),
-            0
-        );
+        assert_eq!(ibverbs::caps::ferroce_ibv_query_device(d.ctx, &mut attr), 0);
         for (wr, sge) in [
             (attr.max_srq_wr as u32 + 1, 1),
             (16, attr.max_srq_sge as u32 + 1),
@@ -533,18 +524,18 @@ fn address_handles() {
             port_num: 1,
             ..Default::default()
         };
-        assert!(ibverbs::objects::ferroce_ibv_create_ah(pd, &mut a).is_null());
+        assert!(ibverbs::ah::ferroce_ibv_create_ah(pd, &mut a).is_null());
         assert_eq!(errno(), libc::EINVAL);
         a.is_global = 1;
         a.port_num = 9;
-        assert!(ibverbs::objects::ferroce_ibv_create_ah(pd, &mut a).is_null());
+        assert!(ibverbs::ah::ferroce_ibv_create_ah(pd, &mut a).is_null());
         assert_eq!(errno(), libc::EINVAL);
-        assert!(ibverbs::objects::ferroce_ibv_create_ah(null_mut(), &mut a).is_null());
+        assert!(ibverbs::ah::ferroce_ibv_create_ah(null_mut(), &mut a).is_null());
         assert_eq!(errno(), libc::EINVAL);
-        assert!(ibverbs::objects::ferroce_ibv_create_ah(pd, null_mut()).is_null());
+        assert!(ibverbs::ah::ferroce_ibv_create_ah(pd, null_mut()).is_null());
         assert_eq!(errno(), libc::EINVAL);
         assert_eq!(
-            ibverbs::objects::ferroce_ibv_destroy_ah(null_mut()),
+            ibverbs::ah::ferroce_ibv_destroy_ah(null_mut()),
             libc::EINVAL
         );
     }

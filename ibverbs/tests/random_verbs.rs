@@ -268,7 +268,7 @@ unsafe fn run(d: &Dev, scratch: &mut [u8], ops: &[Op]) -> [usize; 2] {
         ..Default::default()
     };
     ah.grh.dgid = gid;
-    let ah = ibverbs::objects::ferroce_ibv_create_ah(pd, &mut ah);
+    let ah = ibverbs::ah::ferroce_ibv_create_ah(pd, &mut ah);
     assert!(!ah.is_null());
     l.ahs.push(ah);
     l.qps.push(d.qp(pd, l.cqs[1], ffi::IBV_QPT_RAW_PACKET));
@@ -286,13 +286,13 @@ unsafe fn run(d: &Dev, scratch: &mut [u8], ops: &[Op]) -> [usize; 2] {
     for op in ops {
         match op.clone() {
             Op::AllocPd => {
-                let p = ibverbs::objects::ferroce_ibv_alloc_pd(d.ctx);
+                let p = ibverbs::domain::ferroce_ibv_alloc_pd(d.ctx);
                 assert!(!p.is_null());
                 l.pds.push(p);
             }
             Op::DeallocPd(i) => {
                 let p = pick(&l.pds, i);
-                let rc = ibverbs::objects::ferroce_ibv_dealloc_pd(p);
+                let rc = ibverbs::domain::ferroce_ibv_dealloc_pd(p);
                 gone(&mut l.pds, p, rc);
             }
             Op::RegMr {
@@ -411,7 +411,7 @@ unsafe fn run(d: &Dev, scratch: &mut [u8], ops: &[Op]) -> [usize; 2] {
                     },
                     ..Default::default()
                 };
-                let q = ibverbs::qp::ferroce_ibv_create_qp(pick(&l.pds, pd), &mut init);
+                let q = ibverbs::qp::create::ferroce_ibv_create_qp(pick(&l.pds, pd), &mut init);
                 if !q.is_null() {
                     l.qps.push(q);
                 }
@@ -613,14 +613,14 @@ unsafe fn run(d: &Dev, scratch: &mut [u8], ops: &[Op]) -> [usize; 2] {
                 } else {
                     ffi::ibv_gid { raw: [0xfe; 16] }
                 };
-                let h = ibverbs::objects::ferroce_ibv_create_ah(pick(&l.pds, pd), &mut a);
+                let h = ibverbs::ah::ferroce_ibv_create_ah(pick(&l.pds, pd), &mut a);
                 if !h.is_null() {
                     l.ahs.push(h);
                 }
             }
             Op::DestroyAh(i) => {
                 let h = pick(&l.ahs, i);
-                let rc = ibverbs::objects::ferroce_ibv_destroy_ah(h);
+                let rc = ibverbs::ah::ferroce_ibv_destroy_ah(h);
                 gone(&mut l.ahs, h, rc);
             }
             Op::CreateFlow {
@@ -656,7 +656,7 @@ unsafe fn run(d: &Dev, scratch: &mut [u8], ops: &[Op]) -> [usize; 2] {
             }
             Op::AsyncEvent => {
                 let mut e = std::mem::zeroed::<ffi::ibv_async_event>();
-                if ibverbs::events::ferroce_ibv_get_async_event(d.ctx, &mut e) == 0 {
+                if ibverbs::context::ferroce_ibv_get_async_event(d.ctx, &mut e) == 0 {
                     ibverbs::events::ferroce_ibv_ack_async_event(&mut e);
                 }
             }
@@ -673,7 +673,7 @@ unsafe fn run(d: &Dev, scratch: &mut [u8], ops: &[Op]) -> [usize; 2] {
         assert_eq!(ops_table.dealloc_mw.unwrap()(w), 0);
     }
     for h in l.ahs.drain(..) {
-        assert_eq!(ibverbs::objects::ferroce_ibv_destroy_ah(h), 0);
+        assert_eq!(ibverbs::ah::ferroce_ibv_destroy_ah(h), 0);
     }
     for s in l.srqs.drain(..) {
         assert_eq!(ibverbs::srq::ferroce_ibv_destroy_srq(s), 0);
@@ -685,7 +685,7 @@ unsafe fn run(d: &Dev, scratch: &mut [u8], ops: &[Op]) -> [usize; 2] {
         assert_eq!(ibverbs::mr::ferroce_ibv_dereg_mr(m), 0);
     }
     for p in l.pds.drain(..) {
-        assert_eq!(ibverbs::objects::ferroce_ibv_dealloc_pd(p), 0);
+        assert_eq!(ibverbs::domain::ferroce_ibv_dealloc_pd(p), 0);
     }
     tally
 }

@@ -114,7 +114,7 @@ pub(crate) fn open_devices() -> Vec<CmaDevice> {
     for d in crate::device::devices() {
         // SAFETY: a device of this library's list.
         let ctx = unsafe {
-            crate::context::ferroce_ibv_open_device(&d.ibv as *const _ as *mut ffi::ibv_device)
+            crate::open::ferroce_ibv_open_device(&d.ibv as *const _ as *mut ffi::ibv_device)
         };
         // SAFETY: just opened (or null).
         let Some(c) = (unsafe { context(ctx) }) else {
@@ -130,7 +130,7 @@ pub(crate) fn open_devices() -> Vec<CmaDevice> {
         let r = registry.clone();
         cm.set_unclaimed_policy(Box::new(move |u| r.answers(u)));
         // SAFETY: the context just opened.
-        let pd = unsafe { crate::objects::ferroce_ibv_alloc_pd(ctx) };
+        let pd = unsafe { crate::domain::ferroce_ibv_alloc_pd(ctx) };
         out.push(CmaDevice {
             ctx,
             cm,

@@ -302,7 +302,7 @@ pub unsafe extern "C" fn ferroce_rdma_create_qp_ex(
         a.srq = cm.id.srq;
     }
     // SAFETY: the id's context and the program's attributes.
-    let qp = unsafe { crate::qp::create_qp_ex(cm.id.verbs, a) };
+    let qp = unsafe { crate::qp::create::create_qp_ex(cm.id.verbs, a) };
     if qp.is_null() {
         let e = std::io::Error::last_os_error()
             .raw_os_error()

@@ -32,7 +32,7 @@ impl Dev {
             let mut n = 0;
             let list = ibverbs::device::ferroce_ibv_get_device_list(&mut n);
             assert!(n >= 1 && !list.is_null());
-            let ctx = ibverbs::context::ferroce_ibv_open_device(*list);
+            let ctx = ibverbs::open::ferroce_ibv_open_device(*list);
             ibverbs::device::ferroce_ibv_free_device_list(list);
             assert!(!ctx.is_null(), "open_device: errno {}", errno());
             Self { ctx }
@@ -50,14 +50,14 @@ impl Dev {
 
     pub fn pd(&self) -> *mut ffi::ibv_pd {
         // SAFETY: a live context.
-        let pd = unsafe { ibverbs::objects::ferroce_ibv_alloc_pd(self.ctx) };
+        let pd = unsafe { ibverbs::domain::ferroce_ibv_alloc_pd(self.ctx) };
         assert!(!pd.is_null());
         pd
     }
 
     pub fn close_pd(&self, pd: *mut ffi::ibv_pd) {
         // SAFETY: a live PD with nothing left in it.
-        assert_eq!(unsafe { ibverbs::objects::ferroce_ibv_dealloc_pd(pd) }, 0);
+        assert_eq!(unsafe { ibverbs::domain::ferroce_ibv_dealloc_pd(pd) }, 0);
     }
 
     pub fn cq(&self, n: c_int) -> *mut ffi::ibv_cq {
@@ -102,7 +102,7 @@ impl Dev {
         let mut init = rc_init(cq);
         init.qp_type = t;
         // SAFETY: live PD and CQ.
-        let qp = unsafe { ibverbs::qp::ferroce_ibv_create_qp(pd, &mut init) };
+        let qp = unsafe { ibverbs::qp::create::ferroce_ibv_create_qp(pd, &mut init) };
         assert!(!qp.is_null(), "create_qp: errno {}", errno());
         qp
     }
@@ -248,7 +248,7 @@ impl Dev {
 impl Drop for Dev {
     fn drop(&mut self) {
         // SAFETY: opened in `open`, closed once.
-        let rc = unsafe { ibverbs::context::ferroce_ibv_close_device(self.ctx) };
+        let rc = unsafe { ibverbs::open::ferroce_ibv_close_device(self.ctx) };
         if !std::thread::panicking() {
             assert_eq!(rc, 0);
         }
