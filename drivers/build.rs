@@ -54,6 +54,8 @@ mod dpdk {
             .opaque_type("rte_mbuf")
             .opaque_type("rte_mempool")
             .layout_tests(true)
+            // DPDK's comments hold C examples that rustdoc would try to run as doctests.
+            .generate_comments(false)
             .generate()
             .expect("bindgen could not read the DPDK headers");
         let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));

@@ -19,6 +19,8 @@ mod isal {
             .allowlist_function("ec_encode_data")
             .allowlist_function("gf_gen_cauchy1_matrix")
             .allowlist_function("gf_invert_matrix")
+            // ISA-L's comments are C documentation, not doctests.
+            .generate_comments(false)
             .generate()
             .expect("bindgen could not read isa-l/erasure_code.h; install libisal-dev");
         let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));

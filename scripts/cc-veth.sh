@@ -27,8 +27,9 @@ ccs=${4:-none dcqcn dcqcn-ferroce timely}
 # a user-space switch among busy-polling processes on two cores: a millisecond or two).
 base_rtt_us=${BASE_RTT_US:-2000}
 limit=${LIMIT:-1000000}
-bin=target/release/ferroce
-[ -x "$bin" ] || cargo build -q --release -p ferroce-cli
+profile=${FERROCE_PROFILE:-release}
+bin=target/$profile/ferroce
+[ -x "$bin" ] || cargo build -q --profile "$profile" -p ferroce-ibverbs -p ferroce-rdmacm -p ferroce-cli
 p=frcc
 a=$p-a; m=$p-m; b=$p-b
 switches=${SWITCHES:-tc ferroce}

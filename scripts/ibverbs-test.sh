@@ -18,12 +18,15 @@ failover_only=0
 [ "${1:-}" = "--figures" ] && figures_only=1
 [ "${1:-}" = "--failover" ] && failover_only=1
 cd "$(dirname "$0")/.."
-cargo build -q --release -p ferroce-ibverbs -p ferroce-cli
+# FERROCE_PROFILE (default release) names the cargo profile the programs are built with (CI:
+# ci); every drop-in script builds the same three packages, so they share one build.
+profile=${FERROCE_PROFILE:-release}
+cargo build -q --profile "$profile" -p ferroce-ibverbs -p ferroce-rdmacm -p ferroce-cli
 lib=$PWD/target/ibverbs
 mkdir -p "$lib"
 rm -f "$lib"/*.so.1
-cp target/release/libibverbs.so "$lib/libibverbs.so.1"
-ferroce=$PWD/target/release/ferroce
+cp "target/$profile/libibverbs.so" "$lib/libibverbs.so.1"
+ferroce=$PWD/target/$profile/ferroce
 
 p=fribv
 logs=$(mktemp -d)
@@ -335,11 +338,11 @@ fi
 
 if [ $figures_only = 0 ]; then
 echo "== DPDK ports through the drop-in: net_memif between two processes (Debian's DPDK, its mlx5 PMD and rdma-core's libmlx5 loaded beside this library)"
-cargo build -q --release -p ferroce-ibverbs --features dpdk
+cargo build -q --profile "$profile" -p ferroce-ibverbs --features dpdk
 dlib=$PWD/target/ibverbs-dpdk
 mkdir -p "$dlib"
 rm -f "$dlib"/*.so.1
-cp target/release/libibverbs.so "$dlib/libibverbs.so.1"
+cp "target/$profile/libibverbs.so" "$dlib/libibverbs.so.1"
 # The memif server's port comes up when the client connects; opening a DPDK device waits
 # for its link (FERROCE_LINK_WAIT_MS), so the first program blocks in ibv_open_device until
 # the second starts. The programs swap QP endpoints over TCP on 127.0.0.1; RoCE runs over

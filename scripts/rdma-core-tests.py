@@ -172,12 +172,15 @@ def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     lib = a.lib
     if not lib:
-        subprocess.run(["cargo", "build", "-q", "--release", "-p", "ferroce-ibverbs", "-p", "ferroce-rdmacm"],
+        # FERROCE_PROFILE as in the other drop-in scripts, and their three packages: one build.
+        profile = os.environ.get("FERROCE_PROFILE", "release")
+        subprocess.run(["cargo", "build", "-q", "--profile", profile,
+                        "-p", "ferroce-ibverbs", "-p", "ferroce-rdmacm", "-p", "ferroce-cli"],
                        cwd=root, check=True)
         lib = os.path.join(root, "target", "pyverbs-lib")
         os.makedirs(lib, exist_ok=True)
-        shutil.copy(os.path.join(root, "target", "release", "libibverbs.so"), os.path.join(lib, "libibverbs.so.1"))
-        shutil.copy(os.path.join(root, "target", "release", "librdmacm.so"), os.path.join(lib, "librdmacm.so.1"))
+        shutil.copy(os.path.join(root, "target", profile, "libibverbs.so"), os.path.join(lib, "libibverbs.so.1"))
+        shutil.copy(os.path.join(root, "target", profile, "librdmacm.so"), os.path.join(lib, "librdmacm.so.1"))
     work = tempfile.mkdtemp(prefix="ferroce-pyverbs-")
     tests = unpack(work)
     names = modules(tests, a.modules)

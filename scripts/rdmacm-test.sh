@@ -12,13 +12,16 @@ set -euo pipefail
 two_ports_only=0
 [ "${1:-}" = "--two-ports" ] && two_ports_only=1
 cd "$(dirname "$0")/.."
-cargo build -q --release -p ferroce-ibverbs -p ferroce-rdmacm -p ferroce-cli
-ferroce=$PWD/target/release/ferroce
+# FERROCE_PROFILE (default release) names the cargo profile the programs are built with (CI:
+# ci); every drop-in script builds the same three packages, so they share one build.
+profile=${FERROCE_PROFILE:-release}
+cargo build -q --profile "$profile" -p ferroce-ibverbs -p ferroce-rdmacm -p ferroce-cli
+ferroce=$PWD/target/$profile/ferroce
 lib=$PWD/target/rdmacm
 mkdir -p "$lib"
 rm -f "$lib"/*.so.1
-cp target/release/libibverbs.so "$lib/libibverbs.so.1"
-cp target/release/librdmacm.so "$lib/librdmacm.so.1"
+cp "target/$profile/libibverbs.so" "$lib/libibverbs.so.1"
+cp "target/$profile/librdmacm.so" "$lib/librdmacm.so.1"
 
 p=${FERROCE_NETNS_PREFIX:-frcm}
 logs=$(mktemp -d)

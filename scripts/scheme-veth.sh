@@ -14,13 +14,16 @@ cd "$(dirname "$0")/.."
 loss=${1:-0.01}
 scheme=${2:-sr,spray=4}
 msgs=${N:-1000}
-cargo build -q --release -p ferroce-ibverbs -p ferroce-rdmacm -p ferroce-cli
-bin=$PWD/target/release/ferroce
+# FERROCE_PROFILE (default release) names the cargo profile the programs are built with (CI:
+# ci); every drop-in script builds the same three packages, so they share one build.
+profile=${FERROCE_PROFILE:-release}
+cargo build -q --profile "$profile" -p ferroce-ibverbs -p ferroce-rdmacm -p ferroce-cli
+bin=$PWD/target/$profile/ferroce
 lib=$PWD/target/scheme-lib
 mkdir -p "$lib"
 rm -f "$lib"/*.so.1
-cp target/release/libibverbs.so "$lib/libibverbs.so.1"
-cp target/release/librdmacm.so "$lib/librdmacm.so.1"
+cp "target/$profile/libibverbs.so" "$lib/libibverbs.so.1"
+cp "target/$profile/librdmacm.so" "$lib/librdmacm.so.1"
 p=${FERROCE_NETNS_PREFIX:-frsc}
 a=$p-a; m=$p-m; b=$p-b
 logs=$(mktemp -d)

@@ -21,6 +21,13 @@ fn root() -> bool {
     common::root("network namespaces and DPDK's AF_PACKET vdev")
 }
 
+/// One test at a time, whatever `--test-threads` says: each pins its DPDK processes to cores
+/// 0 and 1 and busy-polls there, and two pairs on two cores would starve each other.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// EAL's runtime directories of this test process's `--file-prefix`es, removed on drop.
 struct EalDirs(&'static [&'static str]);
 
@@ -180,6 +187,7 @@ fn run(
 
 #[test]
 fn six_perf_tests_between_two_dpdk_processes() {
+    let _one = one_at_a_time();
     if !root() {
         return;
     }
@@ -222,6 +230,7 @@ fn six_perf_tests_between_two_dpdk_processes() {
 /// on the other engine (sixteen flows, each on either queue).
 #[test]
 fn two_engines_per_dpdk_port_between_two_processes() {
+    let _one = one_at_a_time();
     if !root() {
         return;
     }
@@ -264,6 +273,7 @@ fn two_engines_per_dpdk_port_between_two_processes() {
 
 #[test]
 fn dpdk_and_afpacket_speak_the_same_wire() {
+    let _one = one_at_a_time();
     if !root() {
         return;
     }
@@ -298,6 +308,7 @@ fn dpdk_and_afpacket_speak_the_same_wire() {
 
 #[test]
 fn memif_pair_between_two_processes() {
+    let _one = one_at_a_time();
     if !root() {
         return;
     }
@@ -346,6 +357,7 @@ fn memif_pair_between_two_processes() {
 
 #[test]
 fn dpdk_net_tap_against_afpacket() {
+    let _one = one_at_a_time();
     if !root() {
         return;
     }
@@ -423,6 +435,7 @@ fn dpdk_net_tap_against_afpacket() {
 
 #[test]
 fn virtio_user_and_vhost_between_two_processes() {
+    let _one = one_at_a_time();
     if !root() {
         return;
     }
@@ -465,6 +478,7 @@ fn virtio_user_and_vhost_between_two_processes() {
 
 #[test]
 fn ping_is_answered_by_the_dpdk_side_control_plane() {
+    let _one = one_at_a_time();
     if !root() {
         return;
     }
