@@ -29,7 +29,8 @@ base_rtt_us=${BASE_RTT_US:-2000}
 limit=${LIMIT:-1000000}
 profile=${FERROCE_PROFILE:-release}
 bin=target/$profile/ferroce
-[ -x "$bin" ] || cargo build -q --profile "$profile" -p ferroce-ibverbs -p ferroce-rdmacm -p ferroce-cli
+read -r -a build <<<"${FERROCE_BUILD:--p ferroce-ibverbs -p ferroce-rdmacm -p ferroce-cli}"
+[ -x "$bin" ] || cargo build -q --profile "$profile" "${build[@]}"
 p=frcc
 a=$p-a; m=$p-m; b=$p-b
 switches=${SWITCHES:-tc ferroce}

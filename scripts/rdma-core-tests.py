@@ -172,10 +172,10 @@ def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     lib = a.lib
     if not lib:
-        # FERROCE_PROFILE as in the other drop-in scripts, and their three packages: one build.
+        # FERROCE_PROFILE and FERROCE_BUILD as in the other drop-in scripts: one build.
         profile = os.environ.get("FERROCE_PROFILE", "release")
-        subprocess.run(["cargo", "build", "-q", "--profile", profile,
-                        "-p", "ferroce-ibverbs", "-p", "ferroce-rdmacm", "-p", "ferroce-cli"],
+        build = os.environ.get("FERROCE_BUILD", "-p ferroce-ibverbs -p ferroce-rdmacm -p ferroce-cli")
+        subprocess.run(["cargo", "build", "-q", "--profile", profile] + build.split(),
                        cwd=root, check=True)
         lib = os.path.join(root, "target", "pyverbs-lib")
         os.makedirs(lib, exist_ok=True)

@@ -12,10 +12,12 @@ set -euo pipefail
 two_ports_only=0
 [ "${1:-}" = "--two-ports" ] && two_ports_only=1
 cd "$(dirname "$0")/.."
-# FERROCE_PROFILE (default release) names the cargo profile the programs are built with (CI:
-# ci); every drop-in script builds the same three packages, so they share one build.
+# FERROCE_PROFILE (default release) names the cargo profile the programs are built with, and
+# FERROCE_BUILD what cargo builds (default the three packages every drop-in script builds, so
+# they share one build; CI passes its test build's selection, already built, and ci-test).
 profile=${FERROCE_PROFILE:-release}
-cargo build -q --profile "$profile" -p ferroce-ibverbs -p ferroce-rdmacm -p ferroce-cli
+read -r -a build <<<"${FERROCE_BUILD:--p ferroce-ibverbs -p ferroce-rdmacm -p ferroce-cli}"
+cargo build -q --profile "$profile" "${build[@]}"
 ferroce=$PWD/target/$profile/ferroce
 lib=$PWD/target/rdmacm
 mkdir -p "$lib"
@@ -263,16 +265,16 @@ run2() {
 }
 fo_try() {
   rm -rf "$logs/fo-stats"
-  run2 a timeout 60 ib_write_bw -R -F -D 15 --report_gbits >"$logs/fo.server" 2>&1 &
+  run2 a timeout 60 ib_write_bw -R -F -D 8 --report_gbits >"$logs/fo.server" 2>&1 &
   local spid=$! c=0 s=0
   for _ in $(seq 400); do
     grep -q "ferroce cm: listen" "$logs/fo.server" 2>/dev/null && break
     sleep 0.05
   done
-  (sleep 5; ip netns exec $p-a ip link set $p-va down
-   sleep 5; ip netns exec $p-a ip link set $p-va up) &
+  (sleep 2; ip netns exec $p-a ip link set $p-va down
+   sleep 3; ip netns exec $p-a ip link set $p-va up) &
   local fpid=$!
-  run2 b timeout 60 ib_write_bw -R -F -D 15 --report_gbits $srv >"$logs/fo.client" 2>&1 || c=$?
+  run2 b timeout 60 ib_write_bw -R -F -D 8 --report_gbits $srv >"$logs/fo.client" 2>&1 || c=$?
   wait $spid || s=$?
   wait $fpid || true
   [ $c -eq 0 ] && [ $s -eq 0 ]

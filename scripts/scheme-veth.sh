@@ -14,10 +14,12 @@ cd "$(dirname "$0")/.."
 loss=${1:-0.01}
 scheme=${2:-sr,spray=4}
 msgs=${N:-1000}
-# FERROCE_PROFILE (default release) names the cargo profile the programs are built with (CI:
-# ci); every drop-in script builds the same three packages, so they share one build.
+# FERROCE_PROFILE (default release) names the cargo profile the programs are built with, and
+# FERROCE_BUILD what cargo builds (default the three packages every drop-in script builds, so
+# they share one build; CI passes its test build's selection, already built, and ci-test).
 profile=${FERROCE_PROFILE:-release}
-cargo build -q --profile "$profile" -p ferroce-ibverbs -p ferroce-rdmacm -p ferroce-cli
+read -r -a build <<<"${FERROCE_BUILD:--p ferroce-ibverbs -p ferroce-rdmacm -p ferroce-cli}"
+cargo build -q --profile "$profile" "${build[@]}"
 bin=$PWD/target/$profile/ferroce
 lib=$PWD/target/scheme-lib
 mkdir -p "$lib"

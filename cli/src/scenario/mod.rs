@@ -566,7 +566,9 @@ fn run_sdr(a: &SdrArgs) -> Result<ExitCode, Failure> {
         a.scheme.clone()
     };
     let rtt_ns = (a.rtt_ms * 1e6) as u64;
-    let mut points = Vec::new();
+    // Every point's setup first (its seed is its place in the grid), then the points run on
+    // every core: each is a simulation of its own, so the results are the same in any order.
+    let mut grid = Vec::new();
     let mut index = 0u64;
     for &size in &sizes {
         // The loss-free time every slowdown is over: SR, no loss, data only.
@@ -598,11 +600,15 @@ fn run_sdr(a: &SdrArgs) -> Result<ExitCode, Failure> {
                         ..base
                     };
                     index += 1;
-                    let out = sdr::run(&setup).map_err(Failure)?;
-                    points.push(sdr_point(&setup, &out, lossless_ns, a));
+                    grid.push((setup, lossless_ns));
                 }
             }
         }
+    }
+    let outcomes = on_every_core(&grid, |(setup, _)| sdr::run(setup));
+    let mut points = Vec::new();
+    for ((setup, lossless_ns), out) in grid.iter().zip(outcomes) {
+        points.push(sdr_point(setup, &out.map_err(Failure)?, *lossless_ns, a));
     }
     if a.json {
         println!("{}", json!({ "scenario": "sdr", "points": points }));
@@ -1153,4 +1159,35 @@ fn run_varuna_steady(a: &VarunaArgs) -> Result<ExitCode, Failure> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `f` of every item, in the items' order, computed on as many threads as the machine has
+/// cores, each taking the next item not yet taken.
+fn on_every_core<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(items.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut done: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else {
+                            return mine;
+                        };
+                        mine.push((i, f(item)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a grid point's thread panicked"))
+            .collect()
+    });
+    done.sort_by_key(|&(i, _)| i);
+    done.into_iter().map(|(_, r)| r).collect()
 }
