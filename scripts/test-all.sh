@@ -14,7 +14,7 @@
 # `ci-test` profile (dev's debug assertions and overflow checks at opt-level 1). The tests run
 # from it, and the scripts run its programs (FERROCE_PROFILE and FERROCE_BUILD tell them), so
 # the drop-ins run under unmodified programs with their debug assertions on. The fuzzers run
-# one at a time beside the drop-in suites after the first, which leave a core idle.
+# one at a time, niced, beside the steps after the build, which leave a core idle.
 #
 # Environment: FUZZ_SECONDS (default 60) bounds the frame-parser fuzz run; the QP target gets
 # half of it.
@@ -104,6 +104,22 @@ step "the build: every target of the workspace (benchmarks and examples included
 read -r -a build <<<"$FERROCE_BUILD"
 cargo build -q --profile ci-test "${build[@]}"
 
+# The fuzzers: built, then run one after another, niced, on what CPU the steps from here on
+# leave (the tests and the drop-in suites mostly wait on each other's programs); the fuzz
+# step at the end waits for them. fuzz_run TARGET SECONDS: one fuzzer; its summary lines, and
+# 1 when it found a failing input.
+mkdir -p fuzz/corpus/parse_frame fuzz/corpus/qp_frames fuzz/corpus/gso_split fuzz/corpus/sdr_packets fuzz/seeds/sdr_packets fuzz/corpus/cm_mad fuzz/seeds/cm_mad
+fuzz_run() {
+  (cd fuzz && nice -n 19 cargo fuzz run "$1" -s none "corpus/$1" "seeds/$1" -- \
+    -max_total_time="$2" -print_final_stats=1 2>&1 | grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|Done )|ERROR|panicked" ) || {
+    echo "fuzzing $1 found a failing input (see fuzz/artifacts/$1/)"; return 1; }
+}
+f=${FUZZ_SECONDS:-60}
+( (cd fuzz && nice -n 19 cargo fuzz build -q -s none) && fuzz_run parse_frame "$f" &&
+  fuzz_run qp_frames "$((f / 2))" && fuzz_run gso_split "$((f / 3))" &&
+  fuzz_run sdr_packets "$((f / 3))" && fuzz_run cm_mad "$((f / 4))") >"$bg_logs/fuzz" 2>&1 &
+fuzz_lane=$!
+
 step "tests (DPDK: bindgen + shim against the system libdpdk; net_ring, net_af_packet, memif, tap and virtio-user vdevs, no hugepages)"
 cargo test --profile ci-test --workspace --features dpdk
 # The run through the whole 24-bit PSN space: 2^24 packets, ignored where debug assertions
@@ -117,25 +133,9 @@ step "SDR's erasure codec on the system ISA-L (libisal-dev, bindgen): the codec'
 cargo test -q --profile ci-test --workspace --features dpdk,isal --lib --test cli --test library -- rebuilds_any_m_losses sdr 2>&1 |
   grep -E "test result: ok. [1-9]|panicked|FAILED"
 
-step "fuzz targets build"
-mkdir -p fuzz/corpus/parse_frame fuzz/corpus/qp_frames fuzz/corpus/gso_split fuzz/corpus/sdr_packets fuzz/seeds/sdr_packets fuzz/corpus/cm_mad fuzz/seeds/cm_mad
-(cd fuzz && cargo fuzz build -s none)
 
 step "libibverbs drop-in: unmodified rdma-core programs over ferroce (two namespaces, veth)"
 scripts/ibverbs-test.sh
-
-# The fuzzers, one after another on the core the drop-in suites from here on leave idle (their
-# programs mostly wait on each other), niced below them; the fuzz step below waits for them.
-# fuzz_run TARGET SECONDS: one fuzzer; its summary lines, and 1 when it found a failing input.
-fuzz_run() {
-  (cd fuzz && nice -n 19 cargo fuzz run "$1" -s none "corpus/$1" "seeds/$1" -- \
-    -max_total_time="$2" -print_final_stats=1 2>&1 | grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|Done )|ERROR|panicked" ) || {
-    echo "fuzzing $1 found a failing input (see fuzz/artifacts/$1/)"; return 1; }
-}
-f=${FUZZ_SECONDS:-60}
-(fuzz_run parse_frame "$f" && fuzz_run qp_frames "$((f / 2))" && fuzz_run gso_split "$((f / 3))" &&
-  fuzz_run sdr_packets "$((f / 3))" && fuzz_run cm_mad "$((f / 4))") >"$bg_logs/fuzz" 2>&1 &
-fuzz_lane=$!
 
 step "librdmacm drop-in: unmodified rdma_cm programs (rping, ucmatose, udaddy, cmtime, perftest -R) and tshark on their CM MADs"
 scripts/rdmacm-test.sh
@@ -179,7 +179,7 @@ r = json.load(sys.stdin)
 assert r["frames_sent"] == 20000 and r["receiver"]["valid"] > 0, r
 print("demo:", r["receiver"]["valid"], "valid frames of", r["frames_sent"])'
 
-step "fuzz the frame parser for ${FUZZ_SECONDS:-60} s, the QP for half that, the gso splitter and the SDR receiver for a third each, the CM MAD parser for a quarter (started beside the librdmacm step)"
+step "fuzz the frame parser for ${FUZZ_SECONDS:-60} s, the QP for half that, the gso splitter and the SDR receiver for a third each, the CM MAD parser for a quarter (built and run beside the steps since the build)"
 fuzz_rc=0
 wait $fuzz_lane || fuzz_rc=$?
 cat "$bg_logs/fuzz"
