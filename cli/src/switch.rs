@@ -47,6 +47,12 @@ pub(crate) struct Args {
     /// has no netem).
     #[arg(long, default_value_t = 0.0)]
     loss: f64,
+    /// Only frames of at least this many bytes are lost (0: any): the data packets of a run,
+    /// not its acknowledgements or small control messages. perftest's closing exchange has
+    /// no recovery: a lost acknowledgement of its last message leaves one side resending to a
+    /// QP its peer destroyed as it exited.
+    #[arg(long, default_value_t = 0)]
+    loss_min_len: usize,
     /// Hold the communication manager's MADs (RoCE frames to QP1) towards the receiver this
     /// many milliseconds before they are queued (they are never lost): a slower management
     /// path, so a program that connects again at once (perftest -R's data connection) finds
@@ -79,6 +85,8 @@ pub(crate) struct Egress {
     red: Option<Red>,
     /// The probability a RoCEv2 frame is lost before the queue.
     loss: f64,
+    /// Shorter frames are never lost.
+    loss_min_len: usize,
     q: VecDeque<Vec<u8>>,
     /// Buffers of frames sent, for the next ones.
     spare: Vec<Vec<u8>>,
@@ -106,6 +114,7 @@ impl Egress {
             buffer,
             red,
             loss: 0.0,
+            loss_min_len: 0,
             q: VecDeque::new(),
             spare: Vec::new(),
             bytes: 0,
@@ -123,15 +132,18 @@ impl Egress {
         (self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    /// Makes the link lose each RoCEv2 frame with probability `p` before the queue.
-    pub(crate) fn set_loss(&mut self, p: f64) {
+    /// Makes the link lose each RoCEv2 frame of at least `min_len` bytes with probability
+    /// `p` before the queue.
+    pub(crate) fn set_loss(&mut self, p: f64, min_len: usize) {
         self.loss = p;
+        self.loss_min_len = min_len;
     }
 
     /// Queues `frame` (marking it as the queue ahead of it says), or drops it (a lossy
     /// link's loss, a full buffer).
     pub(crate) fn offer(&mut self, frame: &[u8]) -> Offer {
-        let data = roce_flow(frame).is_some_and(|(_, qpn)| qpn != 1);
+        let data =
+            frame.len() >= self.loss_min_len && roce_flow(frame).is_some_and(|(_, qpn)| qpn != 1);
         if self.loss > 0.0 && data && self.uniform() < self.loss {
             self.stats.lost += 1;
             return Offer::Lost;
@@ -260,7 +272,7 @@ pub(crate) fn run(a: &Args) -> Result<ExitCode, Failure> {
     });
     let (mut from, mut to) = (open(&a.from)?, open(&a.to)?);
     let mut egress = Egress::new(a.gbps * 1e9, a.buffer, red, 0x5eed);
-    egress.set_loss(a.loss);
+    egress.set_loss(a.loss, a.loss_min_len);
     let mut back = 0u64;
     let mut paths = Paths::default();
     let cm_delay = (a.cm_delay_ms * 1e6) as u64;
@@ -437,7 +449,7 @@ mod tests {
         assert_eq!(roce_flow(&frame(0, 100)), None, "UDP, not to 4791");
         assert_eq!(roce_flow(&[0u8; 20]), None, "too short");
         let mut q = Egress::new(1e12, 1 << 30, None, 9);
-        q.set_loss(0.1);
+        q.set_loss(0.1, 0);
         for i in 0..10_000 {
             q.offer(&roce(i as u16, 100));
             q.offer(&frame(0, 100));
@@ -452,6 +464,18 @@ mod tests {
             q.offer(&mad);
         }
         assert_eq!(q.stats.lost, before);
+        // With a least length, shorter RoCE frames (acknowledgements) are never lost, and
+        // longer ones still are.
+        q.set_loss(0.1, 200);
+        let before = q.stats.lost;
+        for i in 0..1000 {
+            q.offer(&roce(i as u16, 100));
+        }
+        assert_eq!(q.stats.lost, before);
+        for i in 0..1000 {
+            q.offer(&roce(i as u16, 300));
+        }
+        assert!(q.stats.lost > before + 50, "{}", q.stats.lost - before);
     }
 
     #[test]
