@@ -193,10 +193,11 @@ fn create(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
         .saturating_sub(c.verbs.clock_ns());
+    let reported = Reported::default();
     let p: *mut ffi::ibv_cq = publish(Cq {
         ibv,
         cq,
-        async_reported: Reported::default(),
+        async_reported: reported.clone(),
         comp_reported: AtomicU32::new(0),
         users: AtomicU32::new(0),
         current: Mutex::new(None),
@@ -208,10 +209,6 @@ fn create(
             .unwrap_or_else(|e| e.into_inner())
             .insert(id, p as usize);
     }
-    // SAFETY: just published, so live.
-    let reported = &unsafe { object::<Cq, _>(p) }
-        .expect("just made")
-        .async_reported;
     c.events.register(Kind::Cq, id, p as *mut c_void, reported);
     Ok(p)
 }

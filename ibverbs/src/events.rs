@@ -32,7 +32,7 @@ pub(crate) enum Kind {
 
 /// A queued event, and the count of taken events of the object it names (none for a port
 /// event). It holds the program's pointers, which only this library's verbs read.
-struct Queued(ffi::ibv_async_event, Option<*const Reported>);
+struct Queued(ffi::ibv_async_event, Option<Reported>);
 
 // SAFETY: the pointers are the program's objects, handed back to it; this library reads
 // them only while the objects are registered, under the queue's lock.
@@ -42,9 +42,9 @@ unsafe impl Send for Queued {}
 #[derive(Default)]
 struct Inner {
     queue: VecDeque<Queued>,
-    /// The program's object for each ferroce id (QPN, CQ id, SRQ id), by kind, and the
-    /// address of its [`Reported`] count.
-    objects: HashMap<(Kind, u32), (usize, usize)>,
+    /// The program's object for each ferroce id (QPN, CQ id, SRQ id), by kind, and its
+    /// [`Reported`] count.
+    objects: HashMap<(Kind, u32), (usize, Reported)>,
 }
 
 pub(crate) struct Shared {
@@ -65,10 +65,11 @@ impl Shared {
         let mut reported = None;
         let element = match kind {
             Some(k) => {
-                let Some(&(p, r)) = inner.objects.get(&k) else {
+                let Some((p, r)) = inner.objects.get(&k) else {
                     return;
                 };
-                reported = Some(r as *const Reported);
+                let p = *p;
+                reported = Some(r.clone());
                 match k.0 {
                     Kind::Qp => ffi::ibv_async_event__bindgen_ty_1 {
                         qp: p as *mut ffi::ibv_qp,
@@ -173,13 +174,12 @@ impl AsyncEvents {
     }
 
     /// Enters the program's object `ptr` as `(kind, id)`: events naming it name `ptr`, and
-    /// each one the program takes counts in `reported` (the object's own, which lives as
-    /// long as it stays registered).
-    pub(crate) fn register(&self, kind: Kind, id: u32, ptr: *mut c_void, reported: &Reported) {
-        self.shared.lock().objects.insert(
-            (kind, id),
-            (ptr as usize, reported as *const Reported as usize),
-        );
+    /// each one the program takes counts in `reported` (a handle on the object's own count).
+    pub(crate) fn register(&self, kind: Kind, id: u32, ptr: *mut c_void, reported: Reported) {
+        self.shared
+            .lock()
+            .objects
+            .insert((kind, id), (ptr as usize, reported));
     }
 
     /// `ibv_get_async_event` on this context: the next event, waiting for one unless the
@@ -202,12 +202,10 @@ impl AsyncEvents {
             let Some(Queued(e, reported)) = inner.queue.pop_front() else {
                 continue;
             };
-            // Counted while the object is certainly alive (its destroy takes this lock to
-            // forget it, which drops its queued events, then waits for this count's
-            // acknowledgement).
+            // Counted under this lock: the object's destroy takes it to forget the object
+            // (dropping its queued events), then waits for this count's acknowledgement.
             if let Some(r) = reported {
-                // SAFETY: the object is registered, so its count is live.
-                unsafe { &*r }.0.fetch_add(1, Ordering::AcqRel);
+                r.0.fetch_add(1, Ordering::AcqRel);
             }
             drop(inner);
             // SAFETY: per the contract.
@@ -246,12 +244,12 @@ fn is_port_event(t: ffi::ibv_event_type) -> bool {
 
 /// The count of events an object was named in and the program took; what its destroy waits
 /// for the acknowledgements of.
-#[derive(Default)]
-pub(crate) struct Reported(AtomicU32);
+#[derive(Default, Clone)]
+pub(crate) struct Reported(Arc<AtomicU32>);
 
 impl From<u32> for Reported {
     fn from(n: u32) -> Self {
-        Self(AtomicU32::new(n))
+        Self(Arc::new(AtomicU32::new(n)))
     }
 }
 

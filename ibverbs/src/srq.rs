@@ -101,17 +101,14 @@ fn create(
     let id = srq.id();
     // SAFETY: a live PD.
     unsafe { crate::domain::hold_pd(pd) };
+    let reported = Reported::default();
     let ptr: *mut ffi::ibv_srq = publish(Srq {
         ibv,
         srq,
-        async_reported: Reported::default(),
+        async_reported: reported.clone(),
         users: AtomicU32::new(0),
         tm_cq,
     });
-    // SAFETY: just published, so live.
-    let reported = &unsafe { object::<Srq, _>(ptr) }
-        .expect("just made")
-        .async_reported;
     c.events
         .register(Kind::Srq, id, ptr as *mut c_void, reported);
     Ok(ptr)

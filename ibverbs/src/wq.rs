@@ -348,6 +348,7 @@ pub(crate) unsafe fn create_rss_qp(
     table.users.fetch_add(1, Ordering::AcqRel);
     // SAFETY: a live PD.
     unsafe { crate::domain::hold_pd(a.pd) };
+    let reported = Reported::default();
     let ptr: *mut ffi::ibv_qp = publish(Qp {
         ibv,
         qp: QpKind::Raw(raw),
@@ -355,14 +356,10 @@ pub(crate) unsafe fn create_rss_qp(
         sq_sig_all: false,
         extended: false,
         send_ops: 0,
-        async_reported: Reported::default(),
+        async_reported: reported.clone(),
         batch: std::sync::Mutex::new(crate::wr::Batch::default()),
         table_users: Some(table.users.clone()),
     });
-    // SAFETY: just published, so live.
-    let reported = &unsafe { object::<Qp, _>(ptr) }
-        .expect("just made")
-        .async_reported;
     c.events
         .register(Kind::Qp, qpn, ptr as *mut c_void, reported);
     Ok(ptr)

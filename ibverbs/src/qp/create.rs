@@ -162,6 +162,7 @@ pub(crate) fn create(a: Create<'_>) -> Result<*mut ffi::ibv_qp, c_int> {
     if let Some(s) = srq {
         s.users.fetch_add(1, Ordering::AcqRel);
     }
+    let reported = Reported::default();
     let ptr: *mut ffi::ibv_qp = publish(Qp {
         ibv,
         qp,
@@ -169,14 +170,10 @@ pub(crate) fn create(a: Create<'_>) -> Result<*mut ffi::ibv_qp, c_int> {
         sq_sig_all: a.sq_sig_all,
         extended: a.send_ops.is_some(),
         send_ops: a.send_ops.unwrap_or(0),
-        async_reported: Reported::default(),
+        async_reported: reported.clone(),
         batch: std::sync::Mutex::new(Batch::default()),
         table_users: None,
     });
-    // SAFETY: just published, so live.
-    let reported = &unsafe { object::<Qp, _>(ptr) }
-        .expect("just made")
-        .async_reported;
     c.events
         .register(Kind::Qp, qpn, ptr as *mut c_void, reported);
     Ok(ptr)
