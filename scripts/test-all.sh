@@ -115,7 +115,7 @@ fuzz_run() {
     echo "fuzzing $1 found a failing input (see fuzz/artifacts/$1/)"; return 1; }
 }
 f=${FUZZ_SECONDS:-60}
-( (cd fuzz && nice -n 19 cargo fuzz build -q -s none) && fuzz_run parse_frame "$f" &&
+( (cd fuzz && nice -n 19 cargo fuzz build -s none) && fuzz_run parse_frame "$f" &&
   fuzz_run qp_frames "$((f / 2))" && fuzz_run gso_split "$((f / 3))" &&
   fuzz_run sdr_packets "$((f / 3))" && fuzz_run cm_mad "$((f / 4))") >"$bg_logs/fuzz" 2>&1 &
 fuzz_lane=$!
