@@ -7,8 +7,8 @@
 # run over it, binutils to compare its ABI, tshark for wire checks, python3-venv), scapy from PyPI into target/ci-venv, and cargo-fuzz from crates.io. Then:
 # format, lint and the crates' import circles; every test of the workspace (the DPDK driver
 # built in, the 2^24-PSN run included); the unmodified-program suites over the drop-ins; the
-# wire cross-check against tshark and scapy; the scenarios' checks; a bounded fuzz run (two
-# fuzzers at a time); a build of every benchmark.
+# wire cross-check against tshark and scapy; the scenarios' checks; a bounded fuzz run; a build
+# of every benchmark.
 #
 # One build serves it all: the whole workspace, every target, the DPDK driver built in, in the
 # `ci-test` profile (dev's debug assertions and overflow checks at opt-level 1). The tests run
