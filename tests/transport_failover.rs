@@ -695,6 +695,68 @@ fn a_responder_left_in_rtr_fails_over_and_probes_its_way_home() {
     );
 }
 
+/// The responder's first probe after its link-up event lost (a port just up may not carry
+/// yet: Linux attaches a veth's queue discipline a moment after its carrier shows, and the
+/// peer's end may still be without one), the client idle: the pair has no other way home, so
+/// an unanswered link-up probe goes again, a damping interval later and then further apart,
+/// and the second one brings both ends home.
+#[test]
+fn an_unanswered_link_up_probe_is_sent_again() {
+    let (mut w, r) = rails(41, LinkModel::new(100_000_000_000, 2_000), MEM);
+    let o = ConnOpts {
+        timeout: 5, // a damping interval of 131 µs
+        ..ConnOpts::default()
+    };
+    connect_pair(&mut w, &o, true);
+    // The server's port on rail 0 is down from 100 µs to 1 ms, and its link carries nothing
+    // for 50 µs after that; the client writes until 500 µs and is idle from then on.
+    w.fabric.fail_port(r.hosts[1], 0, 100_000, 1_000_000);
+    w.fabric.blackhole_link(r.links[1][0], 1_000_000, 1_050_000);
+    let n = stream_writes(&mut w, 500_000);
+    assert_eq!(w.hosts[1].qp(QPN[1]).active_port(), Some(1), "away");
+    w.fabric.advance_to(1_000_001);
+    assert!(w.drive_until(20_000_000));
+    let c = &w.hosts[0].completions;
+    assert_eq!(c.len() as u64, n);
+    assert!(c.iter().all(|c| c.status == WcStatus::Success), "{c:?}");
+    let server = w.hosts[1].qp(QPN[1]);
+    let st = server.path_control_stats();
+    assert_eq!(st.probes, 2, "one lost, one answered: {st:?}");
+    assert_eq!(server.path_migrations(), 2, "{st:?}");
+    assert_eq!(server.active_port(), Some(0), "home: {st:?}");
+    assert_eq!(
+        w.hosts[0].qp(QPN[0]).active_port(),
+        Some(0),
+        "the client followed"
+    );
+}
+
+/// An idle QP whose primary's port came back while the peer's end of the path stays dead
+/// probes a bounded number of times, further and further apart, and then waits for work or
+/// another link event: it does not probe forever.
+#[test]
+fn link_up_probes_into_a_dead_path_stop() {
+    let (mut w, r) = rails(43, LinkModel::new(100_000_000_000, 2_000), MEM);
+    let o = ConnOpts {
+        timeout: 5,
+        ..ConnOpts::default()
+    };
+    connect_pair(&mut w, &o, true);
+    w.fabric.fail_port(r.hosts[1], 0, 100_000, 1_000_000);
+    w.fabric
+        .blackhole_link(r.links[1][0], 1_000_000, u64::MAX / 4);
+    let n = stream_writes(&mut w, 500_000);
+    w.fabric.advance_to(1_000_001);
+    assert!(w.drive_until(200_000_000));
+    assert_eq!(w.hosts[0].completions.len() as u64, n);
+    let server = w.hosts[1].qp(QPN[1]);
+    let st = server.path_control_stats();
+    assert_eq!(st.probes, 8, "{st:?}");
+    assert_eq!(server.path_migrations(), 1, "{st:?}");
+    assert_eq!(server.active_port(), Some(1));
+    assert_eq!(server.poll_timeout(), None, "nothing more to do");
+}
+
 /// Frames with the time a switch saw them.
 type Frames = std::sync::Arc<std::sync::Mutex<Vec<(u64, Vec<u8>)>>>;
 

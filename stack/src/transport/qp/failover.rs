@@ -16,12 +16,14 @@
 //! `PATH_CONTROL` probe from its primary address to the peer's, which the peer answers on the
 //! same path — and moves home when the answer comes: the path carries both ways and the peer
 //! is there, so no data waits on a path that may still be dead. It probes after a link-up
-//! event of the primary's port (once), and while it has work outstanding and made progress on
-//! the alternate (the primary may have failed beyond the port — a switch, the peer's NIC, a
-//! black hole — where no link event says it is back); the first probe waits a damping
-//! interval after the last move, and each unanswered one doubles the wait before the next, up
-//! to [`HOME_BACKOFF_MAX`] doublings. A move home may fall back once without progress (a
-//! fault can return under it).
+//! event of the primary's port ([`LINK_PROBES`] times at most while unanswered: a port just
+//! up may not carry yet, and an idle pair has no other way home), and while it has work
+//! outstanding and made progress on the alternate (the primary may have failed beyond the
+//! port — a switch, the peer's NIC, a black hole — where no link event says it is back); the
+//! first probe waits a damping interval after the last move, and each unanswered one doubles
+//! the wait before the next, up to [`HOME_BACKOFF_MAX`] doublings. A link-up event starts
+//! that schedule over. A move home may fall back once without progress (a fault can return
+//! under it).
 
 use core::net::IpAddr;
 
@@ -79,6 +81,13 @@ impl Discovery {
 /// Doublings of the wait between unanswered probes (64 damping intervals at most).
 pub(crate) const HOME_BACKOFF_MAX: u8 = 6;
 
+/// Probes a link-up event asks for while they go unanswered: waits of 0, 1, 2, .., 64
+/// damping intervals, 127 in all (8.5 s at perftest's ACK timeout of 67 ms). On Linux the
+/// first can be lost on a working path: a veth or NIC reports its carrier a moment before
+/// its queue discipline is attached, and the peer's end of the link comes up on its own
+/// schedule.
+pub(crate) const LINK_PROBES: u8 = HOME_BACKOFF_MAX + 2;
+
 /// A path control message waiting to leave.
 pub(crate) type PendingControl = Option<PathControlKind>;
 
@@ -111,8 +120,8 @@ pub(crate) struct Paths {
     pub(crate) home_backoff: u8,
     /// When the last probe since the last move went out (unanswered: an answer moves the QP).
     pub(crate) probe_sent_at: Option<u64>,
-    /// A link-up event of the standby path's port asks for a probe.
-    pub(crate) probe_wanted: bool,
+    /// Probes a link-up event of the standby path's port still asks for.
+    pub(crate) link_probes: u8,
     /// A probe to send on the standby path.
     pub(crate) probe_out: bool,
     /// A probe to answer: the peer address it came from (names the path to answer on).
@@ -149,7 +158,7 @@ impl Paths {
             trial: false,
             home_backoff: 0,
             probe_sent_at: None,
-            probe_wanted: false,
+            link_probes: 0,
             probe_out: false,
             reply_out: None,
             peer_depth: u8::MAX,
@@ -193,15 +202,16 @@ impl Paths {
     }
 
     /// When a QP on its alternate path probes its primary next, if it does: the primary's
-    /// port is not known down, and a link-up event asked for a probe or work is outstanding
-    /// and the alternate carried some since the move (a QP that hears nothing on either path
-    /// is left to its retry budget; an idle one does not probe forever).
+    /// port is not known down, and a link-up event asked for probes it has not all sent or
+    /// work is outstanding and the alternate carried some since the move (a QP that hears
+    /// nothing on either path is left to its retry budget; an idle one does not probe
+    /// forever).
     pub(crate) fn probe_at(&self, damping_ns: u64, una: Psn, nxt: Psn) -> Option<u64> {
         if !self.on_alternate || !self.standby_usable() {
             return None;
         }
         let busy = una != nxt && self.una_at_move != Some(una);
-        if !busy && !self.probe_wanted {
+        if !busy && self.link_probes == 0 {
             return None;
         }
         let first = self.moved_at?.saturating_add(damping_ns);
@@ -217,8 +227,17 @@ impl Paths {
             self.home_backoff = (self.home_backoff + 1).min(HOME_BACKOFF_MAX);
         }
         self.probe_sent_at = Some(now);
-        self.probe_wanted = false;
+        self.link_probes = self.link_probes.saturating_sub(1);
         self.probe_out = true;
+    }
+
+    /// The standby path's port came up while the QP is away: probes go now and again while
+    /// unanswered, on a schedule started over (a backoff built while the port was down, or
+    /// the path dead beyond it, says nothing of the path now).
+    pub(crate) fn want_link_probes(&mut self) {
+        self.link_probes = LINK_PROBES;
+        self.probe_sent_at = None;
+        self.home_backoff = 0;
     }
 
     /// Whether a timeout at oldest unacknowledged PSN `una` may move the QP: it made
@@ -237,7 +256,7 @@ impl Paths {
     /// counts as a failed return unless the peer was heard on the primary meanwhile.
     pub(crate) fn swap_ends(&mut self, now: u64, una: Psn) {
         self.probe_sent_at = None;
-        self.probe_wanted = false;
+        self.link_probes = 0;
         self.probe_out = false;
         if self.on_alternate {
             self.trial = true;
@@ -381,7 +400,7 @@ mod behaviour {
             } else if up && p.on_alternate && p.standby_port == port {
                 // The port is back; whether the path is (the peer's port, the switches, the
                 // peer's receive queue) the probe's answer says.
-                p.probe_wanted = true;
+                p.want_link_probes();
             }
         }
 
