@@ -218,7 +218,7 @@ if [ -n "${FERROCE_KEEP_CAPTURE:-}" ]; then
 fi
 fi
 
-echo "== failover on a connection made through rdma_cm (two ports per device, rail 1 down in seconds 5-10)"
+echo "== failover on a connection made through rdma_cm (two ports per device, rail 1 down in seconds 2-5)"
 ip link add $p-wa type veth peer name $p-wb
 ip link set $p-wa netns $p-a
 ip link set $p-wb netns $p-b
@@ -236,7 +236,8 @@ ofilter='udp port 4791 and ((udp[12:4] & 0xffffff) == 1 or udp[8] == 0xd8)'
 offer_run() {
   local name=$1 sfo=$2 x
   for x in a b; do
-    ip netns exec $p-$x dumpcap -q -i $p-v$x -i $p-w$x -f "$ofilter" -w "$logs/o-$x.pcapng" >/dev/null 2>&1 &
+    # (-f before the first -i filters every interface; after one, only the last -i named.)
+    ip netns exec $p-$x dumpcap -q -f "$ofilter" -i $p-v$x -i $p-w$x -w "$logs/o-$x.pcapng" >/dev/null 2>&1 &
     caps+=($!)
   done
   for _ in $(seq 100); do
