@@ -125,7 +125,7 @@ step "tests (DPDK: bindgen + shim against the system libdpdk; net_ring, net_af_p
 cargo test --profile ci-test --workspace --features dpdk
 # The run through the whole 24-bit PSN space: 2^24 packets, ignored where debug assertions
 # are on unless asked for.
-cargo test -q --profile ci-test --features dpdk --test transport_psn_wrap -- --ignored 2>&1 | grep -E "test result|panicked|FAILED"
+cargo test -q --profile ci-test --workspace --features dpdk --test transport_psn_wrap -- --ignored 2>&1 | grep -E "test result|panicked|FAILED"
 # EAL keeps a runtime directory per --file-prefix; the tests' prefixes all start ferroce-.
 rm -rf /var/run/dpdk/ferroce-* 2>/dev/null || true
 
