@@ -8,7 +8,9 @@
 //!   threads pinned to cores);
 //! - [`afpacket`] and [`tap`] on Linux interfaces, [`pipe`] between two processes, and
 //!   `dpdk` (cargo feature `dpdk`) on DPDK's poll-mode drivers;
-//! - [`wait`]: how an idle engine thread sleeps until a port has frames.
+//! - [`wait`]: how an idle engine thread sleeps until a port has frames;
+//! - [`shm`]: sealed shared-memory regions and the rings in them between the engine and
+//!   the programs it serves (`ferroce serve`).
 //!
 //! Drivers move Ethernet frames; of the stack they use its wire formats, and the transport's
 //! split frames for zero-copy transmit.
@@ -23,6 +25,7 @@ pub mod mapped;
 pub mod pcap;
 pub mod pipe;
 mod port;
+pub mod shm;
 pub mod sim;
 pub mod tap;
 pub mod wait;
