@@ -1,13 +1,16 @@
 //! Shared memory between the engine and the programs it serves (issue 37, `ferroce serve`):
-//! sealed memfd [`Region`]s and the single-producer single-consumer rings in them
+//! sealed memfd [`Region`]s, the single-producer single-consumer rings in them
 //! ([`Producer`], [`Consumer`]) that carry work requests and completions without a system
-//! call. Either side may be hostile to the other: nothing the other side writes can make
+//! call, and registered memory moved onto a memfd at its own addresses ([`adopt`]) so the
+//! engine reaches it without a copy. Either side may be hostile to the other: nothing the other side writes can make
 //! this side read outside a region, fault, or hit undefined behaviour (see [`ring`]'s
 //! docs for the ordering and the checks).
 
+pub mod adopt;
 pub mod region;
 pub mod ring;
 
+pub use adopt::{adopt, Adopted};
 pub use region::{Region, ShmError};
 pub use ring::{Consumer, Producer, RingError, RingLayout, MAX_CAP};
 

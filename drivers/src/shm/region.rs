@@ -34,6 +34,14 @@ pub enum ShmError {
     /// The fd's size can still change (it is not a sealed memfd).
     #[error("the shared region is not sealed against resizing (seals {0:#x})")]
     Unsealed(libc::c_int),
+    /// Memory to be shared is not all private, writable and mapped (see `adopt`).
+    #[error("{len} bytes at {addr:#x} are not all private, writable memory of this process")]
+    NotPrivate {
+        /// The buffer's address.
+        addr: usize,
+        /// Its length.
+        len: u64,
+    },
     /// The fd holds fewer bytes than the layout needs.
     #[error("the shared region holds {have} bytes, {need} needed")]
     TooSmall {
