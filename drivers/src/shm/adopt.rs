@@ -18,9 +18,9 @@
 //!   intact until the service unmaps them: its writes land in memory nobody else sees.
 
 use std::ffi::CStr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 
-use super::region::ShmError;
+use super::region::{Region, ShmError};
 
 /// A range of this process's memory now on a sealed memfd at the same addresses.
 #[derive(Debug)]
@@ -132,41 +132,13 @@ pub unsafe fn adopt(addr: *mut u8, len: usize, name: &CStr) -> Result<Adopted, S
             len: len as u64,
         });
     }
-    // SAFETY: a valid C string and memfd_create's flags.
-    let raw =
-        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-    if raw < 0 {
-        return Err(os("memfd_create"));
-    }
-    // SAFETY: a new descriptor nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: ftruncate and fcntl on our own descriptor.
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), bytes as libc::off_t) } < 0 {
-        return Err(os("ftruncate"));
-    }
-    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-    // SAFETY: as above.
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
-        return Err(os("fcntl(F_ADD_SEALS)"));
-    }
-    // SAFETY: a fresh shared mapping of our own memfd, `bytes` long.
-    let tmp = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-            0,
-        )
-    };
-    if tmp == libc::MAP_FAILED {
-        return Err(os("mmap"));
-    }
+    // The pages' contents in a new sealed memfd, through a mapping of its own.
+    let copy = Region::new(name, bytes)?;
     // SAFETY: `[start, stop)` is mapped readable (checked above; the caller keeps other
-    // threads off it), `tmp` is a fresh mapping of the same length, and the two do not
-    // overlap.
-    unsafe { std::ptr::copy_nonoverlapping(start as *const u8, tmp.cast::<u8>(), bytes) };
+    // threads off it), and `copy` is a separate mapping of the same length whose memfd no
+    // one else has yet, so plain stores into it race with nothing.
+    unsafe { std::ptr::copy_nonoverlapping(start as *const u8, copy.base().as_ptr(), bytes) };
+    let fd = copy.into_fd();
     // SAFETY: replaces the program's pages `[start, stop)` (private, writable, checked) with
     // the memfd's, which now hold the same bytes; MAP_FIXED over an existing mapping is the
     // documented way to do that in one step.
@@ -180,12 +152,8 @@ pub unsafe fn adopt(addr: *mut u8, len: usize, name: &CStr) -> Result<Adopted, S
             0,
         )
     };
-    let failed = fixed == libc::MAP_FAILED;
-    let err = failed.then(|| os("mmap(MAP_FIXED)"));
-    // SAFETY: unmaps the temporary mapping made above; nothing refers to it.
-    unsafe { libc::munmap(tmp, bytes) };
-    if let Some(e) = err {
-        return Err(e);
+    if fixed == libc::MAP_FAILED {
+        return Err(os("mmap(MAP_FIXED)"));
     }
     // SAFETY: advice on the range just mapped.
     if unsafe { libc::madvise(start as *mut libc::c_void, bytes, libc::MADV_DONTFORK) } < 0 {
@@ -202,7 +170,6 @@ pub unsafe fn adopt(addr: *mut u8, len: usize, name: &CStr) -> Result<Adopted, S
 mod tests {
     use std::sync::atomic::{AtomicU8, Ordering};
 
-    use super::super::Region;
     use super::*;
 
     /// `n` bytes of fresh anonymous memory, filled with a pattern.

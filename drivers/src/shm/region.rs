@@ -166,6 +166,20 @@ impl Region {
         self.fd.as_raw_fd()
     }
 
+    /// Unmaps the region here and gives back its descriptor, for memory this side no longer
+    /// reads but another mapping (or process) keeps using.
+    pub fn into_fd(self) -> OwnedFd {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: unmaps exactly the mapping `map` made; `this` is never used or dropped
+        // again, so nothing refers to the mapping after this.
+        unsafe {
+            libc::munmap(this.base.as_ptr().cast(), this.len);
+        }
+        // SAFETY: moves the descriptor out of `this`, which is not dropped (ManuallyDrop),
+        // so the descriptor has one owner.
+        unsafe { std::ptr::read(&this.fd) }
+    }
+
     /// A second descriptor for the same memory, to hand over while this side keeps its own.
     pub fn dup_fd(&self) -> Result<OwnedFd, ShmError> {
         self.fd.try_clone().map_err(|source| ShmError::Os {
