@@ -24,7 +24,12 @@ remove_root() {
   for p in /proc/[0-9]*; do
     [ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] && kill -9 "${p#/proc/}" 2>/dev/null
   done
-  umount -R "$root" 2>/dev/null || true
+  # Killed processes let go of their mounts once they are gone: a few tries.
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    umount -R "$root" 2>/dev/null || true
+    [ -z "$(mounts)" ] && break
+    sleep 1
+  done
   if [ -n "$(mounts)" ]; then
     echo "ci-fresh-root.sh: still mounted, $root left in place:" $(mounts) >&2
     return 1

@@ -212,7 +212,8 @@ mod tests {
         let r = region(bytes);
         let hostile = other_mapping(&r);
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let s = stop.clone();
+        let scribbles = Arc::new(AtomicU64::new(0));
+        let (s, n) = (stop.clone(), scribbles.clone());
         let t = std::thread::spawn(move || {
             let mut x: u64 = 0x1234_5678_9abc_def1;
             while !s.load(Ordering::Relaxed) {
@@ -221,11 +222,19 @@ mod tests {
                 x ^= x << 17;
                 let word = (x as usize % (bytes / 8)) * 8;
                 scribble64(&hostile, word, x);
+                n.fetch_add(1, Ordering::Relaxed);
             }
         });
         let mut c = Consumer::<W>::new(r.clone(), layout).unwrap();
-        let (mut got, mut errors) = (0u32, 0u32);
-        for _ in 0..200_000 {
+        let (mut got, mut errors) = (0u64, 0u64);
+        // Pops until the scribbler has written 100 000 words (one in 144 lands on `tail`)
+        // and something it wrote was seen, or it wrote ten million: the thread may not run
+        // at all for a while on a loaded machine, so the count, not the pops, bounds it.
+        loop {
+            let done = scribbles.load(Ordering::Relaxed);
+            if (done >= 100_000 && got + errors > 0) || done >= 10_000_000 {
+                break;
+            }
             match c.pop() {
                 Ok(Some(_)) => got += 1,
                 Ok(None) => {}
