@@ -139,6 +139,21 @@ mod tests {
     }
 
     #[test]
+    fn words_are_stored_only_inside_the_region_and_aligned() {
+        let r = region(4096);
+        let theirs = other_mapping(&r);
+        assert!(r.store_words(4088, &[7]));
+        assert!(!r.store_words(4088, &[7, 8]), "one past the end");
+        assert!(!r.store_words(4, &[1]), "misaligned");
+        assert!(!r.store_words(usize::MAX - 7, &[1]), "overflowing");
+        assert!(r.store_words(64, &[3, 4]));
+        // Seen through the other mapping, as a ring reads it: the producer's index is 3.
+        let mut c = Consumer::<W>::new(theirs, RingLayout { offset: 0, cap: 4 }).unwrap();
+        assert_eq!(c.len(), Ok(3));
+        assert!(c.pop().unwrap().is_some());
+    }
+
+    #[test]
     fn two_threads_on_two_mappings_pass_every_entry_in_order() {
         let layout = RingLayout { offset: 0, cap: 64 };
         let r = region(RingLayout::bytes::<W>(64));

@@ -188,6 +188,34 @@ impl Region {
         })
     }
 
+    /// Stores `words` at byte `offset` (8-aligned), one atomic store each, as the other side
+    /// may at any time: `false`, storing nothing, when they do not lie in the region. For
+    /// words outside the rings (a doorbell), and for tests and fuzzers playing a hostile peer.
+    pub fn store_words(&self, offset: usize, words: &[u64]) -> bool {
+        let fits = offset.is_multiple_of(8)
+            && words
+                .len()
+                .checked_mul(8)
+                .and_then(|n| n.checked_add(offset))
+                .is_some_and(|end| end <= self.len);
+        if !fits {
+            return false;
+        }
+        for (i, &w) in words.iter().enumerate() {
+            // SAFETY: checked above to lie in the mapping, which lives as long as `self`;
+            // 8-aligned (the region is page-aligned); accessed atomically only.
+            let a = unsafe {
+                &*self
+                    .base
+                    .as_ptr()
+                    .add(offset + 8 * i)
+                    .cast::<std::sync::atomic::AtomicU64>()
+            };
+            a.store(w, std::sync::atomic::Ordering::Relaxed);
+        }
+        true
+    }
+
     /// The first byte. Valid for [`len`](Self::len) bytes while `self` lives; the other
     /// side may write any of them at any time, so only atomic access is sound.
     pub(crate) fn base(&self) -> NonNull<u8> {
