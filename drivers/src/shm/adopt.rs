@@ -16,6 +16,7 @@
 //!   writes reach the parent's buffer, which private memory never did).
 //! - The program unmapping the range later leaves the service's mapping, and so the pages,
 //!   intact until the service unmaps them: its writes land in memory nobody else sees.
+//! - [`release`] (deregistration) moves the pages back to private memory, contents kept.
 
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -166,6 +167,53 @@ pub unsafe fn adopt(addr: *mut u8, len: usize, name: &CStr) -> Result<Adopted, S
     })
 }
 
+/// Moves the pages `adopted` took back to private anonymous memory at the same addresses,
+/// with their contents (deregistration): the service's mapping, if it keeps one, no longer
+/// reaches the program's buffer, and a child of fork inherits the pages again.
+///
+/// # Safety
+///
+/// As for [`adopt`]: no other thread may touch the pages during the call.
+pub unsafe fn release(adopted: Adopted) -> Result<(), ShmError> {
+    let (start, len) = (adopted.start, adopted.len);
+    // SAFETY: a fresh private anonymous mapping.
+    let tmp = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if tmp == libc::MAP_FAILED {
+        return Err(os("mmap"));
+    }
+    // SAFETY: `[start, start + len)` is still the memfd's mapping `adopt` made (the caller
+    // gives up `adopted`, and the program has not unmapped it while registered), `tmp` is a
+    // fresh mapping of the same length, and they do not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(start as *const u8, tmp.cast::<u8>(), len) };
+    // SAFETY: moves the private pages onto `start`, replacing the memfd's mapping there in
+    // one step (MREMAP_FIXED unmaps what was at the destination).
+    let moved = unsafe {
+        libc::mremap(
+            tmp,
+            len,
+            len,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            start as *mut libc::c_void,
+        )
+    };
+    if moved == libc::MAP_FAILED {
+        let e = os("mremap");
+        // SAFETY: the temporary mapping, which nothing uses.
+        unsafe { libc::munmap(tmp, len) };
+        return Err(e);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicU8, Ordering};
@@ -240,6 +288,53 @@ mod tests {
         set_byte(&service, o, 1);
         assert_eq!(byte(&service, o), 1);
         assert_eq!(byte(&service, o + 100), 0xee);
+    }
+
+    #[test]
+    fn a_released_buffer_is_private_again_with_its_bytes() {
+        let page = page_size();
+        let n = 8 * page;
+        let p = anon(n);
+        // SAFETY: the test's own mapping; no other thread touches it.
+        let ad = unsafe { adopt(p.add(100), 5 * page, c"ferroce-mr-release") }.unwrap();
+        let service = Region::from_fd(ad.fd().try_clone().unwrap(), ad.len()).unwrap();
+        set_byte(&service, 300, 0xab);
+        let (start, len) = (ad.start(), ad.len());
+        assert!(!private_and_writable(start, start + len).unwrap());
+        // SAFETY: as above.
+        unsafe { release(ad) }.unwrap();
+        assert!(private_and_writable(start, start + len).unwrap());
+        // SAFETY: the test's mapping, private again at the same addresses.
+        assert_eq!(unsafe { *p.add(300) }, 0xab, "what the service wrote stays");
+        for i in (0..n).filter(|&i| i != 300) {
+            // SAFETY: as above.
+            assert_eq!(unsafe { *p.add(i) }, (i * 7 + 3) as u8, "byte {i}");
+        }
+        // The service's mapping no longer reaches the buffer.
+        set_byte(&service, 301, 0xcd);
+        // SAFETY: as above.
+        assert_eq!(unsafe { *p.add(301) }, (301 * 7 + 3) as u8);
+        // And it can be registered again.
+        // SAFETY: as above.
+        let again = unsafe { adopt(p, n, c"ferroce-mr-again") }.unwrap();
+        assert_eq!(again.start(), p as usize);
+        // A child of fork inherits the pages once they are released.
+        // SAFETY: as above.
+        unsafe { release(again) }.unwrap();
+        // SAFETY: the child only calls msync and _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: msync inspects the range; _exit ends the child.
+            unsafe {
+                let r = libc::msync(p.cast(), n, libc::MS_ASYNC);
+                libc::_exit(if r == 0 { 0 } else { 1 });
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
     }
 
     #[test]

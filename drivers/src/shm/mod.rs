@@ -10,7 +10,7 @@ pub mod adopt;
 pub mod region;
 pub mod ring;
 
-pub use adopt::{adopt, Adopted};
+pub use adopt::{adopt, release, Adopted};
 pub use region::{Region, ShmError};
 pub use ring::{Consumer, Producer, RingError, RingLayout, MAX_CAP};
 
