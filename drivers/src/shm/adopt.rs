@@ -167,6 +167,25 @@ pub unsafe fn adopt(addr: *mut u8, len: usize, name: &CStr) -> Result<Adopted, S
     })
 }
 
+/// A fresh anonymous mapping of `len` bytes, read-write, private or shared by `share`.
+fn map_anon(len: usize, share: libc::c_int) -> Result<*mut u8, ShmError> {
+    // SAFETY: a fresh anonymous mapping, aliasing nothing.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            share | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(os("mmap"));
+    }
+    Ok(p.cast())
+}
+
 /// Moves the pages `adopted` took back to private anonymous memory at the same addresses,
 /// with their contents (deregistration): the service's mapping, if it keeps one, no longer
 /// reaches the program's buffer, and a child of fork inherits the pages again.
@@ -176,20 +195,7 @@ pub unsafe fn adopt(addr: *mut u8, len: usize, name: &CStr) -> Result<Adopted, S
 /// As for [`adopt`]: no other thread may touch the pages during the call.
 pub unsafe fn release(adopted: Adopted) -> Result<(), ShmError> {
     let (start, len) = (adopted.start, adopted.len);
-    // SAFETY: a fresh private anonymous mapping.
-    let tmp = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if tmp == libc::MAP_FAILED {
-        return Err(os("mmap"));
-    }
+    let tmp = map_anon(len, libc::MAP_PRIVATE)?.cast::<libc::c_void>();
     // SAFETY: `[start, start + len)` is still the memfd's mapping `adopt` made (the caller
     // gives up `adopted`, and the program has not unmapped it while registered), `tmp` is a
     // fresh mapping of the same length, and they do not overlap.
@@ -222,19 +228,7 @@ mod tests {
 
     /// `n` bytes of fresh anonymous memory, filled with a pattern.
     fn anon(n: usize) -> *mut u8 {
-        // SAFETY: a fresh private anonymous mapping.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                n,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED);
-        let p = p.cast::<u8>();
+        let p = map_anon(n, libc::MAP_PRIVATE).unwrap();
         for i in 0..n {
             // SAFETY: within the mapping just made.
             unsafe { *p.add(i) = (i * 7 + 3) as u8 };
@@ -387,20 +381,9 @@ mod tests {
     fn shared_or_unwritable_or_unmapped_memory_is_refused() {
         let page = page_size();
         // A shared anonymous mapping (like a shared file mapping, it is not ours to move).
-        // SAFETY: a fresh mapping.
-        let shared = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(shared, libc::MAP_FAILED);
+        let shared = map_anon(page, libc::MAP_SHARED).unwrap();
         // SAFETY: the test's own mapping.
-        let r = unsafe { adopt(shared.cast(), 64, c"x") };
+        let r = unsafe { adopt(shared, 64, c"x") };
         assert!(matches!(r, Err(ShmError::NotPrivate { .. })), "{r:?}");
         // Read-only.
         let p = anon(2 * page);
