@@ -50,6 +50,16 @@ pub enum VerbsError {
         /// Completions waiting.
         waiting: usize,
     },
+    /// A registration past the end of the shared memory it is in.
+    #[error("{len} bytes at offset {offset} do not fit a shared region of {region} bytes")]
+    OutsideRegion {
+        /// Where it starts.
+        offset: usize,
+        /// Bytes.
+        len: usize,
+        /// The region's size.
+        region: usize,
+    },
     /// A reliability policy can only be set before the QP reaches RTR.
     #[error("set the reliability policy before RTR; the QP is in {0}")]
     PolicyAfterRtr(QpState),

@@ -12,6 +12,7 @@ pub mod cm;
 pub mod connect;
 pub mod engine;
 pub mod sdr;
+pub mod service;
 pub mod shift;
 pub mod sim;
 pub mod spec;

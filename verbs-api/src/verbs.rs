@@ -423,7 +423,33 @@ impl ProtectionDomain {
             lkey: keys.lkey,
             rkey: keys.rkey,
             access,
+            backing: None,
         })
+    }
+
+    /// `ibv_reg_mr_iova2` over shared memory: `len` bytes at byte `offset` of `region`
+    /// (another process's buffer, moved onto a memfd: see `ferroce serve`), addressed as
+    /// `iova`. Safe: the region stays mapped for as long as the registration lives.
+    pub fn reg_shared(
+        &self,
+        region: Arc<ferroce_drivers::shm::Region>,
+        offset: usize,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<MemoryRegion, VerbsError> {
+        if offset.checked_add(len).is_none_or(|end| end > region.len()) {
+            return Err(VerbsError::OutsideRegion {
+                offset,
+                len,
+                region: region.len(),
+            });
+        }
+        // SAFETY: `offset .. offset + len` lies inside the region's mapping (checked above),
+        // which the returned MR holds (`backing`) and drops only after it deregisters.
+        let mut mr = unsafe { self.reg_mr_iova(region.as_ptr().add(offset), len, iova, access) }?;
+        mr.backing = Some(region);
+        Ok(mr)
     }
 
     /// Allocates `len` zeroed bytes and registers them: memory the region owns, which the
@@ -441,6 +467,7 @@ impl ProtectionDomain {
             lkey: keys.lkey,
             rkey: keys.rkey,
             access,
+            backing: None,
         })
     }
 
@@ -821,6 +848,9 @@ pub struct MemoryRegion {
     lkey: u32,
     rkey: u32,
     access: Access,
+    /// The shared memory it registers, kept mapped until after it deregisters (dropped
+    /// after `drop` has run).
+    backing: Option<Arc<ferroce_drivers::shm::Region>>,
 }
 
 impl std::fmt::Debug for MemoryRegion {

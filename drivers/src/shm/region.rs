@@ -221,6 +221,48 @@ impl Region {
     pub(crate) fn base(&self) -> NonNull<u8> {
         self.base
     }
+
+    /// The mapping's first byte, for a registration that keeps this region alive for as
+    /// long as it uses the pointer (the verbs API's memory regions over shared memory).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    /// The word at byte `offset` (8-aligned), loaded atomically with `order`; `None` outside
+    /// the region. For flags beside the rings (the service's sleeping flag).
+    pub fn load_word(&self, offset: usize, order: std::sync::atomic::Ordering) -> Option<u64> {
+        if !offset.is_multiple_of(8) || offset.checked_add(8)? > self.len {
+            return None;
+        }
+        // SAFETY: the word lies inside the mapping (checked above), which lives as long as
+        // `self`; it is 8-aligned (the mapping is page-aligned) and only accessed atomically.
+        let w = unsafe {
+            &*self
+                .base
+                .as_ptr()
+                .add(offset)
+                .cast::<std::sync::atomic::AtomicU64>()
+        };
+        Some(w.load(order))
+    }
+
+    /// Stores `v` at byte `offset` (8-aligned) atomically with `order`: `false` outside
+    /// the region.
+    pub fn store_word(&self, offset: usize, v: u64, order: std::sync::atomic::Ordering) -> bool {
+        if !offset.is_multiple_of(8) || offset.checked_add(8).is_none_or(|e| e > self.len) {
+            return false;
+        }
+        // SAFETY: as in `load_word`.
+        let w = unsafe {
+            &*self
+                .base
+                .as_ptr()
+                .add(offset)
+                .cast::<std::sync::atomic::AtomicU64>()
+        };
+        w.store(v, order);
+        true
+    }
 }
 
 impl Drop for Region {

@@ -206,6 +206,26 @@ impl<const W: usize> Producer<W> {
         Ok(true)
     }
 
+    /// Appends `entries` together: the consumer sees all of them or none (one store of
+    /// `tail`). `Ok(false)`, writing nothing, when they do not all fit.
+    pub fn push_all(&mut self, entries: &[[u64; W]]) -> Result<bool, RingError> {
+        let head = self.ring.head().load(Ordering::Acquire);
+        let used = self.ring.check(head, self.tail, false)?;
+        if entries.len() > (self.ring.cap - used) as usize {
+            return Ok(false);
+        }
+        let mut at = self.tail;
+        for entry in entries {
+            for (w, &v) in self.ring.slot(at).iter().zip(entry) {
+                w.store(v, Ordering::Relaxed);
+            }
+            at = at.wrapping_add(1);
+        }
+        self.tail = at;
+        self.ring.tail().store(self.tail, Ordering::Release);
+        Ok(true)
+    }
+
     /// Free slots, as far as the consumer has published.
     pub fn free(&self) -> Result<u32, RingError> {
         let head = self.ring.head().load(Ordering::Acquire);

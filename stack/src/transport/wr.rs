@@ -187,6 +187,11 @@ impl OwnedSendWr {
         }
     }
 
+    /// Sets the UD destination (a service resolves the address handle a program named).
+    pub fn set_ud(&mut self, ud: UdDest) {
+        self.ud = Some(ud);
+    }
+
     /// The caller's id.
     pub fn wr_id(&self) -> u64 {
         self.wr_id

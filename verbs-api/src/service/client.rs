@@ -1,0 +1,606 @@
+//! A program's side of `ferroce serve`: the verbs objects as handles on the service's, with
+//! the data path in shared memory. Posting writes the request into the QP's ring and rings
+//! the service's doorbell only when the service sleeps; polling reads the CQ's ring. No
+//! engine, no port and no DPDK live in the program.
+
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ferroce_drivers::shm::{self, Consumer, Producer, Region, RingLayout};
+use ferroce_stack::transport::{
+    Access, AddressVector, AttrMask, PostError, QpAttr, QpCaps, QpType, RecvWr, SendWr,
+    WorkCompletion,
+};
+use ferroce_stack::wire::Qpn;
+
+use super::proto::{self, DeviceFacts, Handle, Request, Response, WireQpAttr, MAX_MESSAGE};
+use super::server::{PAGE, SLEEPING};
+use super::slots::{self, RingUd, Slot, W};
+use super::socket::{Channel, Doorbell};
+use crate::verbs::PostFailure;
+
+/// What can go wrong talking to a service.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The socket.
+    #[error("cannot reach the ferroce service: {0} (is `ferroce serve` running? FERROCE_SERVICE names its socket)")]
+    Io(#[from] std::io::Error),
+    /// The service is gone: every verb fails from now on (`IBV_EVENT_DEVICE_FATAL`).
+    #[error("the ferroce service has gone")]
+    Gone,
+    /// It refused the request.
+    #[error("{message} (errno {errno})")]
+    Refused {
+        /// errno.
+        errno: i32,
+        /// Its words.
+        message: String,
+    },
+    /// It answered something this client does not understand.
+    #[error("unexpected answer from the service: {0}")]
+    Protocol(&'static str),
+    /// Shared memory.
+    #[error("{0}")]
+    Shm(#[from] shm::ShmError),
+    /// A ring the service set up does not fit its region.
+    #[error("{0}")]
+    Ring(#[from] shm::RingError),
+}
+
+impl ServiceError {
+    /// The errno a C caller gets.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Self::Refused { errno, .. } => *errno,
+            Self::Gone | Self::Io(_) => libc::EIO,
+            _ => libc::EPROTO,
+        }
+    }
+}
+
+struct Inner {
+    chan: Mutex<Channel>,
+    doorbell: Doorbell,
+    page: Region,
+    devices: Vec<String>,
+    gone: AtomicBool,
+}
+
+impl Inner {
+    /// One request, one answer; the descriptors that came with the answer.
+    fn call(
+        &self,
+        req: &Request,
+        fds: &[std::os::fd::BorrowedFd<'_>],
+    ) -> Result<(Response, Vec<std::os::fd::OwnedFd>), ServiceError> {
+        if self.gone.load(Ordering::Acquire) {
+            return Err(ServiceError::Gone);
+        }
+        let chan = self.chan.lock().unwrap_or_else(|e| e.into_inner());
+        let mut buf = Box::new([0u8; MAX_MESSAGE]);
+        let r = chan
+            .send(&proto::encode(req), fds)
+            .and_then(|()| chan.recv(&mut buf));
+        match r {
+            Ok(Some((n, fds))) => match proto::decode::<Response>(&buf[..n]) {
+                Some(Response::Error { errno, message }) => {
+                    Err(ServiceError::Refused { errno, message })
+                }
+                Some(resp) => Ok((resp, fds)),
+                None => Err(ServiceError::Protocol("undecodable")),
+            },
+            Ok(None) | Err(_) => {
+                self.gone.store(true, Ordering::Release);
+                Err(ServiceError::Gone)
+            }
+        }
+    }
+
+    fn ring_if_asleep(&self) {
+        // Pairs with the service's store of the flag and its fence before it looks at the
+        // rings a last time: either it sees our entry, or we see its flag.
+        fence(Ordering::SeqCst);
+        if self.page.load_word(SLEEPING, Ordering::Relaxed) == Some(1) {
+            self.doorbell.ring();
+        }
+    }
+}
+
+/// A connection to a service.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("devices", &self.inner.devices)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// Attaches to the service at `socket`.
+    pub fn connect(socket: &Path) -> Result<Self, ServiceError> {
+        Self::attach(Channel::connect(socket)?)
+    }
+
+    /// Attaches over a channel already connected to a service.
+    pub fn attach(chan: Channel) -> Result<Self, ServiceError> {
+        let hello = Request::Hello {
+            version: proto::VERSION,
+            pid: std::process::id(),
+        };
+        chan.send(&proto::encode(&hello), &[])?;
+        let mut buf = Box::new([0u8; MAX_MESSAGE]);
+        let (n, mut fds) = chan.recv(&mut buf)?.ok_or(ServiceError::Gone)?;
+        let devices = match proto::decode::<Response>(&buf[..n]) {
+            Some(Response::Welcome { devices, .. }) => devices,
+            Some(Response::Error { errno, message }) => {
+                return Err(ServiceError::Refused { errno, message })
+            }
+            _ => return Err(ServiceError::Protocol("no welcome")),
+        };
+        if fds.len() != 2 {
+            return Err(ServiceError::Protocol("welcome without doorbell and page"));
+        }
+        let page = Region::from_fd(fds.pop().expect("two"), PAGE)?;
+        let doorbell = Doorbell::from_fd(fds.pop().expect("two"));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                chan: Mutex::new(chan),
+                doorbell,
+                page,
+                devices,
+                gone: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// The devices the service serves (index = device number).
+    pub fn devices(&self) -> &[String] {
+        &self.inner.devices
+    }
+
+    /// True once the service has gone (every verb fails).
+    pub fn is_gone(&self) -> bool {
+        self.inner.gone.load(Ordering::Acquire)
+    }
+
+    /// Device `device`'s facts.
+    pub fn query_device(&self, device: u32) -> Result<DeviceFacts, ServiceError> {
+        match self.inner.call(&Request::QueryDevice { device }, &[])?.0 {
+            Response::Device(f) => Ok(f),
+            _ => Err(ServiceError::Protocol("QueryDevice")),
+        }
+    }
+
+    /// `ibv_alloc_pd` on device `device`.
+    pub fn alloc_pd(&self, device: u32) -> Result<RemotePd, ServiceError> {
+        match self.inner.call(&Request::AllocPd { device }, &[])?.0 {
+            Response::Created { handle } => Ok(RemotePd {
+                inner: self.inner.clone(),
+                handle,
+            }),
+            _ => Err(ServiceError::Protocol("AllocPd")),
+        }
+    }
+
+    /// `ibv_create_cq` on device `device` with room for `cqe` completions.
+    pub fn create_cq(&self, device: u32, cqe: u32) -> Result<RemoteCq, ServiceError> {
+        let (resp, mut fds) = self.inner.call(&Request::CreateCq { device, cqe }, &[])?;
+        let Response::Cq { handle, slots } = resp else {
+            return Err(ServiceError::Protocol("CreateCq"));
+        };
+        let fd = fds
+            .pop()
+            .ok_or(ServiceError::Protocol("CQ without its ring"))?;
+        let need = RingLayout::bytes::<W>(slots);
+        let region = Arc::new(Region::from_fd(fd, need)?);
+        let ring = Consumer::new(
+            region,
+            RingLayout {
+                offset: 0,
+                cap: slots,
+            },
+        )?;
+        Ok(RemoteCq {
+            inner: self.inner.clone(),
+            handle,
+            ring: Mutex::new(ring),
+        })
+    }
+}
+
+fn destroy(inner: &Inner, req: Request) {
+    let _ = inner.call(&req, &[]);
+}
+
+/// A protection domain in the service.
+pub struct RemotePd {
+    inner: Arc<Inner>,
+    handle: Handle,
+}
+
+impl Drop for RemotePd {
+    fn drop(&mut self) {
+        destroy(&self.inner, Request::DeallocPd { pd: self.handle });
+    }
+}
+
+impl RemotePd {
+    /// `ibv_reg_mr`: the pages of `addr .. addr + len` move onto shared memory at the same
+    /// addresses (`shm::adopt`), which the service maps: its engine reads and writes this
+    /// buffer with no copy. Deregistering (drop) moves them back to private memory.
+    ///
+    /// # Safety
+    /// As `ibv_reg_mr`: the buffer stays allocated while registered. Also, as
+    /// [`shm::adopt`] requires: no other thread touches those pages during this call (a
+    /// store between the copy and the remap would be lost).
+    pub unsafe fn reg_mr(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: Access,
+    ) -> Result<RemoteMr, ServiceError> {
+        // SAFETY: the caller's promise, passed on.
+        let adopted = unsafe { shm::adopt(addr, len.max(1), c"ferroce-mr") }?;
+        let offset = adopted
+            .offset_of(addr as usize)
+            .ok_or(ServiceError::Protocol("adopt"))?;
+        let req = Request::RegMr {
+            pd: self.handle,
+            addr: addr as u64,
+            len: len as u64,
+            offset: offset as u64,
+            access: access.0,
+        };
+        let r = self.inner.call(&req, &[adopted.fd().as_fd()]);
+        match r {
+            Ok((Response::Mr { handle, lkey, rkey }, _)) => Ok(RemoteMr {
+                inner: self.inner.clone(),
+                handle,
+                lkey,
+                rkey,
+                addr: addr as u64,
+                len,
+                adopted: Some(adopted),
+            }),
+            other => {
+                // SAFETY: the pages we just moved, moved back; the caller's promise holds.
+                let _ = unsafe { shm::release(adopted) };
+                Err(match other {
+                    Err(e) => e,
+                    Ok(_) => ServiceError::Protocol("RegMr"),
+                })
+            }
+        }
+    }
+
+    /// `ibv_create_qp`.
+    pub fn create_qp(
+        &self,
+        qp_type: QpType,
+        caps: QpCaps,
+        send_cq: &RemoteCq,
+        recv_cq: &RemoteCq,
+    ) -> Result<RemoteQp, ServiceError> {
+        let req = Request::CreateQp {
+            pd: self.handle,
+            send_cq: send_cq.handle,
+            recv_cq: recv_cq.handle,
+            qp_type: qp_type.into(),
+            caps: caps.into(),
+        };
+        let (resp, mut fds) = self.inner.call(&req, &[])?;
+        let Response::Qp {
+            handle,
+            qpn,
+            caps,
+            sq_slots,
+            rq_slots,
+        } = resp
+        else {
+            return Err(ServiceError::Protocol("CreateQp"));
+        };
+        let fd = fds
+            .pop()
+            .ok_or(ServiceError::Protocol("QP without its rings"))?;
+        let sq_bytes = RingLayout::bytes::<W>(sq_slots).next_multiple_of(64);
+        let need = sq_bytes + RingLayout::bytes::<W>(rq_slots);
+        let region = Arc::new(Region::from_fd(fd, need)?);
+        let sq = Producer::new(
+            region.clone(),
+            RingLayout {
+                offset: 0,
+                cap: sq_slots,
+            },
+        )?;
+        let rq = Producer::new(
+            region,
+            RingLayout {
+                offset: sq_bytes,
+                cap: rq_slots,
+            },
+        )?;
+        Ok(RemoteQp {
+            inner: self.inner.clone(),
+            handle,
+            qpn: Qpn::new(qpn),
+            qp_type,
+            caps: caps.into(),
+            sq: Mutex::new((sq, Vec::new())),
+            rq: Mutex::new((rq, Vec::new())),
+        })
+    }
+
+    /// `ibv_create_ah`: a UD destination.
+    pub fn create_ah(&self, av: AddressVector) -> Result<RemoteAh, ServiceError> {
+        match self
+            .inner
+            .call(
+                &Request::CreateAh {
+                    pd: self.handle,
+                    av: av.into(),
+                },
+                &[],
+            )?
+            .0
+        {
+            Response::Created { handle } => Ok(RemoteAh {
+                inner: self.inner.clone(),
+                handle,
+            }),
+            _ => Err(ServiceError::Protocol("CreateAh")),
+        }
+    }
+}
+
+/// A registered memory region; dropping it deregisters and gives the pages back to private
+/// memory.
+pub struct RemoteMr {
+    inner: Arc<Inner>,
+    handle: Handle,
+    lkey: u32,
+    rkey: u32,
+    addr: u64,
+    len: usize,
+    adopted: Option<shm::Adopted>,
+}
+
+impl RemoteMr {
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+    /// Start (iova = the buffer's address).
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    /// Bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// A gather element for `len` bytes at `offset`.
+    pub fn sge(&self, offset: usize, len: usize) -> ferroce_stack::transport::Sge {
+        ferroce_stack::transport::Sge {
+            addr: self.addr + offset as u64,
+            length: len as u32,
+            lkey: self.lkey,
+        }
+    }
+}
+
+impl Drop for RemoteMr {
+    fn drop(&mut self) {
+        destroy(&self.inner, Request::DeregMr { mr: self.handle });
+        if let Some(a) = self.adopted.take() {
+            // SAFETY: the registration's own pages, moved back; ibv_dereg_mr's caller does
+            // not use the buffer during the call.
+            let _ = unsafe { shm::release(a) };
+        }
+    }
+}
+
+/// A completion queue: its completions arrive in a ring in shared memory.
+pub struct RemoteCq {
+    inner: Arc<Inner>,
+    handle: Handle,
+    ring: Mutex<Consumer<W>>,
+}
+
+impl RemoteCq {
+    /// `ibv_poll_cq`: up to `max` completions appended to `out`. No system call.
+    pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
+        let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let mut n = 0;
+        while n < max {
+            match ring.pop() {
+                Ok(Some(s)) => {
+                    out.push(slots::decode_wc(&s));
+                    n += 1;
+                }
+                _ => break,
+            }
+        }
+        n
+    }
+}
+
+impl Drop for RemoteCq {
+    fn drop(&mut self) {
+        destroy(&self.inner, Request::DestroyCq { cq: self.handle });
+    }
+}
+
+/// A UD address handle.
+pub struct RemoteAh {
+    inner: Arc<Inner>,
+    handle: Handle,
+}
+
+impl Drop for RemoteAh {
+    fn drop(&mut self) {
+        destroy(&self.inner, Request::DestroyAh { ah: self.handle });
+    }
+}
+
+type RingAndScratch = (Producer<W>, Vec<Slot>);
+
+/// A queue pair: posting writes its rings.
+pub struct RemoteQp {
+    inner: Arc<Inner>,
+    handle: Handle,
+    qpn: Qpn,
+    qp_type: QpType,
+    caps: QpCaps,
+    sq: Mutex<RingAndScratch>,
+    rq: Mutex<RingAndScratch>,
+}
+
+impl RemoteQp {
+    /// Its number.
+    pub fn qpn(&self) -> Qpn {
+        self.qpn
+    }
+    /// Its type.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+    /// The capacities granted.
+    pub fn caps(&self) -> QpCaps {
+        self.caps
+    }
+
+    /// `ibv_modify_qp`.
+    pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<(), ServiceError> {
+        let req = Request::ModifyQp {
+            qp: self.handle,
+            attr: WireQpAttr::from(*attr),
+            mask: mask.0,
+        };
+        self.inner.call(&req, &[]).map(|_| ())
+    }
+
+    /// `ibv_query_qp`.
+    pub fn query(&self) -> Result<QpAttr, ServiceError> {
+        match self
+            .inner
+            .call(&Request::QueryQp { qp: self.handle }, &[])?
+            .0
+        {
+            Response::QpAttr(a) => {
+                QpAttr::try_from(a).map_err(|_| ServiceError::Protocol("QueryQp"))
+            }
+            _ => Err(ServiceError::Protocol("QueryQp")),
+        }
+    }
+
+    /// `ibv_post_send`: each WR into the send ring; the first that does not fit stops the
+    /// list. A WR the QP refuses later (its state, a bad opcode for its type) completes
+    /// with an error instead of failing here.
+    pub fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), PostFailure> {
+        self.post_sends(wrs.iter().map(|w| (w, None)))
+    }
+
+    /// `ibv_post_send` of UD requests to `ah`.
+    pub fn post_send_to(
+        &self,
+        wr: &SendWr<'_>,
+        ah: &RemoteAh,
+        remote_qpn: Qpn,
+        remote_qkey: u32,
+    ) -> Result<(), PostFailure> {
+        let ud = RingUd {
+            ah: ah.handle,
+            remote_qpn: remote_qpn.value(),
+            remote_qkey,
+        };
+        self.post_sends(std::iter::once((wr, Some(ud))))
+    }
+
+    fn post_sends<'a, 'b: 'a>(
+        &self,
+        wrs: impl Iterator<Item = (&'a SendWr<'b>, Option<RingUd>)>,
+    ) -> Result<(), PostFailure> {
+        let mut guard = self.sq.lock().unwrap_or_else(|e| e.into_inner());
+        let (ring, scratch) = &mut *guard;
+        let mut result = Ok(());
+        for (index, (wr, ud)) in wrs.enumerate() {
+            let fail = |error| PostFailure { index, error };
+            scratch.clear();
+            if let Err(e) = slots::encode_send(wr, ud, scratch) {
+                result = Err(fail(match e {
+                    slots::SlotError::Contents(n) => PostError::TooManySges {
+                        got: n,
+                        max: slots::MAX_SGE as u32,
+                    },
+                    _ => PostError::InvalidState(ferroce_stack::transport::QpState::Err),
+                }));
+                break;
+            }
+            if !push_all(ring, scratch) {
+                result = Err(fail(PostError::QueueFull(self.caps.max_send_wr)));
+                break;
+            }
+        }
+        drop(guard);
+        self.inner.ring_if_asleep();
+        result
+    }
+
+    /// `ibv_post_recv`.
+    pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
+        let mut guard = self.rq.lock().unwrap_or_else(|e| e.into_inner());
+        let (ring, scratch) = &mut *guard;
+        let mut result = Ok(());
+        for (index, wr) in wrs.iter().enumerate() {
+            scratch.clear();
+            if slots::encode_recv(wr.wr_id, wr.sg_list, scratch).is_err() {
+                result = Err(PostFailure {
+                    index,
+                    error: PostError::TooManySges {
+                        got: wr.sg_list.len(),
+                        max: slots::MAX_SGE as u32,
+                    },
+                });
+                break;
+            }
+            if !push_all(ring, scratch) {
+                result = Err(PostFailure {
+                    index,
+                    error: PostError::QueueFull(self.caps.max_recv_wr),
+                });
+                break;
+            }
+        }
+        drop(guard);
+        self.inner.ring_if_asleep();
+        result
+    }
+}
+
+/// Pushes a request's slots, all or none.
+fn push_all(ring: &mut Producer<W>, slots: &[Slot]) -> bool {
+    if ring.free().map_or(true, |f| (f as usize) < slots.len()) {
+        return false;
+    }
+    ring.push_all(slots).unwrap_or(false)
+}
+
+impl Drop for RemoteQp {
+    fn drop(&mut self) {
+        destroy(&self.inner, Request::DestroyQp { qp: self.handle });
+    }
+}

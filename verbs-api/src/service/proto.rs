@@ -1,0 +1,468 @@
+//! The control protocol between a program and `ferroce serve`: one [`Request`] or
+//! [`Response`] per datagram of a `SOCK_SEQPACKET` Unix socket, encoded with postcard, file
+//! descriptors (shared memory regions, the doorbell) riding on the datagram that names them
+//! (`SCM_RIGHTS`). Requests come from an untrusted program: decoding any bytes yields a
+//! request or an error, never a panic, and every handle, size and value in a request is
+//! checked by the server before it is used.
+
+use std::net::IpAddr;
+
+use ferroce_stack::transport::{
+    Access, AddressVector, AttrMask, Mtu, QpAttr, QpCaps, QpState, QpType,
+};
+use ferroce_stack::wire::{MacAddr, Psn, Qpn, VlanTag};
+use serde::{Deserialize, Serialize};
+
+/// The protocol's version: a program and a service of different versions refuse each other
+/// at [`Request::Hello`] rather than misread each other's rings.
+pub const VERSION: u32 = 1;
+
+/// The largest datagram either side sends or accepts.
+pub const MAX_MESSAGE: usize = 4096;
+
+/// Most descriptors one datagram carries.
+pub const MAX_FDS: usize = 2;
+
+/// An object of one program: handles are per connection, so a program can only name what it
+/// created.
+pub type Handle = u32;
+
+/// What a program asks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// First message: the program's protocol version and its process id (for the logs).
+    Hello {
+        /// [`VERSION`] as the program knows it.
+        version: u32,
+        /// Its pid.
+        pid: u32,
+    },
+    /// Facts about device `device` (an index into the service's list).
+    QueryDevice {
+        /// Which device.
+        device: u32,
+    },
+    /// `ibv_alloc_pd`.
+    AllocPd {
+        /// Which device.
+        device: u32,
+    },
+    /// `ibv_dealloc_pd`.
+    DeallocPd {
+        /// The PD.
+        pd: Handle,
+    },
+    /// `ibv_reg_mr`: the buffer's pages, moved onto a memfd that this datagram carries;
+    /// `len` bytes at byte `offset` of it, which peers and gather lists address as `addr`.
+    RegMr {
+        /// The PD.
+        pd: Handle,
+        /// The buffer's address in the program (the region's iova).
+        addr: u64,
+        /// Bytes.
+        len: u64,
+        /// Where the buffer starts in the memfd.
+        offset: u64,
+        /// `IBV_ACCESS_*` bits.
+        access: u32,
+    },
+    /// `ibv_dereg_mr`.
+    DeregMr {
+        /// The MR.
+        mr: Handle,
+    },
+    /// `ibv_create_cq` with at least `cqe` entries.
+    CreateCq {
+        /// Which device.
+        device: u32,
+        /// Entries.
+        cqe: u32,
+    },
+    /// `ibv_destroy_cq`.
+    DestroyCq {
+        /// The CQ.
+        cq: Handle,
+    },
+    /// `ibv_create_qp`.
+    CreateQp {
+        /// The PD.
+        pd: Handle,
+        /// Its send CQ.
+        send_cq: Handle,
+        /// Its receive CQ.
+        recv_cq: Handle,
+        /// RC, UC or UD.
+        qp_type: WireQpType,
+        /// Queue capacities asked for.
+        caps: WireCaps,
+    },
+    /// `ibv_modify_qp`.
+    ModifyQp {
+        /// The QP.
+        qp: Handle,
+        /// The attributes.
+        attr: WireQpAttr,
+        /// `IBV_QP_*` mask.
+        mask: u32,
+    },
+    /// `ibv_query_qp`.
+    QueryQp {
+        /// The QP.
+        qp: Handle,
+    },
+    /// `ibv_destroy_qp`.
+    DestroyQp {
+        /// The QP.
+        qp: Handle,
+    },
+    /// `ibv_create_ah`: a path for UD sends, named in send WRs by its handle.
+    CreateAh {
+        /// The PD.
+        pd: Handle,
+        /// The path.
+        av: WireAv,
+    },
+    /// `ibv_destroy_ah`.
+    DestroyAh {
+        /// The AH.
+        ah: Handle,
+    },
+}
+
+/// What the service answers, one per request, in order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    /// Done; nothing to report.
+    Ok,
+    /// Refused: an errno value and why.
+    Error {
+        /// `EINVAL`, `ENOMEM`, ...
+        errno: i32,
+        /// Words for a person.
+        message: String,
+    },
+    /// To [`Request::Hello`]: the devices served. The datagram carries the service's doorbell
+    /// (an eventfd the program writes when the service sleeps) and the program's control page
+    /// (a region whose first word says whether the service sleeps).
+    Welcome {
+        /// The service's [`VERSION`].
+        version: u32,
+        /// Device names, index = device number.
+        devices: Vec<String>,
+    },
+    /// To [`Request::QueryDevice`].
+    Device(DeviceFacts),
+    /// A new object.
+    Created {
+        /// Its handle.
+        handle: Handle,
+    },
+    /// To [`Request::RegMr`].
+    Mr {
+        /// Its handle.
+        handle: Handle,
+        /// Local key.
+        lkey: u32,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// To [`Request::CreateCq`]: the datagram carries the ring's region.
+    Cq {
+        /// Its handle.
+        handle: Handle,
+        /// Slots in its completion ring (the CQ's depth).
+        slots: u32,
+    },
+    /// To [`Request::CreateQp`]: the datagram carries the region with its two rings.
+    Qp {
+        /// Its handle.
+        handle: Handle,
+        /// Its QP number.
+        qpn: u32,
+        /// The capacities granted.
+        caps: WireCaps,
+        /// Slots of the send ring (at its start).
+        sq_slots: u32,
+        /// Slots of the receive ring (after the send ring).
+        rq_slots: u32,
+    },
+    /// To [`Request::QueryQp`].
+    QpAttr(WireQpAttr),
+}
+
+/// Device and port facts, as `ibv_query_device` / `ibv_query_port` / `ibv_query_gid` give
+/// them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceFacts {
+    /// The device's name.
+    pub name: String,
+    /// Per port (port 1 first): MAC, GID 0, link up, active MTU code.
+    pub ports: Vec<PortFacts>,
+}
+
+/// One port's facts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortFacts {
+    /// MAC address.
+    pub mac: [u8; 6],
+    /// GID index 0.
+    pub gid: [u8; 16],
+    /// Link up.
+    pub up: bool,
+    /// Active MTU (`IBV_MTU_*` code).
+    pub mtu: u8,
+}
+
+/// RC, UC or UD.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WireQpType {
+    /// Reliable connection.
+    Rc,
+    /// Unreliable connection.
+    Uc,
+    /// Unreliable datagram.
+    Ud,
+}
+
+impl From<WireQpType> for QpType {
+    fn from(t: WireQpType) -> Self {
+        match t {
+            WireQpType::Rc => Self::Rc,
+            WireQpType::Uc => Self::Uc,
+            WireQpType::Ud => Self::Ud,
+        }
+    }
+}
+
+impl From<QpType> for WireQpType {
+    fn from(t: QpType) -> Self {
+        match t {
+            QpType::Rc => Self::Rc,
+            QpType::Uc => Self::Uc,
+            QpType::Ud => Self::Ud,
+        }
+    }
+}
+
+/// `ibv_qp_cap`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireCaps {
+    /// Outstanding send WRs.
+    pub max_send_wr: u32,
+    /// Outstanding receive WRs.
+    pub max_recv_wr: u32,
+    /// Gather elements per send WR.
+    pub max_send_sge: u32,
+    /// Scatter elements per receive WR.
+    pub max_recv_sge: u32,
+    /// Inline bytes per send WR.
+    pub max_inline_data: u32,
+    /// Every send WR completes.
+    pub sq_sig_all: bool,
+}
+
+impl From<WireCaps> for QpCaps {
+    fn from(c: WireCaps) -> Self {
+        Self {
+            max_send_wr: c.max_send_wr,
+            max_recv_wr: c.max_recv_wr,
+            max_send_sge: c.max_send_sge,
+            max_recv_sge: c.max_recv_sge,
+            max_inline_data: c.max_inline_data,
+            sq_sig_all: c.sq_sig_all,
+        }
+    }
+}
+
+impl From<QpCaps> for WireCaps {
+    fn from(c: QpCaps) -> Self {
+        Self {
+            max_send_wr: c.max_send_wr,
+            max_recv_wr: c.max_recv_wr,
+            max_send_sge: c.max_send_sge,
+            max_recv_sge: c.max_recv_sge,
+            max_inline_data: c.max_inline_data,
+            sq_sig_all: c.sq_sig_all,
+        }
+    }
+}
+
+/// An address vector: GIDs as 16 bytes, the rest as `ibv_ah_attr` has it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireAv {
+    /// Our MAC (the service fills it from the port when zero).
+    pub smac: [u8; 6],
+    /// Next hop's MAC.
+    pub dmac: [u8; 6],
+    /// 802.1Q tag: PCP, DEI, VID.
+    pub vlan: Option<(u8, bool, u16)>,
+    /// Source GID.
+    pub sgid: [u8; 16],
+    /// Destination GID.
+    pub dgid: [u8; 16],
+    /// Traffic class.
+    pub traffic_class: u8,
+    /// Hop limit.
+    pub hop_limit: u8,
+    /// Flow label.
+    pub flow_label: u32,
+    /// UDP source port.
+    pub udp_src_port: Option<u16>,
+}
+
+fn gid_ip(g: [u8; 16]) -> IpAddr {
+    crate::verbs::Gid(g).ip()
+}
+
+impl From<WireAv> for AddressVector {
+    fn from(a: WireAv) -> Self {
+        Self {
+            smac: MacAddr(a.smac),
+            dmac: MacAddr(a.dmac),
+            vlan: a.vlan.map(|(pcp, dei, vid)| VlanTag {
+                pcp: pcp & 7,
+                dei,
+                vid: vid & 0xfff,
+            }),
+            src: gid_ip(a.sgid),
+            dst: gid_ip(a.dgid),
+            traffic_class: a.traffic_class,
+            hop_limit: a.hop_limit,
+            flow_label: a.flow_label,
+            udp_src_port: a.udp_src_port,
+        }
+    }
+}
+
+impl From<AddressVector> for WireAv {
+    fn from(a: AddressVector) -> Self {
+        Self {
+            smac: a.smac.0,
+            dmac: a.dmac.0,
+            vlan: a.vlan.map(|v| (v.pcp, v.dei, v.vid)),
+            sgid: crate::verbs::Gid::from_ip(a.src).0,
+            dgid: crate::verbs::Gid::from_ip(a.dst).0,
+            traffic_class: a.traffic_class,
+            hop_limit: a.hop_limit,
+            flow_label: a.flow_label,
+            udp_src_port: a.udp_src_port,
+        }
+    }
+}
+
+/// `ibv_qp_attr`, the fields ferroce uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireQpAttr {
+    /// State, as its index in [`QpState::ALL`].
+    pub qp_state: u8,
+    /// `IBV_ACCESS_*` the responder allows.
+    pub qp_access_flags: u32,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Port.
+    pub port_num: u8,
+    /// Q_Key.
+    pub qkey: u32,
+    /// The path.
+    pub ah_attr: WireAv,
+    /// `IBV_MTU_*` code.
+    pub path_mtu: u8,
+    /// ACK timeout exponent.
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries.
+    pub rnr_retry: u8,
+    /// First expected receive PSN.
+    pub rq_psn: u32,
+    /// Outstanding READ/atomic as requester.
+    pub max_rd_atomic: u8,
+    /// RNR NAK timer code.
+    pub min_rnr_timer: u8,
+    /// First send PSN.
+    pub sq_psn: u32,
+    /// Outstanding READ/atomic as responder.
+    pub max_dest_rd_atomic: u8,
+    /// Peer QP.
+    pub dest_qp_num: u32,
+}
+
+/// Why a [`WireQpAttr`] does not make a [`QpAttr`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AttrError {
+    /// A state code past the seven states.
+    #[error("no QP state has code {0}")]
+    State(u8),
+    /// An MTU code other than 1..=5.
+    #[error("no path MTU has code {0}")]
+    Mtu(u8),
+}
+
+impl TryFrom<WireQpAttr> for QpAttr {
+    type Error = AttrError;
+    fn try_from(a: WireQpAttr) -> Result<Self, AttrError> {
+        let qp_state = *QpState::ALL
+            .get(usize::from(a.qp_state))
+            .ok_or(AttrError::State(a.qp_state))?;
+        let path_mtu = match a.path_mtu {
+            c @ 1..=5 => Mtu::from_bytes(128 << c).ok_or(AttrError::Mtu(c))?,
+            c => return Err(AttrError::Mtu(c)),
+        };
+        Ok(Self {
+            qp_state,
+            qp_access_flags: Access(a.qp_access_flags),
+            pkey_index: a.pkey_index,
+            port_num: a.port_num,
+            qkey: a.qkey,
+            ah_attr: a.ah_attr.into(),
+            path_mtu,
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+            rq_psn: Psn::new(a.rq_psn),
+            max_rd_atomic: a.max_rd_atomic,
+            min_rnr_timer: a.min_rnr_timer,
+            sq_psn: Psn::new(a.sq_psn),
+            max_dest_rd_atomic: a.max_dest_rd_atomic,
+            dest_qp_num: Qpn::new(a.dest_qp_num),
+        })
+    }
+}
+
+impl From<QpAttr> for WireQpAttr {
+    fn from(a: QpAttr) -> Self {
+        Self {
+            qp_state: crate::engine::state_code(a.qp_state),
+            qp_access_flags: a.qp_access_flags.0,
+            pkey_index: a.pkey_index,
+            port_num: a.port_num,
+            qkey: a.qkey,
+            ah_attr: a.ah_attr.into(),
+            path_mtu: a.path_mtu as u8,
+            timeout: a.timeout,
+            retry_cnt: a.retry_cnt,
+            rnr_retry: a.rnr_retry,
+            rq_psn: a.rq_psn.value(),
+            max_rd_atomic: a.max_rd_atomic,
+            min_rnr_timer: a.min_rnr_timer,
+            sq_psn: a.sq_psn.value(),
+            max_dest_rd_atomic: a.max_dest_rd_atomic,
+            dest_qp_num: a.dest_qp_num.value(),
+        }
+    }
+}
+
+/// The mask as the transport reads it.
+pub fn mask(bits: u32) -> AttrMask {
+    AttrMask(bits)
+}
+
+/// Encodes a message for one datagram.
+pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {
+    postcard::to_allocvec(msg).unwrap_or_default()
+}
+
+/// Decodes one datagram: any bytes give a message or `None`.
+pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Option<T> {
+    postcard::from_bytes(bytes).ok()
+}

@@ -1,0 +1,977 @@
+//! `ferroce serve`'s side: the devices it owns, a control thread per program, and the
+//! forwarder that carries work between the programs' rings and the engines.
+//!
+//! Each program's objects live in its [`Session`]; every handle in a request is looked up
+//! there, so a program can only name what it created. When a program goes (it closed the
+//! socket, or died and the kernel closed it), or when it breaks its rings, its session is
+//! dropped: QPs first (destroyed in the engine, so their peers' next packets meet no QP),
+//! then CQs, MRs (deregistered, so no later access reaches its memory) and PDs.
+
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ferroce_drivers::shm::{Consumer, Producer, Region, RingLayout};
+use ferroce_stack::transport::{
+    Access, AddressVector, OwnedSendWr, QpAttr, QpCaps, Sge, UdDest, WcStatus, WorkCompletion,
+};
+use ferroce_stack::wire::Qpn;
+use smallvec::SmallVec;
+
+use super::proto::{
+    self, DeviceFacts, Handle, PortFacts, Request, Response, WireCaps, MAX_MESSAGE,
+};
+use super::slots::{self, Slot, W};
+use super::socket::{Channel, Doorbell, Listener};
+use crate::verbs::{
+    CompletionChannel, CompletionQueue, Context, MemoryRegion, PortState, ProtectionDomain,
+    QueuePair,
+};
+
+/// Byte offset of the sleeping flag in a program's control page.
+pub const SLEEPING: usize = 0;
+/// Size of a program's control page.
+pub const PAGE: usize = 4096;
+
+/// Largest CQ and queue depth a program may ask for.
+const MAX_DEPTH: u32 = 1 << 15;
+/// Objects of each kind one program may hold.
+const MAX_OBJECTS: usize = 1 << 14;
+/// Requests the forwarder moves from one ring per turn.
+const BURST: usize = 32;
+/// Idle turns before the forwarder sleeps.
+const SPIN_TURNS: u32 = 2000;
+/// Longest sleep: completions reach the forwarder through the channel's doorbell, so this
+/// only bounds a missed wakeup.
+const SLEEP: Duration = Duration::from_millis(10);
+
+/// The service's counters (`ferroce serve --json` prints them at exit).
+#[derive(Debug, Default)]
+pub struct ServiceCounters {
+    /// Programs that connected.
+    pub sessions: AtomicU64,
+    /// Sessions dropped because the program broke a ring or sent what cannot be decoded.
+    pub sessions_dropped: AtomicU64,
+    /// Requests refused (a bad handle, a bad value).
+    pub requests_refused: AtomicU64,
+    /// Work requests moved from programs' rings to QPs.
+    pub wrs_forwarded: AtomicU64,
+    /// Completions moved from CQs to programs' rings.
+    pub wcs_forwarded: AtomicU64,
+    /// Times the forwarder slept.
+    pub sleeps: AtomicU64,
+}
+
+struct ServedCq {
+    device: usize,
+    real: CompletionQueue,
+    ring: Producer<W>,
+    /// Completions taken from the CQ that did not fit the ring yet.
+    held: VecDeque<WorkCompletion>,
+    /// QPs that use it.
+    users: usize,
+}
+
+struct ServedQp {
+    real: QueuePair,
+    pd: Handle,
+    sq: Consumer<W>,
+    rq: Consumer<W>,
+    /// Requests taken from the send ring that the QP did not accept yet (its queue was full).
+    sends: VecDeque<OwnedSendWr>,
+    recvs: VecDeque<(u64, SmallVec<[Sge; 2]>)>,
+    send_cq: Handle,
+    recv_cq: Handle,
+}
+
+struct ServedMr {
+    pd: Handle,
+    /// Dropped first: deregistration happens before the mapping goes.
+    _mr: MemoryRegion,
+}
+
+/// One program's objects.
+struct Session {
+    pid: u32,
+    page: Arc<Region>,
+    pds: HashMap<Handle, (usize, ProtectionDomain)>,
+    mrs: HashMap<Handle, ServedMr>,
+    cqs: HashMap<Handle, ServedCq>,
+    qps: HashMap<Handle, ServedQp>,
+    ahs: HashMap<Handle, (Handle, AddressVector)>,
+    next: Handle,
+    /// The program broke its rings: the forwarder skips it until the control thread drops
+    /// it.
+    broken: bool,
+}
+
+impl Session {
+    fn handle(&mut self) -> Handle {
+        self.next = self.next.wrapping_add(1).max(1);
+        self.next
+    }
+
+    /// Everything, in the order that keeps the engine from reaching freed memory.
+    fn clear(&mut self) {
+        self.qps.clear();
+        self.ahs.clear();
+        self.cqs.clear();
+        self.mrs.clear();
+        self.pds.clear();
+    }
+}
+
+/// What the threads of a service share.
+struct Shared {
+    devices: Vec<Context>,
+    /// One channel per device: every served CQ reports to it, and it rings the doorbell.
+    channels: Vec<CompletionChannel>,
+    sessions: Mutex<Vec<Arc<Mutex<Session>>>>,
+    doorbell: Arc<Doorbell>,
+    stop: AtomicBool,
+    counters: ServiceCounters,
+}
+
+/// A running service.
+pub struct Service {
+    shared: Arc<Shared>,
+    listener: Arc<Listener>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// Why a service did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The socket.
+    #[error("cannot listen at {path}: {source}")]
+    Listen {
+        /// Where.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// An eventfd or a thread.
+    #[error("{0}")]
+    Os(#[from] std::io::Error),
+    /// An engine thread.
+    #[error("{0}")]
+    Engine(#[from] crate::VerbsError),
+}
+
+impl Service {
+    /// Serves `devices` at `socket`, which users matching `mode` may connect to. Each device
+    /// runs its engine thread; one forwarder thread moves work between the programs' rings
+    /// and the devices' QPs and CQs.
+    pub fn start(devices: Vec<Context>, socket: PathBuf, mode: u32) -> Result<Self, ServeError> {
+        let listener =
+            Arc::new(
+                Listener::bind(&socket, mode).map_err(|source| ServeError::Listen {
+                    path: socket.clone(),
+                    source,
+                })?,
+            );
+        for d in &devices {
+            d.start_engine_thread()?;
+        }
+        let doorbell = Arc::new(Doorbell::new()?);
+        let channels = devices
+            .iter()
+            .map(|d| {
+                let ch = d.create_comp_channel();
+                let bell = doorbell.clone();
+                ch.set_notify(Box::new(move || bell.ring()));
+                ch
+            })
+            .collect();
+        let shared = Arc::new(Shared {
+            devices,
+            channels,
+            sessions: Mutex::new(Vec::new()),
+            doorbell,
+            stop: AtomicBool::new(false),
+            counters: ServiceCounters::default(),
+        });
+        let mut threads = Vec::new();
+        let sh = shared.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("ferroce-fwd".into())
+                .spawn(move || forward(&sh))?,
+        );
+        let sh = shared.clone();
+        let l = listener.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("ferroce-accept".into())
+                .spawn(move || accept(&sh, &l))?,
+        );
+        Ok(Self {
+            shared,
+            listener,
+            threads,
+        })
+    }
+
+    /// Where it listens.
+    pub fn socket(&self) -> &std::path::Path {
+        self.listener.path()
+    }
+
+    /// Its counters.
+    pub fn counters(&self) -> &ServiceCounters {
+        &self.shared.counters
+    }
+
+    /// Programs connected now.
+    pub fn sessions(&self) -> usize {
+        lock(&self.shared.sessions).len()
+    }
+
+    /// The devices it serves.
+    pub fn devices(&self) -> &[Context] {
+        &self.shared.devices
+    }
+
+    /// Stops serving: the programs see the socket close.
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.listener.shutdown();
+        self.shared.doorbell.ring();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        for s in lock(&self.shared.sessions).drain(..) {
+            lock(&s).clear();
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn accept(shared: &Arc<Shared>, listener: &Listener) {
+    while !shared.stop.load(Ordering::Acquire) {
+        let Ok(chan) = listener.accept() else {
+            if shared.stop.load(Ordering::Acquire) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        let sh = shared.clone();
+        let spawned = std::thread::Builder::new()
+            .name("ferroce-session".into())
+            .spawn(move || serve_program(&sh, chan));
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "cannot start a session thread");
+        }
+    }
+}
+
+/// One program's control connection, until it goes.
+fn serve_program(shared: &Arc<Shared>, chan: Channel) {
+    let mut buf = Box::new([0u8; MAX_MESSAGE]);
+    // The first message must be a Hello of our version.
+    let pid = match chan.recv(&mut buf) {
+        Ok(Some((n, _))) => match proto::decode::<Request>(&buf[..n]) {
+            Some(Request::Hello { version, pid }) if version == proto::VERSION => pid,
+            Some(Request::Hello { version, .. }) => {
+                let _ = send(
+                    &chan,
+                    &refuse(
+                        libc::EPROTO,
+                        format!(
+                            "protocol version {version}; this service speaks {}",
+                            proto::VERSION
+                        ),
+                    ),
+                    &[],
+                );
+                return;
+            }
+            _ => return,
+        },
+        _ => return,
+    };
+    let Ok(page) = Region::new(c"ferroce-page", PAGE) else {
+        return;
+    };
+    let page = Arc::new(page);
+    let welcome = Response::Welcome {
+        version: proto::VERSION,
+        devices: shared.devices.iter().map(|d| d.name().to_owned()).collect(),
+    };
+    let Ok(page_fd) = page.dup_fd() else { return };
+    if send(&chan, &welcome, &[shared.doorbell.as_fd(), page_fd.as_fd()]).is_err() {
+        return;
+    }
+    drop(page_fd);
+    let session = Arc::new(Mutex::new(Session {
+        pid,
+        page,
+        pds: HashMap::new(),
+        mrs: HashMap::new(),
+        cqs: HashMap::new(),
+        qps: HashMap::new(),
+        ahs: HashMap::new(),
+        next: 0,
+        broken: false,
+    }));
+    shared.counters.sessions.fetch_add(1, Ordering::Relaxed);
+    lock(&shared.sessions).push(session.clone());
+    tracing::info!(pid, "program attached");
+    loop {
+        let (n, fds) = match chan.recv(&mut buf) {
+            Ok(Some(m)) => m,
+            Ok(None) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                shared
+                    .counters
+                    .sessions_dropped
+                    .fetch_add(1, Ordering::Relaxed);
+                break;
+            }
+            Err(_) => break,
+        };
+        if shared.stop.load(Ordering::Acquire) || lock(&session).broken {
+            break;
+        }
+        let Some(req) = proto::decode::<Request>(&buf[..n]) else {
+            shared
+                .counters
+                .sessions_dropped
+                .fetch_add(1, Ordering::Relaxed);
+            break;
+        };
+        let (resp, out) = {
+            let mut s = lock(&session);
+            handle(shared, &mut s, req, fds)
+        };
+        if matches!(resp, Response::Error { .. }) {
+            shared
+                .counters
+                .requests_refused
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        let borrowed: Vec<_> = out.iter().map(|f| f.as_fd()).collect();
+        if send(&chan, &resp, &borrowed).is_err() {
+            break;
+        }
+    }
+    lock(&shared.sessions).retain(|s| !Arc::ptr_eq(s, &session));
+    let mut s = lock(&session);
+    tracing::info!(pid = s.pid, qps = s.qps.len(), "program detached");
+    s.clear();
+}
+
+fn send(
+    chan: &Channel,
+    resp: &Response,
+    fds: &[std::os::fd::BorrowedFd<'_>],
+) -> std::io::Result<()> {
+    chan.send(&proto::encode(resp), fds)
+}
+
+fn refuse(errno: i32, message: impl Into<String>) -> Response {
+    Response::Error {
+        errno,
+        message: message.into(),
+    }
+}
+
+fn no_such(what: &str, h: Handle) -> Response {
+    refuse(libc::EINVAL, format!("no {what} with handle {h}"))
+}
+
+fn full(s: &Session) -> bool {
+    s.pds.len() + s.mrs.len() + s.cqs.len() + s.qps.len() + s.ahs.len() >= MAX_OBJECTS
+}
+
+/// Carries out one request of a program.
+fn handle(
+    shared: &Shared,
+    s: &mut Session,
+    req: Request,
+    mut fds: Vec<OwnedFd>,
+) -> (Response, Vec<OwnedFd>) {
+    let device = |d: u32| shared.devices.get(d as usize);
+    let r = match req {
+        Request::Hello { .. } => refuse(libc::EPROTO, "hello twice"),
+        Request::QueryDevice { device: d } => match device(d) {
+            None => refuse(libc::ENODEV, format!("no device {d}")),
+            Some(ctx) => {
+                let ports = (1..=ctx.query_device().phys_port_cnt)
+                    .filter_map(|p| {
+                        let a = ctx.query_port_num(p).ok()?;
+                        Some(PortFacts {
+                            mac: ctx.port_mac(p).ok()?.0,
+                            gid: ctx.query_gid_on(p, 0).ok()?.0,
+                            up: a.state == PortState::Active,
+                            mtu: a.active_mtu as u8,
+                        })
+                    })
+                    .collect();
+                Response::Device(DeviceFacts {
+                    name: ctx.name().to_owned(),
+                    ports,
+                })
+            }
+        },
+        Request::AllocPd { device: d } => match device(d) {
+            None => refuse(libc::ENODEV, format!("no device {d}")),
+            Some(_) if full(s) => refuse(libc::ENOMEM, "too many objects"),
+            Some(ctx) => {
+                let h = s.handle();
+                s.pds.insert(h, (d as usize, ctx.alloc_pd()));
+                Response::Created { handle: h }
+            }
+        },
+        Request::DeallocPd { pd } => {
+            if s.mrs.values().any(|m| m.pd == pd)
+                || s.qps.values().any(|q| q.pd == pd)
+                || s.ahs.values().any(|a| a.0 == pd)
+            {
+                refuse(libc::EBUSY, "the PD still has objects")
+            } else if s.pds.remove(&pd).is_some() {
+                Response::Ok
+            } else {
+                no_such("PD", pd)
+            }
+        }
+        Request::RegMr {
+            pd,
+            addr,
+            len,
+            offset,
+            access,
+        } => reg_mr(s, pd, addr, len, offset, access, fds.pop()),
+        Request::DeregMr { mr } => match s.mrs.remove(&mr) {
+            Some(_) => Response::Ok,
+            None => no_such("MR", mr),
+        },
+        Request::CreateCq { device: d, cqe } => match device(d) {
+            None => refuse(libc::ENODEV, format!("no device {d}")),
+            Some(_) if cqe == 0 || cqe > MAX_DEPTH => {
+                refuse(libc::EINVAL, format!("cqe {cqe}: 1 ..= {MAX_DEPTH}"))
+            }
+            Some(_) if full(s) => refuse(libc::ENOMEM, "too many objects"),
+            Some(ctx) => {
+                let slots = cqe.next_power_of_two();
+                match ring_region(&[slots]) {
+                    Err(e) => refuse(libc::ENOMEM, e),
+                    Ok((region, layouts)) => {
+                        let Ok(ring) = Producer::new(region.clone(), layouts[0]) else {
+                            return (refuse(libc::ENOMEM, "ring"), Vec::new());
+                        };
+                        let real =
+                            ctx.create_cq(slots as usize, Some(&shared.channels[d as usize]));
+                        real.req_notify(false);
+                        let h = s.handle();
+                        s.cqs.insert(
+                            h,
+                            ServedCq {
+                                device: d as usize,
+                                real,
+                                ring,
+                                held: VecDeque::new(),
+                                users: 0,
+                            },
+                        );
+                        let fd = region.dup_fd().ok();
+                        return (Response::Cq { handle: h, slots }, fd.into_iter().collect());
+                    }
+                }
+            }
+        },
+        Request::DestroyCq { cq } => match s.cqs.get(&cq) {
+            None => no_such("CQ", cq),
+            Some(c) if c.users > 0 => refuse(libc::EBUSY, "QPs still use the CQ"),
+            Some(_) => {
+                s.cqs.remove(&cq);
+                Response::Ok
+            }
+        },
+        Request::CreateQp {
+            pd,
+            send_cq,
+            recv_cq,
+            qp_type,
+            caps,
+        } => return create_qp(shared, s, pd, send_cq, recv_cq, qp_type, caps),
+        Request::ModifyQp { qp, attr, mask } => match s.qps.get(&qp) {
+            None => no_such("QP", qp),
+            Some(q) => match QpAttr::try_from(attr) {
+                Err(e) => refuse(libc::EINVAL, e.to_string()),
+                Ok(a) => match q.real.modify(&a, proto::mask(mask)) {
+                    Ok(()) => Response::Ok,
+                    Err(e) => refuse(libc::EINVAL, e.to_string()),
+                },
+            },
+        },
+        Request::QueryQp { qp } => match s.qps.get(&qp) {
+            None => no_such("QP", qp),
+            Some(q) => match q.real.query() {
+                Ok(a) => Response::QpAttr(a.into()),
+                Err(e) => refuse(libc::EINVAL, e.to_string()),
+            },
+        },
+        Request::DestroyQp { qp } => match s.qps.remove(&qp) {
+            None => no_such("QP", qp),
+            Some(q) => {
+                for c in [q.send_cq, q.recv_cq] {
+                    if let Some(c) = s.cqs.get_mut(&c) {
+                        c.users -= 1;
+                    }
+                }
+                Response::Ok
+            }
+        },
+        Request::CreateAh { pd, av } => {
+            if !s.pds.contains_key(&pd) {
+                no_such("PD", pd)
+            } else if full(s) {
+                refuse(libc::ENOMEM, "too many objects")
+            } else {
+                let h = s.handle();
+                s.ahs.insert(h, (pd, av.into()));
+                Response::Created { handle: h }
+            }
+        }
+        Request::DestroyAh { ah } => match s.ahs.remove(&ah) {
+            Some(_) => Response::Ok,
+            None => no_such("AH", ah),
+        },
+    };
+    drop(fds);
+    (r, Vec::new())
+}
+
+fn reg_mr(
+    s: &mut Session,
+    pd: Handle,
+    addr: u64,
+    len: u64,
+    offset: u64,
+    access: u32,
+    fd: Option<OwnedFd>,
+) -> Response {
+    let Some((_, pdo)) = s.pds.get(&pd) else {
+        return no_such("PD", pd);
+    };
+    let Some(fd) = fd else {
+        return refuse(
+            libc::EINVAL,
+            "a registration carries its memory's descriptor",
+        );
+    };
+    if full(s) {
+        return refuse(libc::ENOMEM, "too many objects");
+    }
+    let (Ok(offset), Ok(len)) = (usize::try_from(offset), usize::try_from(len)) else {
+        return refuse(libc::EINVAL, "offset or length too large");
+    };
+    let Some(need) = offset.checked_add(len) else {
+        return refuse(libc::EINVAL, "offset + length overflows");
+    };
+    // The memfd must be sealed against shrinking: a program that truncated it under us
+    // would turn the engine's next access into SIGBUS.
+    let region = match Region::from_fd(fd, need.max(1)) {
+        Ok(r) => Arc::new(r),
+        Err(e) => return refuse(libc::EINVAL, e.to_string()),
+    };
+    match pdo.reg_shared(region, offset, len, addr, Access(access)) {
+        Err(e) => refuse(libc::EINVAL, e.to_string()),
+        Ok(mr) => {
+            let (lkey, rkey) = (mr.lkey(), mr.rkey());
+            let h = s.handle();
+            s.mrs.insert(h, ServedMr { pd, _mr: mr });
+            Response::Mr {
+                handle: h,
+                lkey,
+                rkey,
+            }
+        }
+    }
+}
+
+/// A region holding rings of `slots` entries each, one after another.
+fn ring_region(slots: &[u32]) -> Result<(Arc<Region>, Vec<RingLayout>), String> {
+    let mut layouts = Vec::new();
+    let mut at = 0usize;
+    for &cap in slots {
+        layouts.push(RingLayout { offset: at, cap });
+        at += RingLayout::bytes::<W>(cap).next_multiple_of(64);
+    }
+    let region = Region::new(c"ferroce-ring", at).map_err(|e| e.to_string())?;
+    Ok((Arc::new(region), layouts))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn create_qp(
+    shared: &Shared,
+    s: &mut Session,
+    pd: Handle,
+    send_cq: Handle,
+    recv_cq: Handle,
+    qp_type: proto::WireQpType,
+    caps: WireCaps,
+) -> (Response, Vec<OwnedFd>) {
+    let Some((dev, pdo)) = s.pds.get(&pd) else {
+        return (no_such("PD", pd), Vec::new());
+    };
+    let (Some(scq), Some(rcq)) = (s.cqs.get(&send_cq), s.cqs.get(&recv_cq)) else {
+        return (refuse(libc::EINVAL, "no such CQ"), Vec::new());
+    };
+    if scq.device != *dev || rcq.device != *dev {
+        return (
+            refuse(libc::EINVAL, "the CQs belong to another device"),
+            Vec::new(),
+        );
+    }
+    if full(s) {
+        return (refuse(libc::ENOMEM, "too many objects"), Vec::new());
+    }
+    let bad = caps.max_send_wr > MAX_DEPTH
+        || caps.max_recv_wr > MAX_DEPTH
+        || caps.max_send_sge as usize > slots::MAX_SGE
+        || caps.max_recv_sge as usize > slots::MAX_SGE
+        || caps.max_inline_data as usize > slots::MAX_INLINE;
+    if bad {
+        return (
+            refuse(
+                libc::EINVAL,
+                format!(
+                    "caps past the service's limits: {MAX_DEPTH} WRs, {} SGEs, {} inline bytes",
+                    slots::MAX_SGE,
+                    slots::MAX_INLINE
+                ),
+            ),
+            Vec::new(),
+        );
+    }
+    let caps = QpCaps::from(caps);
+    // Each WR takes up to 1 + MAX_EXTRA slots.
+    let per = 1 + slots::MAX_EXTRA as u32;
+    let sq_slots = (caps.max_send_wr.max(1) * per).next_power_of_two();
+    let rq_slots = (caps.max_recv_wr.max(1) * per).next_power_of_two();
+    let (region, layouts) = match ring_region(&[sq_slots, rq_slots]) {
+        Ok(r) => r,
+        Err(e) => return (refuse(libc::ENOMEM, e), Vec::new()),
+    };
+    let (Ok(sq), Ok(rq)) = (
+        Consumer::new(region.clone(), layouts[0]),
+        Consumer::new(region.clone(), layouts[1]),
+    ) else {
+        return (refuse(libc::ENOMEM, "ring"), Vec::new());
+    };
+    let real = match pdo.create_qp(qp_type.into(), caps, &scq.real, &rcq.real) {
+        Ok(q) => q,
+        Err(e) => return (refuse(libc::EINVAL, e.to_string()), Vec::new()),
+    };
+    let _ = shared;
+    let qpn = real.qpn().value();
+    let h = s.handle();
+    s.qps.insert(
+        h,
+        ServedQp {
+            real,
+            pd,
+            sq,
+            rq,
+            sends: VecDeque::new(),
+            recvs: VecDeque::new(),
+            send_cq,
+            recv_cq,
+        },
+    );
+    for c in [send_cq, recv_cq] {
+        if let Some(c) = s.cqs.get_mut(&c) {
+            c.users += 1;
+        }
+    }
+    let fd = region.dup_fd().ok();
+    (
+        Response::Qp {
+            handle: h,
+            qpn,
+            caps: caps.into(),
+            sq_slots,
+            rq_slots,
+        },
+        fd.into_iter().collect(),
+    )
+}
+
+/// The forwarder: moves requests from the programs' rings to their QPs and completions from
+/// their CQs to the programs' rings; sleeps on the doorbell when nothing moves.
+fn forward(shared: &Shared) {
+    let mut idle = 0u32;
+    let mut wcs = Vec::with_capacity(BURST);
+    while !shared.stop.load(Ordering::Acquire) {
+        let sessions: Vec<_> = lock(&shared.sessions).clone();
+        let mut moved = 0;
+        for s in &sessions {
+            let Ok(mut s) = s.try_lock() else {
+                moved += 1; // the control thread has it: come back soon
+                continue;
+            };
+            if s.broken {
+                continue;
+            }
+            match turn(shared, &mut s, &mut wcs) {
+                Ok(n) => moved += n,
+                Err(why) => {
+                    tracing::warn!(
+                        pid = s.pid,
+                        why,
+                        "program broke its rings; dropping its objects"
+                    );
+                    shared
+                        .counters
+                        .sessions_dropped
+                        .fetch_add(1, Ordering::Relaxed);
+                    s.broken = true;
+                    s.clear();
+                }
+            }
+        }
+        if moved > 0 {
+            idle = 0;
+            continue;
+        }
+        idle += 1;
+        if idle < SPIN_TURNS {
+            std::hint::spin_loop();
+            continue;
+        }
+        // Sleep: say so in every program's page, then look once more (a program that
+        // pushed before it saw the flag is caught here; one that pushes after rings).
+        for s in &sessions {
+            let s = lock(s);
+            s.page.store_word(SLEEPING, 1, Ordering::Relaxed);
+            for c in s.cqs.values() {
+                c.real.req_notify(false);
+            }
+        }
+        fence(Ordering::SeqCst);
+        let pending = sessions.iter().any(|s| {
+            let s = lock(s);
+            s.qps
+                .values()
+                .any(|q| !q.sq.is_empty().unwrap_or(true) || !q.rq.is_empty().unwrap_or(true))
+                || s.cqs
+                    .values()
+                    .any(|c| !c.real.is_empty() || !c.held.is_empty())
+        });
+        if !pending {
+            shared.counters.sleeps.fetch_add(1, Ordering::Relaxed);
+            shared.doorbell.wait(SLEEP);
+        }
+        for ch in &shared.channels {
+            while ch.get_event(Duration::ZERO).is_some() {}
+        }
+        for s in &sessions {
+            lock(s).page.store_word(SLEEPING, 0, Ordering::Relaxed);
+        }
+        idle = 0;
+    }
+}
+
+/// One pass over a program's QPs and CQs: what moved, or why its rings are broken.
+fn turn(
+    shared: &Shared,
+    s: &mut Session,
+    wcs: &mut Vec<WorkCompletion>,
+) -> Result<usize, &'static str> {
+    let mut moved = 0;
+    let Session { qps, cqs, ahs, .. } = s;
+    for q in qps.values_mut() {
+        // Take what the program posted.
+        while q.sends.len() < BURST {
+            let Some(h) = q.sq.pop().map_err(|_| "send ring index")? else {
+                break;
+            };
+            let extra = take_extra(&mut q.sq, &h)?;
+            match slots::decode_send(&h, &extra) {
+                Ok((mut wr, ud)) => {
+                    if let Some(u) = ud {
+                        match ahs.get(&u.ah).filter(|a| a.0 == q.pd) {
+                            Some((_, av)) => wr.set_ud(UdDest {
+                                av: *av,
+                                remote_qpn: Qpn::new(u.remote_qpn),
+                                remote_qkey: u.remote_qkey,
+                            }),
+                            None => {
+                                fail_send(cqs, q.send_cq, h[1], q.real.qpn(), WcStatus::LocQpOpErr);
+                                continue;
+                            }
+                        }
+                    }
+                    q.sends.push_back(wr);
+                }
+                Err(_) => fail_send(cqs, q.send_cq, h[1], q.real.qpn(), WcStatus::LocQpOpErr),
+            }
+            moved += 1;
+        }
+        while !q.sends.is_empty() {
+            let wrs: SmallVec<[_; BURST]> = q.sends.iter().map(|w| w.as_wr()).collect();
+            match q.real.post_send(&wrs) {
+                Ok(()) => {
+                    shared
+                        .counters
+                        .wrs_forwarded
+                        .fetch_add(wrs.len() as u64, Ordering::Relaxed);
+                    drop(wrs);
+                    q.sends.clear();
+                }
+                Err(f) => {
+                    drop(wrs);
+                    shared
+                        .counters
+                        .wrs_forwarded
+                        .fetch_add(f.index as u64, Ordering::Relaxed);
+                    q.sends.drain(..f.index);
+                    if matches!(f.error, ferroce_stack::transport::PostError::QueueFull(_)) {
+                        break;
+                    }
+                    // Refused: the program learns it from a completion (a post through a
+                    // service cannot return the error; docs/service.md).
+                    if let Some(w) = q.sends.pop_front() {
+                        fail_send(
+                            cqs,
+                            q.send_cq,
+                            w.wr_id(),
+                            q.real.qpn(),
+                            WcStatus::LocQpOpErr,
+                        );
+                    }
+                }
+            }
+        }
+        while q.recvs.len() < BURST {
+            let Some(h) = q.rq.pop().map_err(|_| "receive ring index")? else {
+                break;
+            };
+            let extra = take_extra(&mut q.rq, &h)?;
+            match slots::decode_recv(&h, &extra) {
+                Ok(r) => q.recvs.push_back(r),
+                Err(_) => fail_recv(cqs, q.recv_cq, h[1], q.real.qpn()),
+            }
+            moved += 1;
+        }
+        while !q.recvs.is_empty() {
+            let wrs: SmallVec<[_; BURST]> = q
+                .recvs
+                .iter()
+                .map(|(id, sg)| ferroce_stack::transport::RecvWr {
+                    wr_id: *id,
+                    sg_list: sg,
+                })
+                .collect();
+            match q.real.post_recv(&wrs) {
+                Ok(()) => {
+                    shared
+                        .counters
+                        .wrs_forwarded
+                        .fetch_add(wrs.len() as u64, Ordering::Relaxed);
+                    drop(wrs);
+                    q.recvs.clear();
+                }
+                Err(f) => {
+                    drop(wrs);
+                    shared
+                        .counters
+                        .wrs_forwarded
+                        .fetch_add(f.index as u64, Ordering::Relaxed);
+                    q.recvs.drain(..f.index);
+                    if matches!(f.error, ferroce_stack::transport::PostError::QueueFull(_)) {
+                        break;
+                    }
+                    if let Some((id, _)) = q.recvs.pop_front() {
+                        fail_recv(cqs, q.recv_cq, id, q.real.qpn());
+                    }
+                }
+            }
+        }
+    }
+    for c in cqs.values_mut() {
+        loop {
+            while let Some(wc) = c.held.front() {
+                if !c
+                    .ring
+                    .push(&slots::encode_wc(wc))
+                    .map_err(|_| "completion ring index")?
+                {
+                    break;
+                }
+                c.held.pop_front();
+                moved += 1;
+                shared
+                    .counters
+                    .wcs_forwarded
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            if !c.held.is_empty() {
+                break;
+            }
+            let free = c.ring.free().map_err(|_| "completion ring index")? as usize;
+            if free == 0 {
+                break;
+            }
+            wcs.clear();
+            if c.real.poll(wcs, free.min(BURST)) == 0 {
+                break;
+            }
+            c.held.extend(wcs.drain(..));
+        }
+    }
+    Ok(moved)
+}
+
+fn take_extra(ring: &mut Consumer<W>, h: &Slot) -> Result<SmallVec<[Slot; 4]>, &'static str> {
+    let n = slots::extra_slots(h).map_err(|_| "a request claims too many slots")?;
+    let mut extra = SmallVec::new();
+    for _ in 0..n {
+        match ring.pop().map_err(|_| "ring index")? {
+            Some(x) => extra.push(x),
+            None => return Err("a request's slots were not published with it"),
+        }
+    }
+    Ok(extra)
+}
+
+fn fail_send(cqs: &mut HashMap<Handle, ServedCq>, cq: Handle, wr_id: u64, qpn: Qpn, st: WcStatus) {
+    if let Some(c) = cqs.get_mut(&cq) {
+        let mut wc =
+            WorkCompletion::of_request(wr_id, st, ferroce_stack::transport::WcOpcode::Send, 0);
+        wc.qp_num = qpn;
+        c.held.push_back(wc);
+    }
+}
+
+fn fail_recv(cqs: &mut HashMap<Handle, ServedCq>, cq: Handle, wr_id: u64, qpn: Qpn) {
+    if let Some(c) = cqs.get_mut(&cq) {
+        let mut wc = WorkCompletion::of_request(
+            wr_id,
+            WcStatus::LocQpOpErr,
+            ferroce_stack::transport::WcOpcode::Recv,
+            0,
+        );
+        wc.qp_num = qpn;
+        c.held.push_back(wc);
+    }
+}

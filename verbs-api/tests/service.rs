@@ -1,0 +1,325 @@
+//! `ferroce serve` end to end, in one process: a service over a `loop` device (a port with
+//! a loopback plug) and programs attached to it through its socket, their QPs connected
+//! through the port. Every byte that moves is checked where it lands, in the program's own
+//! buffer, which the service reached through shared memory.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use ferroce_stack::transport::{
+    bring_up, Access, AddressVector, Payload, QpAttr, QpCaps, QpState, QpType, RecvWr, SendWr,
+    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+};
+use ferroce_stack::wire::{MacAddr, Psn};
+use ferroce_verbs::service::{Client, RemoteCq, RemoteMr, RemotePd, RemoteQp, Service};
+use ferroce_verbs::spec::open_device;
+use ferroce_verbs::Gid;
+
+fn socket(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ferroce-svc-{}-{name}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    dir.join("sock")
+}
+
+fn serve(name: &str) -> Service {
+    let ctx = open_device("loop").expect("loop device");
+    Service::start(vec![ctx], socket(name), 0o600).expect("service starts")
+}
+
+/// A page-aligned buffer: registrations move whole pages, so two programs' buffers in one
+/// test process must not share one (the service refuses a page registered twice).
+#[repr(C, align(4096))]
+#[derive(Clone, Copy)]
+struct Page([u8; 4096]);
+
+struct Buf(Vec<Page>);
+
+impl Buf {
+    fn new(len: usize) -> Self {
+        Self(vec![Page([0; 4096]); len / 4096])
+    }
+    fn ptr(&mut self) -> *mut u8 {
+        self.0.as_mut_ptr().cast()
+    }
+    fn get(&self, at: usize) -> u8 {
+        self.0[at / 4096].0[at % 4096]
+    }
+    fn set(&mut self, at: usize, v: u8) {
+        self.0[at / 4096].0[at % 4096] = v;
+    }
+    fn range(&self, r: std::ops::Range<usize>) -> Vec<u8> {
+        r.map(|i| self.get(i)).collect()
+    }
+    fn word(&self, at: usize) -> u64 {
+        u64::from_le_bytes(self.range(at..at + 8).try_into().unwrap())
+    }
+}
+
+/// One program's objects: a buffer registered through the service, a CQ and an RC QP.
+struct Program {
+    client: Client,
+    qp: RemoteQp,
+    cq: RemoteCq,
+    mr: RemoteMr,
+    buf: Buf,
+    _pd: RemotePd,
+}
+
+const LEN: usize = 64 << 10;
+
+impl Program {
+    fn new(svc: &Service) -> Self {
+        let client = Client::connect(svc.socket()).expect("attach");
+        assert_eq!(client.devices(), ["loop"]);
+        let pd = client.alloc_pd(0).unwrap();
+        let cq = client.create_cq(0, 256).unwrap();
+        let mut buf = Buf::new(LEN);
+        // SAFETY: `buf` outlives the registration (field order drops `mr` first... and the
+        // test keeps both in one struct), and no other thread touches it while it moves.
+        let mr = unsafe {
+            pd.reg_mr(
+                buf.ptr(),
+                LEN,
+                Access::LOCAL_WRITE
+                    .with(Access::REMOTE_WRITE)
+                    .with(Access::REMOTE_READ)
+                    .with(Access::REMOTE_ATOMIC),
+            )
+        }
+        .unwrap();
+        let qp = pd
+            .create_qp(QpType::Rc, QpCaps::default(), &cq, &cq)
+            .unwrap();
+        Self {
+            client,
+            qp,
+            cq,
+            mr,
+            buf,
+            _pd: pd,
+        }
+    }
+
+    fn connect(&self, peer: &Self) {
+        let facts = self.client.query_device(0).unwrap();
+        let port = &facts.ports[0];
+        let ip = Gid(port.gid).ip();
+        let attr = QpAttr {
+            qp_access_flags: Access::REMOTE_WRITE
+                .with(Access::REMOTE_READ)
+                .with(Access::REMOTE_ATOMIC),
+            ah_attr: AddressVector {
+                smac: MacAddr(port.mac),
+                dmac: MacAddr(port.mac),
+                src: ip,
+                dst: ip,
+                ..AddressVector::default()
+            },
+            dest_qp_num: peer.qp.qpn(),
+            rq_psn: Psn::new(100),
+            sq_psn: Psn::new(100),
+            ..QpAttr::default()
+        };
+        bring_up(QpType::Rc, &attr, |a, m| self.qp.modify(a, m)).unwrap();
+        assert_eq!(self.qp.query().unwrap().qp_state, QpState::Rts);
+    }
+
+    fn wait(&self, n: usize) -> Vec<WorkCompletion> {
+        let mut out = Vec::new();
+        let until = Instant::now() + Duration::from_secs(10);
+        while out.len() < n {
+            let want = n - out.len();
+            self.cq.poll(&mut out, want);
+            assert!(
+                Instant::now() < until,
+                "only {} of {n} completions: {out:?}",
+                out.len()
+            );
+            std::hint::spin_loop();
+        }
+        out
+    }
+}
+
+fn pair(svc: &Service) -> (Program, Program) {
+    let a = Program::new(svc);
+    let b = Program::new(svc);
+    a.connect(&b);
+    b.connect(&a);
+    (a, b)
+}
+
+#[test]
+fn write_send_read_and_atomics_land_in_the_programs_own_buffers() {
+    let svc = serve("ops");
+    let (mut a, b) = pair(&svc);
+    for i in 0..LEN {
+        a.buf.set(i, (i * 7 + 3) as u8);
+    }
+    // WRITE 16 KiB of A's buffer into B's at offset 4096.
+    let sge = [a.mr.sge(0, 16 << 10)];
+    let wr = SendWr::new(1, WrOpcode::Write, Payload::Sges(&sge))
+        .remote(b.mr.addr() + 4096, b.mr.rkey());
+    a.qp.post_send(&[wr]).unwrap();
+    let wc = a.wait(1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].opcode),
+        (1, WcStatus::Success, WcOpcode::RdmaWrite)
+    );
+    assert_eq!(
+        b.buf.range(4096..4096 + (16 << 10)),
+        a.buf.range(0..16 << 10)
+    );
+    assert!(b.buf.range(0..4096).iter().all(|&x| x == 0));
+
+    // SEND with immediate, 3000 bytes, into a posted receive at B's offset 32 KiB.
+    let rsge = [b.mr.sge(32 << 10, 4096)];
+    b.qp.post_recv(&[RecvWr {
+        wr_id: 7,
+        sg_list: &rsge,
+    }])
+    .unwrap();
+    let sge = [a.mr.sge(100, 3000)];
+    let wr = SendWr::new(2, WrOpcode::SendWithImm, Payload::Sges(&sge)).imm(0xfeed);
+    a.qp.post_send(&[wr]).unwrap();
+    assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+    let r = b.wait(1)[0];
+    assert_eq!(
+        (r.wr_id, r.status, r.opcode, r.byte_len, r.imm_data),
+        (7, WcStatus::Success, WcOpcode::Recv, 3000, 0xfeed)
+    );
+    assert_eq!(r.qp_num, b.qp.qpn());
+    assert_eq!(
+        b.buf.range(32 << 10..(32 << 10) + 3000),
+        a.buf.range(100..3100)
+    );
+
+    // Inline SEND: the bytes travel in the ring, not from registered memory.
+    b.qp.post_recv(&[RecvWr {
+        wr_id: 8,
+        sg_list: &rsge,
+    }])
+    .unwrap();
+    let msg = b"inline through the ring, 40 bytes long!!";
+    let wr = SendWr::new(3, WrOpcode::Send, Payload::Inline(msg));
+    a.qp.post_send(&[wr]).unwrap();
+    assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+    assert_eq!(b.wait(1)[0].byte_len, msg.len() as u32);
+    assert_eq!(b.buf.range(32 << 10..(32 << 10) + msg.len()), msg);
+
+    // READ B's bytes back into A at offset 48 KiB.
+    let sge = [a.mr.sge(48 << 10, 8192)];
+    let wr =
+        SendWr::new(4, WrOpcode::Read, Payload::Sges(&sge)).remote(b.mr.addr() + 4096, b.mr.rkey());
+    a.qp.post_send(&[wr]).unwrap();
+    let wc = a.wait(1)[0];
+    assert_eq!(
+        (wc.status, wc.opcode, wc.byte_len),
+        (WcStatus::Success, WcOpcode::RdmaRead, 8192)
+    );
+    assert_eq!(
+        a.buf.range(48 << 10..(48 << 10) + 8192),
+        b.buf.range(4096..4096 + 8192)
+    );
+
+    // Fetch-and-add on B's word at offset 60 KiB, twice.
+    let target = b.mr.addr() + (60 << 10);
+    for (id, expect) in [(5u64, 0u64), (6, 41)] {
+        let sge = [a.mr.sge(56 << 10, 8)];
+        let mut wr =
+            SendWr::new(id, WrOpcode::FetchAdd, Payload::Sges(&sge)).remote(target, b.mr.rkey());
+        wr.compare_add = 41;
+        a.qp.post_send(&[wr]).unwrap();
+        let wc = a.wait(1)[0];
+        assert_eq!((wc.wr_id, wc.status), (id, WcStatus::Success));
+        assert_eq!(a.buf.word(56 << 10), expect);
+    }
+    assert_eq!(b.buf.word(60 << 10), 82);
+    assert!(
+        svc.counters()
+            .wrs_forwarded
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 8
+    );
+}
+
+#[test]
+fn many_writes_keep_their_order_and_every_completion_arrives() {
+    let svc = serve("many");
+    let (a, b) = pair(&svc);
+    // 20 000 signaled 64-byte WRITEs, a window of 64 outstanding; each writes its index.
+    let total = 20_000u64;
+    let (mut posted, mut done) = (0u64, 0u64);
+    let mut out = Vec::new();
+    let mut src = [0u8; 8];
+    while done < total {
+        while posted < total && posted - done < 64 {
+            src.copy_from_slice(&posted.to_le_bytes());
+            let wr = SendWr::new(posted, WrOpcode::Write, Payload::Inline(&src))
+                .remote(b.mr.addr() + (posted % 1024) * 8, b.mr.rkey());
+            a.qp.post_send(&[wr]).unwrap();
+            posted += 1;
+        }
+        out.clear();
+        a.cq.poll(&mut out, 64);
+        for wc in &out {
+            assert_eq!((wc.wr_id, wc.status), (done, WcStatus::Success));
+            done += 1;
+        }
+    }
+    // The last 1024 indices are in B's buffer.
+    for i in total - 1024..total {
+        let at = ((i % 1024) * 8) as usize;
+        assert_eq!(b.buf.word(at), i);
+    }
+}
+
+#[test]
+fn a_program_cannot_name_another_programs_objects() {
+    let svc = serve("iso");
+    let (a, b) = pair(&svc);
+    // B's lkey used by A's QP: a local protection error, and B's buffer is untouched.
+    let sge = [b.mr.sge(0, 64)];
+    let wr = SendWr::new(9, WrOpcode::Write, Payload::Sges(&sge))
+        .remote(b.mr.addr() + 1024, b.mr.rkey());
+    a.qp.post_send(&[wr]).unwrap();
+    let wc = a.wait(1)[0];
+    assert_eq!((wc.wr_id, wc.status), (9, WcStatus::LocProtErr));
+    assert!(b.buf.range(0..LEN).iter().all(|&x| x == 0));
+    assert!(svc.sessions() >= 2);
+}
+
+#[test]
+fn a_program_that_goes_loses_its_objects_and_the_service_serves_on() {
+    let svc = serve("gone");
+    {
+        let (_a, _b) = pair(&svc);
+        assert_eq!(svc.sessions(), 2);
+    }
+    let until = Instant::now() + Duration::from_secs(5);
+    while svc.sessions() > 0 {
+        assert!(
+            Instant::now() < until,
+            "sessions stay after their programs went"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A new pair works at once.
+    let (a, b) = pair(&svc);
+    let sge = [a.mr.sge(0, 64)];
+    a.qp.post_send(&[
+        SendWr::new(1, WrOpcode::Write, Payload::Sges(&sge)).remote(b.mr.addr(), b.mr.rkey())
+    ])
+    .unwrap();
+    assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+}
+
+#[test]
+fn a_service_that_stops_fails_the_programs_verbs_and_never_hangs() {
+    let svc = serve("stop");
+    let client = Client::connect(svc.socket()).unwrap();
+    let _pd = client.alloc_pd(0).unwrap();
+    svc.stop();
+    assert!(client.alloc_pd(0).is_err());
+    assert!(client.is_gone());
+}
