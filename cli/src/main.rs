@@ -4,7 +4,7 @@
 //! (crafted frames through an impaired simulated link), `perf` (perftest's tests), `stats`
 //! (counters of running processes), `scenario` (the papers' experiments on the simulated
 //! fabric) and `switch` (a user-space switch with an ECN-marking queue, for runs over real
-//! ports). `model` arrives with the issue that builds what it computes.
+//! ports) and `serve` (the engine as a service for other programs). `model` arrives with the issue that builds what it computes.
 
 #![forbid(unsafe_code)]
 
@@ -13,6 +13,7 @@ mod demo;
 mod model;
 mod perf;
 mod scenario;
+mod serve;
 mod stats;
 mod switch;
 
@@ -47,6 +48,9 @@ enum Command {
     /// A two-port switch in user space with a shaped, ECN-marking egress queue (RED), for
     /// congestion-control runs over real ports.
     Switch(switch::Args),
+    /// The engine as a service: own the devices and serve programs attached through a Unix
+    /// socket and shared memory (the drop-in with FERROCE_SERVICE set).
+    Serve(serve::Args),
 }
 
 /// A failure the user can act on, printed as one line.
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
         Command::Scenario(args) => scenario::run(&args),
         Command::Model(args) => model::run(&args),
         Command::Switch(args) => switch::run(&args),
+        Command::Serve(args) => serve::run(&args),
     };
     match result {
         Ok(code) => code,

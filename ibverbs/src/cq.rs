@@ -162,7 +162,10 @@ fn create(
     if wc_flags & !SUPPORTED_WC_FLAGS != 0 {
         return Err(libc::EOPNOTSUPP);
     }
-    let cq = c.verbs.create_cq(cqe as usize, ch.map(|ch| &ch.ch));
+    let cq = c
+        .verbs
+        .try_create_cq(cqe as usize, ch.map(|ch| &ch.ch))
+        .map_err(|e| crate::service::errno(&e))?;
     let id = cq.id();
     let mut ibv = ffi::ibv_cq_ex {
         context: c.ibv(),

@@ -111,6 +111,9 @@ impl Device {
     /// The ferroce device for a new context: opened now, or (a shared device) the one the
     /// process opened first.
     pub(crate) fn open(&self) -> Result<VerbsContext, ferroce_verbs::VerbsError> {
+        if let Some(i) = self.spec.strip_prefix(crate::service::SPEC_PREFIX) {
+            return crate::service::open(i);
+        }
         if !self.is_shared() {
             return ferroce_verbs::spec::open_device(&self.spec);
         }
@@ -175,6 +178,13 @@ fn wait_for_link(c: &VerbsContext) {
 pub fn devices() -> &'static [Device] {
     static LIST: OnceLock<Vec<Device>> = OnceLock::new();
     LIST.get_or_init(|| {
+        if let Some(names) = crate::service::device_specs() {
+            return names
+                .iter()
+                .enumerate()
+                .map(|(i, s)| Device::new(i, s))
+                .collect();
+        }
         std::env::var(DEVICES_ENV)
             .unwrap_or_default()
             .split(';')

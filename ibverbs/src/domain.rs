@@ -68,12 +68,19 @@ pub unsafe extern "C" fn ferroce_ibv_alloc_pd(ctx: *mut ffi::ibv_context) -> *mu
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     };
+    let pd = match c.verbs.try_alloc_pd() {
+        Ok(pd) => pd,
+        Err(e) => {
+            set_errno(crate::service::errno(&e));
+            return std::ptr::null_mut();
+        }
+    };
     let p: *mut ffi::ibv_pd = publish(Pd {
         ibv: ffi::ibv_pd {
             context: ctx,
             handle: 0,
         },
-        pd: c.verbs.alloc_pd(),
+        pd,
         parent: None,
         children: std::sync::atomic::AtomicU32::new(0),
         imported: false,

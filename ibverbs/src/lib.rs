@@ -36,6 +36,7 @@ pub mod qp;
 pub mod qpex;
 pub mod rdmacm;
 pub mod schemes;
+pub mod service;
 pub mod srq;
 pub mod wq;
 pub mod wr;

@@ -101,6 +101,9 @@ pub(crate) struct Device {
     /// The last counters of the QPs destroyed lately (the newest [`RETIRED_KEPT`]), so a
     /// counters export after a program's data QPs are gone still shows what they did.
     pub(crate) retired: Mutex<std::collections::VecDeque<(u32, Counters)>>,
+    /// Set on a device of a service (`ferroce serve`): its objects live there, and this
+    /// device's own engine (over a plug, never started) carries nothing.
+    pub(crate) remote: Option<crate::service::client::RemoteDevice>,
 }
 
 /// Destroyed QPs whose counters a device keeps for its exports.
@@ -162,7 +165,32 @@ impl Device {
             events,
             looped: std::sync::OnceLock::new(),
             retired: Mutex::new(std::collections::VecDeque::new()),
+            remote: None,
         })
+    }
+
+    /// Device `remote.device` of a service, attached: its ports' addresses are the
+    /// service's.
+    pub(crate) fn attached(remote: crate::service::client::RemoteDevice) -> Arc<Self> {
+        let facts = remote.facts.clone();
+        let eth_mtu = facts.ports.first().map_or(1500, |p| p.eth_mtu as usize);
+        let port = ferroce_drivers::pipe::plug(eth_mtu);
+        let ports: Vec<(MacAddr, IpAddr)> = facts
+            .ports
+            .iter()
+            .map(|p| (MacAddr(p.mac), crate::verbs::Gid(p.gid).ip()))
+            .collect();
+        let (mac, ip) = ports.first().copied().unwrap_or((
+            MacAddr([0; 6]),
+            IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        ));
+        let mut dev = Self::new(facts.name.clone(), port, ip, 1, None);
+        let d = Arc::get_mut(&mut dev).expect("a new device has no other owner");
+        d.mac = mac;
+        d.ports = ports;
+        d.eth_mtu = eth_mtu;
+        d.remote = Some(remote);
+        dev
     }
 
     /// Joins the process's loopback (see [`looped`]): what a device on a real port does when

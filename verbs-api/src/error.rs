@@ -50,6 +50,17 @@ pub enum VerbsError {
         /// Completions waiting.
         waiting: usize,
     },
+    /// What a context attached to a service cannot do.
+    #[error("{0} is not available through the ferroce service")]
+    NotThroughService(&'static str),
+    /// The service refused, or has gone.
+    #[error("{message}")]
+    Service {
+        /// The errno a C caller gets.
+        errno: i32,
+        /// Why.
+        message: String,
+    },
     /// A registration past the end of the shared memory it is in.
     #[error("{len} bytes at offset {offset} do not fit a shared region of {region} bytes")]
     OutsideRegion {

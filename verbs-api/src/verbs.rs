@@ -17,6 +17,15 @@ use ferroce_stack::wire::{MacAddr, Qpn};
 use smallvec::SmallVec;
 
 use crate::device::Device;
+use crate::service::client::{Client, RemoteDevice, RemoteMr, RemotePd, ServiceError};
+
+/// A service's refusal as a verbs error.
+fn service_error(e: ServiceError) -> VerbsError {
+    VerbsError::Service {
+        errno: e.errno(),
+        message: e.to_string(),
+    }
+}
 use crate::engine::{state_code, ChannelShared, CqShared, Op, OwnedSend, PortCounters, QpShared};
 pub use crate::error::VerbsError;
 
@@ -121,6 +130,35 @@ impl Context {
         &self.dev.name
     }
 
+    /// Device `device` of the service `client` is attached to (`ferroce serve`): its
+    /// objects live in the service, work and completions cross in shared memory, and this
+    /// process runs no engine for it. What a service does not carry (SRQs, memory windows,
+    /// raw packet QPs, owned MRs, policies) is refused with [`VerbsError::NotThroughService`].
+    pub fn attach(client: &Client, device: u32) -> Result<Self, VerbsError> {
+        let facts = client.query_device(device).map_err(service_error)?;
+        Ok(Self {
+            dev: Device::attached(RemoteDevice {
+                client: client.clone(),
+                device,
+                facts,
+            }),
+        })
+    }
+
+    /// True for a context attached to a service.
+    pub fn is_attached(&self) -> bool {
+        self.dev.remote.is_some()
+    }
+
+    fn remote(&self) -> Option<&RemoteDevice> {
+        self.dev.remote.as_ref()
+    }
+
+    /// The port's Ethernet MTU (IP and above).
+    pub fn eth_mtu(&self) -> usize {
+        self.dev.eth_mtu
+    }
+
     /// True when `other` is a context of the same open device.
     pub fn same_device(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.dev, &other.dev)
@@ -148,7 +186,15 @@ impl Context {
     /// `ibv_query_port` for port `port_num` (from 1).
     pub fn query_port_num(&self, port_num: u8) -> Result<PortAttr, VerbsError> {
         let i = self.port_index(port_num)?;
-        let up = self.dev.engine().port_at(i).link_state() == LinkState::Up;
+        let up = match self.remote() {
+            // The service's port, as it is now (the facts from attaching, if it does not
+            // answer).
+            Some(r) => r
+                .client
+                .query_device(r.device)
+                .map_or(r.facts.ports[i].up, |f| f.ports.get(i).is_some_and(|p| p.up)),
+            None => self.dev.engine().port_at(i).link_state() == LinkState::Up,
+        };
         let mtu = Mtu::for_ethernet_mtu(self.dev.eth_mtu);
         Ok(PortAttr {
             state: if up {
@@ -220,11 +266,26 @@ impl Context {
     }
 
     /// `ibv_alloc_pd`.
+    ///
+    /// # Panics
+    /// On an attached context whose service refuses: use [`try_alloc_pd`](Self::try_alloc_pd).
     pub fn alloc_pd(&self) -> ProtectionDomain {
-        ProtectionDomain {
+        self.try_alloc_pd().expect("the service refused a PD")
+    }
+
+    /// `ibv_alloc_pd`, which only a service can refuse.
+    pub fn try_alloc_pd(&self) -> Result<ProtectionDomain, VerbsError> {
+        let remote = match self.remote() {
+            Some(r) => Some(Arc::new(
+                r.client.alloc_pd(r.device).map_err(service_error)?,
+            )),
+            None => None,
+        };
+        Ok(ProtectionDomain {
             ctx: self.clone(),
             id: PdId(self.dev.next_id()),
-        }
+            remote,
+        })
     }
 
     /// `ibv_create_comp_channel`.
@@ -236,18 +297,34 @@ impl Context {
     }
 
     /// `ibv_create_cq` with room for `cqe` completions.
+    ///
+    /// # Panics
+    /// On an attached context whose service refuses: use [`try_create_cq`](Self::try_create_cq).
     pub fn create_cq(&self, cqe: usize, channel: Option<&CompletionChannel>) -> CompletionQueue {
-        CompletionQueue {
-            ctx: self.clone(),
-            shared: Arc::new(
-                CqShared::new(
-                    self.dev.next_id(),
-                    cqe.max(1),
-                    channel.map(|c| c.shared.clone()),
-                )
-                .with_events(self.dev.events.clone()),
-            ),
+        self.try_create_cq(cqe, channel)
+            .expect("the service refused a CQ")
+    }
+
+    /// `ibv_create_cq`, which only a service can refuse.
+    pub fn try_create_cq(
+        &self,
+        cqe: usize,
+        channel: Option<&CompletionChannel>,
+    ) -> Result<CompletionQueue, VerbsError> {
+        let mut shared = CqShared::new(
+            self.dev.next_id(),
+            cqe.max(1),
+            channel.map(|c| c.shared.clone()),
+        )
+        .with_events(self.dev.events.clone());
+        if let Some(r) = self.remote() {
+            let cqe = u32::try_from(cqe.max(1)).unwrap_or(u32::MAX);
+            shared.remote = Some(r.client.create_cq(r.device, cqe).map_err(service_error)?);
         }
+        Ok(CompletionQueue {
+            ctx: self.clone(),
+            shared: Arc::new(shared),
+        })
     }
 
     /// Sends this device's asynchronous events (port changes, QP errors the transport
@@ -298,11 +375,18 @@ impl Context {
     /// on the caller's thread. Not for simulated devices, whose virtual clock the caller
     /// drives.
     pub fn start_engine_thread(&self) -> Result<(), VerbsError> {
+        if self.is_attached() {
+            // The service's engine threads run the device.
+            return Ok(());
+        }
         crate::threads::start(&self.dev)
     }
 
     /// Stops the engine thread, if one runs; progress returns to the caller's thread.
     pub fn stop_engine_thread(&self) {
+        if self.is_attached() {
+            return;
+        }
         crate::threads::stop(&self.dev);
     }
 
@@ -368,6 +452,8 @@ impl Context {
 pub struct ProtectionDomain {
     ctx: Context,
     id: PdId,
+    /// The service's PD, on an attached context.
+    remote: Option<Arc<RemotePd>>,
 }
 
 impl ProtectionDomain {
@@ -410,6 +496,22 @@ impl ProtectionDomain {
         iova: u64,
         access: Access,
     ) -> Result<MemoryRegion, VerbsError> {
+        if let Some(r) = &self.remote {
+            // SAFETY: the caller's promise above, passed on (and it covers the move of the
+            // pages onto shared memory: the buffer is not in use while it is registered).
+            let mr = unsafe { r.reg_mr_iova(addr, len, iova, access) }.map_err(service_error)?;
+            return Ok(MemoryRegion {
+                ctx: self.ctx.clone(),
+                pd: self.id,
+                addr: iova,
+                len,
+                lkey: mr.lkey(),
+                rkey: mr.rkey(),
+                access,
+                backing: None,
+                remote: Some(mr),
+            });
+        }
         // SAFETY: the caller's promise above, passed on; it covers the copies of the
         // registration the device's other engines adopt.
         let (keys, ()) = self.ctx.dev.register(|mem| {
@@ -424,7 +526,16 @@ impl ProtectionDomain {
             rkey: keys.rkey,
             access,
             backing: None,
+            remote: None,
         })
+    }
+
+    /// `Err` on an attached context: what a service does not carry.
+    fn local(&self, what: &'static str) -> Result<(), VerbsError> {
+        match self.remote {
+            Some(_) => Err(VerbsError::NotThroughService(what)),
+            None => Ok(()),
+        }
     }
 
     /// `ibv_reg_mr_iova2` over shared memory: `len` bytes at byte `offset` of `region`
@@ -438,6 +549,7 @@ impl ProtectionDomain {
         iova: u64,
         access: Access,
     ) -> Result<MemoryRegion, VerbsError> {
+        self.local("shared memory registration")?;
         if offset.checked_add(len).is_none_or(|end| end > region.len()) {
             return Err(VerbsError::OutsideRegion {
                 offset,
@@ -455,6 +567,7 @@ impl ProtectionDomain {
     /// Allocates `len` zeroed bytes and registers them: memory the region owns, which the
     /// application reads and writes through [`MemoryRegion::read`] / [`MemoryRegion::write`].
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, VerbsError> {
+        self.local("an MR the library allocates")?;
         let (keys, addr) = self
             .ctx
             .dev
@@ -468,6 +581,7 @@ impl ProtectionDomain {
             rkey: keys.rkey,
             access,
             backing: None,
+            remote: None,
         })
     }
 
@@ -484,6 +598,10 @@ impl ProtectionDomain {
         } else {
             Access::NONE
         };
+        if self.remote.is_some() {
+            // The service checks every element when the WR runs.
+            return Ok(());
+        }
         self.ctx.dev.engine().core_mut().mem().check_access(
             sge.lkey,
             self.id,
@@ -502,6 +620,7 @@ impl ProtectionDomain {
         send_cq: &CompletionQueue,
         recv_cq: &CompletionQueue,
     ) -> Result<RawQueuePair, VerbsError> {
+        self.local("a raw packet QP")?;
         if !Arc::ptr_eq(&send_cq.ctx.dev, &self.ctx.dev)
             || !Arc::ptr_eq(&recv_cq.ctx.dev, &self.ctx.dev)
         {
@@ -545,6 +664,7 @@ impl ProtectionDomain {
     /// [`SendWr::bind_mw`](ferroce_stack::transport::SendWr::bind_mw) on a QP, to that QP,
     /// and invalidated by key) or type 1. Unbound, its key opens nothing.
     pub fn alloc_mw(&self, type2: bool) -> Result<MemoryWindow, VerbsError> {
+        self.local("a memory window")?;
         let key = self.ctx.dev.alloc_window(self.id, type2)?;
         Ok(MemoryWindow {
             ctx: self.ctx.clone(),
@@ -602,6 +722,7 @@ impl ProtectionDomain {
         recv_cq: &CompletionQueue,
         srq: &SharedReceiveQueue,
     ) -> Result<QueuePair, VerbsError> {
+        self.local("a shared receive queue")?;
         // A tag matching SRQ reports its QPs' receives on its own CQ, as rdma-core has it.
         let tm_cq = srq.tm_cq.as_ref().map(|(ctx, shared)| CompletionQueue {
             ctx: ctx.clone(),
@@ -635,6 +756,21 @@ impl ProtectionDomain {
             || !Arc::ptr_eq(&recv_cq.ctx.dev, &self.ctx.dev)
         {
             return Err(VerbsError::WrongDevice("a CQ"));
+        }
+        if let Some(pd) = &self.remote {
+            let (Some(scq), Some(rcq)) = (&send_cq.shared.remote, &recv_cq.shared.remote) else {
+                return Err(VerbsError::WrongDevice("a CQ"));
+            };
+            let qp = pd
+                .create_qp(qp_type, caps, scq, rcq)
+                .map_err(service_error)?;
+            let mut shared = QpShared::new(qp.qpn().value(), qp_type, qp.caps());
+            shared.events = self.ctx.dev.events.clone();
+            shared.remote = Some(qp);
+            return Ok(QueuePair {
+                ctx: self.ctx.clone(),
+                shared: Arc::new(shared),
+            });
         }
         let qpn = self.ctx.dev.next_qpn();
         let mut config = QpConfig::new(Qpn::new(qpn), qp_type, self.id);
@@ -851,6 +987,8 @@ pub struct MemoryRegion {
     /// The shared memory it registers, kept mapped until after it deregisters (dropped
     /// after `drop` has run).
     backing: Option<Arc<ferroce_drivers::shm::Region>>,
+    /// The service's registration, on an attached context.
+    remote: Option<RemoteMr>,
 }
 
 impl std::fmt::Debug for MemoryRegion {
@@ -915,6 +1053,9 @@ impl MemoryRegion {
         memory: Option<(*mut u8, usize, u64)>,
         access: Option<Access>,
     ) -> Result<(), VerbsError> {
+        if self.remote.is_some() {
+            return Err(VerbsError::NotThroughService("ibv_rereg_mr"));
+        }
         if pd.is_some_and(|p| !Arc::ptr_eq(&p.ctx.dev, &self.ctx.dev)) {
             return Err(VerbsError::WrongDevice("the PD"));
         }
@@ -944,6 +1085,9 @@ impl MemoryRegion {
     /// Copies out of the region through the same checked accessor the engine uses (for an
     /// owned region from [`ProtectionDomain::alloc_mr`], the only way to read it).
     pub fn read(&self, offset: usize, out: &mut [u8]) -> bool {
+        if self.remote.is_some() {
+            return false;
+        }
         self.ctx
             .dev
             .engine()
@@ -961,6 +1105,9 @@ impl MemoryRegion {
 
     /// Copies into the region (needs LOCAL_WRITE).
     pub fn write(&self, offset: usize, data: &[u8]) -> bool {
+        if self.remote.is_some() {
+            return false;
+        }
         self.ctx
             .dev
             .engine()
@@ -979,6 +1126,10 @@ impl MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
+        if self.remote.is_some() {
+            // The service's registration goes with `remote`.
+            return;
+        }
         let keys = ferroce_stack::transport::MrKeys {
             lkey: self.lkey,
             rkey: self.rkey,
@@ -1026,6 +1177,9 @@ impl CompletionQueue {
     /// `ibv_poll_cq`: up to `max` completions appended to `out`, oldest first. In
     /// run-to-completion mode this first turns the engine once.
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
+        if let Some(r) = &self.shared.remote {
+            return r.poll(out, max);
+        }
         if self.shared.queue.is_empty() {
             self.ctx.dev.progress();
         }
@@ -1050,6 +1204,11 @@ impl CompletionQueue {
     /// One completion and when the engine made it (its clock, ns: see
     /// [`Context::clock_ns`]), if any.
     pub fn poll_one_stamped(&self) -> Option<(WorkCompletion, u64)> {
+        if let Some(r) = &self.shared.remote {
+            let mut one = Vec::with_capacity(1);
+            r.poll(&mut one, 1);
+            return one.pop().map(|wc| (wc, self.ctx.now()));
+        }
         if self.shared.queue.is_empty() {
             self.ctx.dev.progress();
         }
@@ -1058,12 +1217,15 @@ impl CompletionQueue {
 
     /// Completions waiting.
     pub fn len(&self) -> usize {
-        self.shared.queue.len()
+        match &self.shared.remote {
+            Some(r) => r.len(),
+            None => self.shared.queue.len(),
+        }
     }
 
     /// True when no completion waits.
     pub fn is_empty(&self) -> bool {
-        self.shared.queue.is_empty()
+        self.len() == 0
     }
 
     /// Entries the CQ holds at most.
@@ -1074,6 +1236,9 @@ impl CompletionQueue {
     /// `ibv_resize_cq`: room for `cqe` completions from now on; refused when more than that
     /// wait (they would be lost).
     pub fn resize(&self, cqe: usize) -> Result<(), VerbsError> {
+        if self.shared.remote.is_some() {
+            return Err(VerbsError::NotThroughService("ibv_resize_cq"));
+        }
         let cqe = cqe.max(1);
         let waiting = self.shared.queue.len();
         if waiting > cqe {
@@ -1291,6 +1456,15 @@ impl QueuePair {
 
     /// `ibv_modify_qp`.
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<(), VerbsError> {
+        if let Some(r) = &self.shared.remote {
+            r.modify(attr, mask).map_err(service_error)?;
+            if mask.contains(AttrMask::STATE) {
+                self.shared
+                    .state
+                    .store(state_code(attr.qp_state), Ordering::Release);
+            }
+            return Ok(());
+        }
         // On a device with several ports, the path leaves from the QP's port (PORT in the
         // same call, or port 1): its MAC and address are the source.
         let mut fixed;
@@ -1444,6 +1618,11 @@ impl QueuePair {
 
     /// `ibv_query_qp`.
     pub fn query(&self) -> Result<QpAttr, VerbsError> {
+        if let Some(r) = &self.shared.remote {
+            let a = r.query().map_err(service_error)?;
+            self.shared.state.store(state_code(a.qp_state), Ordering::Release);
+            return Ok(a);
+        }
         self.with_qp(|qp| qp.query())
     }
 
@@ -1461,6 +1640,9 @@ impl QueuePair {
     /// one refused stops the list and is reported with its index (libibverbs' `bad_wr`).
     pub fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), PostFailure> {
         let sh = &self.shared;
+        if let Some(r) = &sh.remote {
+            return r.post_send(wrs);
+        }
         // When nothing of this QP waits in its inbox and no thread holds the engine, post
         // straight into the QP: the QP checks everything this path does, and the WRs skip
         // their copies through the inbox and wait for no engine turn.
@@ -1505,6 +1687,9 @@ impl QueuePair {
     /// `ibv_post_recv` for a list of WRs.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
         let sh = &self.shared;
+        if let Some(r) = &sh.remote {
+            return r.post_recv(wrs);
+        }
         // As in `post_send`.
         let slot = self.ctx.dev.slot(sh.qpn);
         if sh.inbox.is_empty() {
@@ -1548,8 +1733,9 @@ impl QueuePair {
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
-        // The last handle destroys the QP (`ibv_destroy_qp`).
-        if Arc::strong_count(&self.shared) == 2 {
+        // The last handle destroys the QP (`ibv_destroy_qp`); a service's QP goes with
+        // the shared part, which holds it.
+        if Arc::strong_count(&self.shared) == 2 && self.shared.remote.is_none() {
             self.ctx.dev.destroy_qp(self.shared.qpn);
         }
     }

@@ -26,6 +26,8 @@ pub(crate) struct CqShared {
     pub(crate) overruns: AtomicUsize,
     /// Where its overrun is reported (`IBV_EVENT_CQ_ERR`).
     pub(crate) events: EventSink,
+    /// The service's CQ, on an attached context: completions come from its ring.
+    pub(crate) remote: Option<crate::service::RemoteCq>,
 }
 
 impl CqShared {
@@ -38,6 +40,7 @@ impl CqShared {
             channel,
             overruns: AtomicUsize::new(0),
             events: EventSink::default(),
+            remote: None,
         }
     }
 
@@ -155,6 +158,8 @@ pub(crate) struct QpShared {
     rung: AtomicBool,
     /// Where the QP's affiliated events go (see `EngineCore::settle`).
     pub(crate) events: EventSink,
+    /// The service's QP, on an attached context: posts go to its rings.
+    pub(crate) remote: Option<crate::service::RemoteQp>,
 }
 
 impl QpShared {
@@ -170,6 +175,7 @@ impl QpShared {
             has_srq: false,
             rung: AtomicBool::new(false),
             events: EventSink::default(),
+            remote: None,
         }
     }
 

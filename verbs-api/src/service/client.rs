@@ -215,6 +215,17 @@ impl Client {
     }
 }
 
+/// A device of a service, as a verbs [`Context`](crate::Context) attached to it holds it.
+#[derive(Clone, Debug)]
+pub struct RemoteDevice {
+    /// The connection.
+    pub client: Client,
+    /// Its number in the service's list.
+    pub device: u32,
+    /// Its facts when attached.
+    pub facts: DeviceFacts,
+}
+
 fn destroy(inner: &Inner, req: Request) {
     let _ = inner.call(&req, &[]);
 }
@@ -223,6 +234,14 @@ fn destroy(inner: &Inner, req: Request) {
 pub struct RemotePd {
     inner: Arc<Inner>,
     handle: Handle,
+}
+
+impl std::fmt::Debug for RemotePd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemotePd")
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Drop for RemotePd {
@@ -247,6 +266,21 @@ impl RemotePd {
         access: Access,
     ) -> Result<RemoteMr, ServiceError> {
         // SAFETY: the caller's promise, passed on.
+        unsafe { self.reg_mr_iova(addr, len, addr as u64, access) }
+    }
+
+    /// `ibv_reg_mr_iova2`: as [`reg_mr`](Self::reg_mr), addressed as `iova`.
+    ///
+    /// # Safety
+    /// As [`reg_mr`](Self::reg_mr).
+    pub unsafe fn reg_mr_iova(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<RemoteMr, ServiceError> {
+        // SAFETY: the caller's promise, passed on.
         let adopted = unsafe { shm::adopt(addr, len.max(1), c"ferroce-mr") }?;
         let offset = adopted
             .offset_of(addr as usize)
@@ -254,6 +288,7 @@ impl RemotePd {
         let req = Request::RegMr {
             pd: self.handle,
             addr: addr as u64,
+            iova,
             len: len as u64,
             offset: offset as u64,
             access: access.0,
@@ -265,7 +300,7 @@ impl RemotePd {
                 handle,
                 lkey,
                 rkey,
-                addr: addr as u64,
+                addr: iova,
                 len,
                 adopted: Some(adopted),
             }),
@@ -402,6 +437,14 @@ impl RemoteMr {
     }
 }
 
+impl std::fmt::Debug for RemoteMr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteMr")
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Drop for RemoteMr {
     fn drop(&mut self) {
         destroy(&self.inner, Request::DeregMr { mr: self.handle });
@@ -438,6 +481,27 @@ impl RemoteCq {
     }
 }
 
+impl RemoteCq {
+    /// Completions waiting in its ring.
+    pub fn len(&self) -> usize {
+        let ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        ring.len().unwrap_or(0) as usize
+    }
+
+    /// True when none waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl std::fmt::Debug for RemoteCq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteCq")
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Drop for RemoteCq {
     fn drop(&mut self) {
         destroy(&self.inner, Request::DestroyCq { cq: self.handle });
@@ -448,6 +512,14 @@ impl Drop for RemoteCq {
 pub struct RemoteAh {
     inner: Arc<Inner>,
     handle: Handle,
+}
+
+impl std::fmt::Debug for RemoteAh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteAh")
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Drop for RemoteAh {
@@ -597,6 +669,14 @@ fn push_all(ring: &mut Producer<W>, slots: &[Slot]) -> bool {
         return false;
     }
     ring.push_all(slots).unwrap_or(false)
+}
+
+impl std::fmt::Debug for RemoteQp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteQp")
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Drop for RemoteQp {

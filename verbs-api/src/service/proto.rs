@@ -57,8 +57,10 @@ pub enum Request {
     RegMr {
         /// The PD.
         pd: Handle,
-        /// The buffer's address in the program (the region's iova).
+        /// The buffer's address in the program.
         addr: u64,
+        /// How peers and gather lists address it (`addr` unless `ibv_reg_mr_iova`).
+        iova: u64,
         /// Bytes.
         len: u64,
         /// Where the buffer starts in the memfd.
@@ -211,6 +213,8 @@ pub struct PortFacts {
     pub up: bool,
     /// Active MTU (`IBV_MTU_*` code).
     pub mtu: u8,
+    /// The Ethernet MTU (IP and above).
+    pub eth_mtu: u32,
 }
 
 /// RC, UC or UD.

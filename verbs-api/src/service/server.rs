@@ -422,6 +422,7 @@ fn handle(
                             gid: ctx.query_gid_on(p, 0).ok()?.0,
                             up: a.state == PortState::Active,
                             mtu: a.active_mtu as u8,
+                            eth_mtu: ctx.eth_mtu() as u32,
                         })
                     })
                     .collect();
@@ -454,11 +455,12 @@ fn handle(
         }
         Request::RegMr {
             pd,
-            addr,
+            addr: _,
+            iova,
             len,
             offset,
             access,
-        } => reg_mr(s, pd, addr, len, offset, access, fds.pop()),
+        } => reg_mr(s, pd, iova, len, offset, access, fds.pop()),
         Request::DeregMr { mr } => match s.mrs.remove(&mr) {
             Some(_) => Response::Ok,
             None => no_such("MR", mr),
@@ -563,7 +565,7 @@ fn handle(
 fn reg_mr(
     s: &mut Session,
     pd: Handle,
-    addr: u64,
+    iova: u64,
     len: u64,
     offset: u64,
     access: u32,
@@ -593,7 +595,7 @@ fn reg_mr(
         Ok(r) => Arc::new(r),
         Err(e) => return refuse(libc::EINVAL, e.to_string()),
     };
-    match pdo.reg_shared(region, offset, len, addr, Access(access)) {
+    match pdo.reg_shared(region, offset, len, iova, Access(access)) {
         Err(e) => refuse(libc::EINVAL, e.to_string()),
         Ok(mr) => {
             let (lkey, rkey) = (mr.lkey(), mr.rkey());
