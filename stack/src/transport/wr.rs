@@ -187,7 +187,12 @@ impl OwnedSendWr {
         }
     }
 
-    /// Sets the UD destination (a service resolves the address handle a program named).
+    /// The UD destination.
+    pub fn ud(&self) -> Option<UdDest> {
+        self.ud
+    }
+
+    /// Sets the UD destination (a service sets the source to its port's).
     pub fn set_ud(&mut self, ud: UdDest) {
         self.ud = Some(ud);
     }

@@ -10,14 +10,14 @@ use std::sync::{Arc, Mutex};
 
 use ferroce_drivers::shm::{self, Consumer, Producer, Region, RingLayout};
 use ferroce_stack::transport::{
-    Access, AddressVector, AttrMask, PostError, QpAttr, QpCaps, QpType, RecvWr, SendWr,
+    Access, AttrMask, PostError, QpAttr, QpCaps, QpType, RecvWr, SendWr,
     WorkCompletion,
 };
 use ferroce_stack::wire::Qpn;
 
 use super::proto::{self, DeviceFacts, Handle, Request, Response, WireQpAttr, MAX_MESSAGE};
 use super::server::{PAGE, SLEEPING};
-use super::slots::{self, RingUd, Slot, W};
+use super::slots::{self, Slot, W};
 use super::socket::{Channel, Doorbell};
 use crate::verbs::PostFailure;
 
@@ -371,27 +371,6 @@ impl RemotePd {
             rq: Mutex::new((rq, Vec::new())),
         })
     }
-
-    /// `ibv_create_ah`: a UD destination.
-    pub fn create_ah(&self, av: AddressVector) -> Result<RemoteAh, ServiceError> {
-        match self
-            .inner
-            .call(
-                &Request::CreateAh {
-                    pd: self.handle,
-                    av: av.into(),
-                },
-                &[],
-            )?
-            .0
-        {
-            Response::Created { handle } => Ok(RemoteAh {
-                inner: self.inner.clone(),
-                handle,
-            }),
-            _ => Err(ServiceError::Protocol("CreateAh")),
-        }
-    }
 }
 
 /// A registered memory region; dropping it deregisters and gives the pages back to private
@@ -508,26 +487,6 @@ impl Drop for RemoteCq {
     }
 }
 
-/// A UD address handle.
-pub struct RemoteAh {
-    inner: Arc<Inner>,
-    handle: Handle,
-}
-
-impl std::fmt::Debug for RemoteAh {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RemoteAh")
-            .field("handle", &self.handle)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Drop for RemoteAh {
-    fn drop(&mut self) {
-        destroy(&self.inner, Request::DestroyAh { ah: self.handle });
-    }
-}
-
 type RingAndScratch = (Producer<W>, Vec<Slot>);
 
 /// A queue pair: posting writes its rings.
@@ -583,36 +542,20 @@ impl RemoteQp {
     /// list. A WR the QP refuses later (its state, a bad opcode for its type) completes
     /// with an error instead of failing here.
     pub fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), PostFailure> {
-        self.post_sends(wrs.iter().map(|w| (w, None)))
-    }
-
-    /// `ibv_post_send` of UD requests to `ah`.
-    pub fn post_send_to(
-        &self,
-        wr: &SendWr<'_>,
-        ah: &RemoteAh,
-        remote_qpn: Qpn,
-        remote_qkey: u32,
-    ) -> Result<(), PostFailure> {
-        let ud = RingUd {
-            ah: ah.handle,
-            remote_qpn: remote_qpn.value(),
-            remote_qkey,
-        };
-        self.post_sends(std::iter::once((wr, Some(ud))))
+        self.post_sends(wrs.iter())
     }
 
     fn post_sends<'a, 'b: 'a>(
         &self,
-        wrs: impl Iterator<Item = (&'a SendWr<'b>, Option<RingUd>)>,
+        wrs: impl Iterator<Item = &'a SendWr<'b>>,
     ) -> Result<(), PostFailure> {
         let mut guard = self.sq.lock().unwrap_or_else(|e| e.into_inner());
         let (ring, scratch) = &mut *guard;
         let mut result = Ok(());
-        for (index, (wr, ud)) in wrs.enumerate() {
+        for (index, wr) in wrs.enumerate() {
             let fail = |error| PostFailure { index, error };
             scratch.clear();
-            if let Err(e) = slots::encode_send(wr, ud, scratch) {
+            if let Err(e) = slots::encode_send(wr, scratch) {
                 result = Err(fail(match e {
                     slots::SlotError::Contents(n) => PostError::TooManySges {
                         got: n,

@@ -117,18 +117,6 @@ pub enum Request {
         /// The QP.
         qp: Handle,
     },
-    /// `ibv_create_ah`: a path for UD sends, named in send WRs by its handle.
-    CreateAh {
-        /// The PD.
-        pd: Handle,
-        /// The path.
-        av: WireAv,
-    },
-    /// `ibv_destroy_ah`.
-    DestroyAh {
-        /// The AH.
-        ah: Handle,
-    },
 }
 
 /// What the service answers, one per request, in order.

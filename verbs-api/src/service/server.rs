@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use ferroce_drivers::shm::{Consumer, Producer, Region, RingLayout};
 use ferroce_stack::transport::{
-    Access, AddressVector, OwnedSendWr, QpAttr, QpCaps, Sge, UdDest, WcStatus, WorkCompletion,
+    Access, OwnedSendWr, QpAttr, QpCaps, Sge, WcStatus, WorkCompletion,
 };
 use ferroce_stack::wire::Qpn;
 use smallvec::SmallVec;
@@ -85,6 +85,8 @@ struct ServedQp {
     recvs: VecDeque<(u64, SmallVec<[Sge; 2]>)>,
     send_cq: Handle,
     recv_cq: Handle,
+    /// The MAC and address its packets leave from (port 1's until a modify names another).
+    port: (ferroce_stack::wire::MacAddr, std::net::IpAddr),
 }
 
 struct ServedMr {
@@ -101,7 +103,6 @@ struct Session {
     mrs: HashMap<Handle, ServedMr>,
     cqs: HashMap<Handle, ServedCq>,
     qps: HashMap<Handle, ServedQp>,
-    ahs: HashMap<Handle, (Handle, AddressVector)>,
     next: Handle,
     /// The program broke its rings: the forwarder skips it until the control thread drops
     /// it.
@@ -117,7 +118,6 @@ impl Session {
     /// Everything, in the order that keeps the engine from reaching freed memory.
     fn clear(&mut self) {
         self.qps.clear();
-        self.ahs.clear();
         self.cqs.clear();
         self.mrs.clear();
         self.pds.clear();
@@ -327,7 +327,6 @@ fn serve_program(shared: &Arc<Shared>, chan: Channel) {
         mrs: HashMap::new(),
         cqs: HashMap::new(),
         qps: HashMap::new(),
-        ahs: HashMap::new(),
         next: 0,
         broken: false,
     }));
@@ -398,7 +397,7 @@ fn no_such(what: &str, h: Handle) -> Response {
 }
 
 fn full(s: &Session) -> bool {
-    s.pds.len() + s.mrs.len() + s.cqs.len() + s.qps.len() + s.ahs.len() >= MAX_OBJECTS
+    s.pds.len() + s.mrs.len() + s.cqs.len() + s.qps.len() >= MAX_OBJECTS
 }
 
 /// Carries out one request of a program.
@@ -444,7 +443,6 @@ fn handle(
         Request::DeallocPd { pd } => {
             if s.mrs.values().any(|m| m.pd == pd)
                 || s.qps.values().any(|q| q.pd == pd)
-                || s.ahs.values().any(|a| a.0 == pd)
             {
                 refuse(libc::EBUSY, "the PD still has objects")
             } else if s.pds.remove(&pd).is_some() {
@@ -514,14 +512,25 @@ fn handle(
             qp_type,
             caps,
         } => return create_qp(shared, s, pd, send_cq, recv_cq, qp_type, caps),
-        Request::ModifyQp { qp, attr, mask } => match s.qps.get(&qp) {
+        Request::ModifyQp { qp, attr, mask } => match s.qps.get_mut(&qp) {
             None => no_such("QP", qp),
             Some(q) => match QpAttr::try_from(attr) {
                 Err(e) => refuse(libc::EINVAL, e.to_string()),
-                Ok(a) => match q.real.modify(&a, proto::mask(mask)) {
-                    Ok(()) => Response::Ok,
-                    Err(e) => refuse(libc::EINVAL, e.to_string()),
-                },
+                Ok(mut a) => {
+                    let mask = proto::mask(mask);
+                    let dev = s.pds.get(&q.pd).map_or(0, |p| p.0);
+                    if mask.contains(ferroce_stack::transport::AttrMask::PORT) {
+                        q.port = ctx_port(&shared.devices[dev], a.port_num);
+                    }
+                    // A program's packets leave from its QP's port: the source in a path
+                    // is the port's, whatever the program wrote.
+                    a.ah_attr.smac = q.port.0;
+                    a.ah_attr.src = q.port.1;
+                    match q.real.modify(&a, mask) {
+                        Ok(()) => Response::Ok,
+                        Err(e) => refuse(libc::EINVAL, e.to_string()),
+                    }
+                }
             },
         },
         Request::QueryQp { qp } => match s.qps.get(&qp) {
@@ -541,21 +550,6 @@ fn handle(
                 }
                 Response::Ok
             }
-        },
-        Request::CreateAh { pd, av } => {
-            if !s.pds.contains_key(&pd) {
-                no_such("PD", pd)
-            } else if full(s) {
-                refuse(libc::ENOMEM, "too many objects")
-            } else {
-                let h = s.handle();
-                s.ahs.insert(h, (pd, av.into()));
-                Response::Created { handle: h }
-            }
-        }
-        Request::DestroyAh { ah } => match s.ahs.remove(&ah) {
-            Some(_) => Response::Ok,
-            None => no_such("AH", ah),
         },
     };
     drop(fds);
@@ -610,6 +604,15 @@ fn reg_mr(
     }
 }
 
+/// Port `port`'s MAC and address (port 1's for a port the device does not have).
+fn ctx_port(ctx: &Context, port: u8) -> (ferroce_stack::wire::MacAddr, std::net::IpAddr) {
+    let p = if ctx.port_mac(port).is_ok() { port } else { 1 };
+    (
+        ctx.port_mac(p).unwrap_or(ctx.mac()),
+        ctx.query_gid_on(p, 0).map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |g| g.ip()),
+    )
+}
+
 /// A region holding rings of `slots` entries each, one after another.
 fn ring_region(slots: &[u32]) -> Result<(Arc<Region>, Vec<RingLayout>), String> {
     let mut layouts = Vec::new();
@@ -632,9 +635,10 @@ fn create_qp(
     qp_type: proto::WireQpType,
     caps: WireCaps,
 ) -> (Response, Vec<OwnedFd>) {
-    let Some((dev, pdo)) = s.pds.get(&pd) else {
+    let Some(&(dev, ref pdo)) = s.pds.get(&pd) else {
         return (no_such("PD", pd), Vec::new());
     };
+    let dev = &dev;
     let (Some(scq), Some(rcq)) = (s.cqs.get(&send_cq), s.cqs.get(&recv_cq)) else {
         return (refuse(libc::EINVAL, "no such CQ"), Vec::new());
     };
@@ -698,6 +702,7 @@ fn create_qp(
             recvs: VecDeque::new(),
             send_cq,
             recv_cq,
+            port: (ctx_port(&shared.devices[*dev], 1)),
         },
     );
     for c in [send_cq, recv_cq] {
@@ -800,7 +805,7 @@ fn turn(
     wcs: &mut Vec<WorkCompletion>,
 ) -> Result<usize, &'static str> {
     let mut moved = 0;
-    let Session { qps, cqs, ahs, .. } = s;
+    let Session { qps, cqs, .. } = s;
     for q in qps.values_mut() {
         // Take what the program posted.
         while q.sends.len() < BURST {
@@ -809,19 +814,13 @@ fn turn(
             };
             let extra = take_extra(&mut q.sq, &h)?;
             match slots::decode_send(&h, &extra) {
-                Ok((mut wr, ud)) => {
-                    if let Some(u) = ud {
-                        match ahs.get(&u.ah).filter(|a| a.0 == q.pd) {
-                            Some((_, av)) => wr.set_ud(UdDest {
-                                av: *av,
-                                remote_qpn: Qpn::new(u.remote_qpn),
-                                remote_qkey: u.remote_qkey,
-                            }),
-                            None => {
-                                fail_send(cqs, q.send_cq, h[1], q.real.qpn(), WcStatus::LocQpOpErr);
-                                continue;
-                            }
-                        }
+                Ok(mut wr) => {
+                    // A datagram leaves from the QP's port: its source is the port's,
+                    // whatever the program wrote.
+                    if let Some(mut ud) = wr.ud() {
+                        ud.av.smac = q.port.0;
+                        ud.av.src = q.port.1;
+                        wr.set_ud(ud);
                     }
                     q.sends.push_back(wr);
                 }

@@ -10,7 +10,8 @@ use ferroce_stack::transport::{
     OwnedSendWr, Payload, SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion,
     WrOpcode,
 };
-use ferroce_stack::wire::{MacAddr, Qpn};
+use ferroce_stack::transport::{AddressVector, UdDest};
+use ferroce_stack::wire::{MacAddr, Qpn, VlanTag};
 
 /// Words per slot.
 pub const W: usize = 8;
@@ -21,14 +22,18 @@ pub type Slot = [u64; W];
 /// Gather elements per slot.
 pub const SGES_PER_SLOT: usize = W / 2;
 
-/// Slots after the header a request may take: 16 gather elements, or 256 inline bytes.
-pub const MAX_EXTRA: usize = 4;
+/// Slots of payload (gather list or inline bytes) a request may take: 16 gather elements,
+/// or 256 inline bytes.
+const PAYLOAD_SLOTS: usize = 4;
+
+/// Slots after the header a request may take: a UD destination's, then the payload's.
+pub const MAX_EXTRA: usize = 1 + PAYLOAD_SLOTS;
 
 /// Most gather elements per request through a service.
-pub const MAX_SGE: usize = MAX_EXTRA * SGES_PER_SLOT;
+pub const MAX_SGE: usize = PAYLOAD_SLOTS * SGES_PER_SLOT;
 
 /// Most inline bytes per request through a service.
-pub const MAX_INLINE: usize = MAX_EXTRA * W * 8;
+pub const MAX_INLINE: usize = PAYLOAD_SLOTS * W * 8;
 
 /// Why slots do not make a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -68,24 +73,74 @@ fn opcode(code: u32) -> Result<WrOpcode, SlotError> {
 /// Header flag: the payload is inline bytes (length in word 7's high half).
 const HDR_INLINE: u64 = 1 << 24;
 
-/// A UD destination as the ring carries it: the AH's handle, the QPN and the Q_Key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RingUd {
-    /// The address handle (the program's handle for it).
-    pub ah: u32,
-    /// Destination QP.
-    pub remote_qpn: u32,
-    /// Q_Key.
-    pub remote_qkey: u32,
+/// Header bit: a UD destination follows in the first extra slot.
+const HDR_UD: u64 = 1 << 63;
+
+fn mac_word(m: &MacAddr) -> u64 {
+    let mut b = [0u8; 8];
+    b[..6].copy_from_slice(&m.0);
+    u64::from_le_bytes(b)
 }
 
-/// Appends the slots of send request `wr` (its UD destination, if any, as `ud`) to `out`.
+fn word_mac(w: u64) -> MacAddr {
+    let b = w.to_le_bytes();
+    MacAddr([b[0], b[1], b[2], b[3], b[4], b[5]])
+}
+
+fn gid_words(ip: core::net::IpAddr) -> [u64; 2] {
+    let g = crate::verbs::Gid::from_ip(ip).0;
+    [
+        u64::from_le_bytes(g[..8].try_into().expect("8 bytes")),
+        u64::from_le_bytes(g[8..].try_into().expect("8 bytes")),
+    ]
+}
+
+fn words_gid(a: u64, b: u64) -> core::net::IpAddr {
+    let mut g = [0u8; 16];
+    g[..8].copy_from_slice(&a.to_le_bytes());
+    g[8..].copy_from_slice(&b.to_le_bytes());
+    crate::verbs::Gid(g).ip()
+}
+
+/// A UD destination's address vector as one slot.
+fn encode_av(av: &AddressVector) -> Slot {
+    let mut s = [0u64; W];
+    s[0] = mac_word(&av.smac);
+    s[1] = mac_word(&av.dmac);
+    [s[2], s[3]] = gid_words(av.src);
+    [s[4], s[5]] = gid_words(av.dst);
+    if let Some(v) = av.vlan {
+        s[6] = 1 | u64::from(v.pcp & 7) << 1 | u64::from(v.dei) << 4 | u64::from(v.vid & 0xfff) << 8;
+    }
+    s[6] |= u64::from(av.traffic_class) << 24 | u64::from(av.hop_limit) << 32;
+    if let Some(p) = av.udp_src_port {
+        s[6] |= 1 << 40 | u64::from(p) << 48;
+    }
+    s[7] = u64::from(av.flow_label & 0xf_ffff);
+    s
+}
+
+fn decode_av(s: &Slot) -> AddressVector {
+    AddressVector {
+        smac: word_mac(s[0]),
+        dmac: word_mac(s[1]),
+        vlan: (s[6] & 1 == 1).then(|| VlanTag {
+            pcp: ((s[6] >> 1) & 7) as u8,
+            dei: (s[6] >> 4) & 1 == 1,
+            vid: ((s[6] >> 8) & 0xfff) as u16,
+        }),
+        src: words_gid(s[2], s[3]),
+        dst: words_gid(s[4], s[5]),
+        traffic_class: (s[6] >> 24) as u8,
+        hop_limit: (s[6] >> 32) as u8,
+        flow_label: (s[7] & 0xf_ffff) as u32,
+        udp_src_port: ((s[6] >> 40) & 1 == 1).then_some((s[6] >> 48) as u16),
+    }
+}
+
+/// Appends the slots of send request `wr` (and its UD destination, if any) to `out`.
 /// `Err` for a request the ring cannot carry.
-pub fn encode_send(
-    wr: &SendWr<'_>,
-    ud: Option<RingUd>,
-    out: &mut Vec<Slot>,
-) -> Result<(), SlotError> {
+pub fn encode_send(wr: &SendWr<'_>, out: &mut Vec<Slot>) -> Result<(), SlotError> {
     let start = out.len();
     let mut h = [0u64; W];
     let (extra, inline_len) = match wr.payload {
@@ -109,6 +164,7 @@ pub fn encode_send(
         Payload::Sges(s) => s.len() as u64,
         Payload::Inline(_) => 0,
     };
+    let extra = extra + usize::from(wr.ud.is_some());
     h[0] = wr.opcode as u64
         | (extra as u64) << 8
         | n_sge << 16
@@ -123,12 +179,15 @@ pub fn encode_send(
     h[3] = u64::from(wr.rkey) | u64::from(wr.imm_data) << 32;
     h[4] = wr.compare_add;
     h[5] = wr.swap;
-    if let Some(u) = ud {
-        h[6] = u64::from(u.ah) | u64::from(u.remote_qpn) << 32 | 1 << 63;
+    if let Some(u) = &wr.ud {
+        h[6] = u64::from(u.remote_qpn.value()) | HDR_UD;
         h[7] = u64::from(u.remote_qkey);
     }
     h[7] |= (inline_len as u64) << 32;
     out.push(h);
+    if let Some(u) = &wr.ud {
+        out.push(encode_av(&u.av));
+    }
     match wr.payload {
         Payload::Sges(s) => push_sges(s, out),
         Payload::Inline(b) => {
@@ -179,20 +238,30 @@ pub fn extra_slots(h: &Slot) -> Result<usize, SlotError> {
     Ok(extra)
 }
 
-/// A send request decoded from its header and extra slots, with its UD destination.
-pub fn decode_send(h: &Slot, extra: &[Slot]) -> Result<(OwnedSendWr, Option<RingUd>), SlotError> {
+/// A send request decoded from its header and extra slots (its UD destination included).
+pub fn decode_send(h: &Slot, extra: &[Slot]) -> Result<OwnedSendWr, SlotError> {
     let op = opcode((h[0] & 0xff) as u32)?;
-    let n_extra = extra_slots(h)?;
-    if n_extra != extra.len() {
+    if extra_slots(h)? != extra.len() {
         return Err(SlotError::Extra(extra.len()));
+    }
+    let (ud, extra) = match (h[6] & HDR_UD != 0, extra) {
+        (true, [av, rest @ ..]) => (
+            Some(UdDest {
+                av: decode_av(av),
+                remote_qpn: Qpn::new((h[6] as u32) & 0x00ff_ffff),
+                remote_qkey: h[7] as u32,
+            }),
+            rest,
+        ),
+        (true, []) => return Err(SlotError::Extra(0)),
+        (false, rest) => (None, rest),
+    };
+    let n_extra = extra.len();
+    if n_extra > PAYLOAD_SLOTS {
+        return Err(SlotError::Extra(n_extra));
     }
     // Flags a program may set: the transport's internal bits are the QP's own.
     let flags = SendFlags((h[0] >> 32) as u32 & 0xff);
-    let ud = (h[6] >> 63 == 1).then(|| RingUd {
-        ah: h[6] as u32,
-        remote_qpn: ((h[6] >> 32) as u32) & 0x00ff_ffff,
-        remote_qkey: h[7] as u32,
-    });
     let mut wr = SendWr::new(h[1], op, Payload::Sges(&[]));
     wr.flags = flags;
     wr.remote_addr = h[2];
@@ -200,6 +269,7 @@ pub fn decode_send(h: &Slot, extra: &[Slot]) -> Result<(OwnedSendWr, Option<Ring
     wr.imm_data = (h[3] >> 32) as u32;
     wr.compare_add = h[4];
     wr.swap = h[5];
+    wr.ud = ud;
     if h[0] & HDR_INLINE != 0 {
         let len = (h[7] >> 32) as usize;
         if len > n_extra * W * 8 || len.div_ceil(W * 8) != n_extra {
@@ -213,7 +283,7 @@ pub fn decode_send(h: &Slot, extra: &[Slot]) -> Result<(OwnedSendWr, Option<Ring
         }
         bytes.truncate(len);
         wr.payload = Payload::Inline(&bytes);
-        return Ok((OwnedSendWr::from_wr(&wr), ud));
+        return Ok(OwnedSendWr::from_wr(&wr));
     }
     let n = ((h[0] >> 16) & 0xff) as usize;
     if n > n_extra * SGES_PER_SLOT || n.div_ceil(SGES_PER_SLOT) != n_extra {
@@ -222,7 +292,7 @@ pub fn decode_send(h: &Slot, extra: &[Slot]) -> Result<(OwnedSendWr, Option<Ring
     let mut sges = smallvec::SmallVec::new();
     read_sges(n, extra, &mut sges);
     wr.payload = Payload::Sges(&sges);
-    Ok((OwnedSendWr::from_wr(&wr), ud))
+    Ok(OwnedSendWr::from_wr(&wr))
 }
 
 /// Appends the slots of a receive request.
