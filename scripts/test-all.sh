@@ -149,6 +149,9 @@ scripts/scheme-veth.sh
 step "rdma-core's own test suite (python3-pyverbs, rdma-core 44) on the drop-in, veth in a namespace"
 /usr/bin/python3 scripts/rdma-core-tests.py --json target/rdma-core-tests.json
 
+step "ferroce serve: unmodified pingpongs and perftest through a service (AF_PACKET, DPDK net_af_packet with the mlx5 PMD loaded, DPDK memif), the drop-in as a thin client"
+scripts/service-test.sh
+
 step "wire cross-check with tshark and scapy"
 SCAPY_PYTHON="$venv/bin/python" FERROCE_BIN=$bin scripts/check-vectors.sh
 

@@ -25,8 +25,11 @@ pub(crate) trait EventQueue: Send + Sync {
 #[repr(C)]
 pub struct Device {
     pub(crate) ibv: ffi::ibv_device,
-    /// The ferroce specification, e.g. `afpacket:veth0`.
+    /// The ferroce specification, e.g. `afpacket:veth0` (of a service's device: the
+    /// service's specification, whose interface is the program's too).
     pub spec: String,
+    /// A device of the service (`FERROCE_SERVICE`): its number there.
+    pub service: Option<u32>,
     /// Node GUID, network order: EUI-64 from the interface's MAC when it can be read.
     pub guid: u64,
     /// A DPDK device's ferroce device, opened once for the process: EAL and the PMD take a
@@ -73,7 +76,7 @@ fn iface_mac(iface: &str) -> Option<[u8; 6]> {
 }
 
 impl Device {
-    fn new(index: usize, spec: &str) -> Self {
+    fn new(index: usize, spec: &str, service: Option<u32>) -> Self {
         let guid = crate::neigh::interface(spec)
             .and_then(iface_mac)
             .map_or(0x0200_00ff_fe00_0000 | index as u64, guid_of_mac);
@@ -95,6 +98,7 @@ impl Device {
         Self {
             ibv,
             spec: spec.to_owned(),
+            service,
             guid,
             shared: Mutex::new(None),
             subscribers: Arc::new(Mutex::new(Vec::new())),
@@ -105,13 +109,13 @@ impl Device {
 impl Device {
     /// True for a device every context shares (a DPDK port; see `shared`).
     pub(crate) fn is_shared(&self) -> bool {
-        self.spec.starts_with("dpdk:")
+        self.service.is_none() && self.spec.starts_with("dpdk:")
     }
 
     /// The ferroce device for a new context: opened now, or (a shared device) the one the
     /// process opened first.
     pub(crate) fn open(&self) -> Result<VerbsContext, ferroce_verbs::VerbsError> {
-        if let Some(i) = self.spec.strip_prefix(crate::service::SPEC_PREFIX) {
+        if let Some(i) = self.service {
             return crate::service::open(i);
         }
         if !self.is_shared() {
@@ -182,7 +186,7 @@ pub fn devices() -> &'static [Device] {
             return names
                 .iter()
                 .enumerate()
-                .map(|(i, s)| Device::new(i, s))
+                .map(|(i, s)| Device::new(i, s, Some(i as u32)))
                 .collect();
         }
         std::env::var(DEVICES_ENV)
@@ -191,7 +195,7 @@ pub fn devices() -> &'static [Device] {
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .enumerate()
-            .map(|(i, s)| Device::new(i, s))
+            .map(|(i, s)| Device::new(i, s, None))
             .collect()
     })
 }

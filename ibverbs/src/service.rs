@@ -12,9 +12,6 @@ use ferroce_verbs::{Context, VerbsError};
 /// Names the service's socket.
 pub const SERVICE_ENV: &str = "FERROCE_SERVICE";
 
-/// How a device of the service is named in the device list (`service:0`, ...).
-pub(crate) const SPEC_PREFIX: &str = "service:";
-
 fn client() -> Option<&'static Client> {
     static CLIENT: OnceLock<Option<Client>> = OnceLock::new();
     CLIENT
@@ -36,24 +33,17 @@ fn client() -> Option<&'static Client> {
         .as_ref()
 }
 
-/// With `FERROCE_SERVICE` set: the device list's specifications, one per device the
-/// service serves (empty when it cannot be reached). `None` without it.
+/// With `FERROCE_SERVICE` set: the specifications of the devices the service serves, in
+/// its order (empty when it cannot be reached). `None` without it.
 pub(crate) fn device_specs() -> Option<Vec<String>> {
     std::env::var(SERVICE_ENV).ok().filter(|v| !v.is_empty())?;
-    Some(client().map_or_else(Vec::new, |c| {
-        (0..c.devices().len())
-            .map(|i| format!("{SPEC_PREFIX}{i}"))
-            .collect()
-    }))
+    Some(client().map_or_else(Vec::new, |c| c.devices().to_vec()))
 }
 
 /// A context attached to device `index` of the service.
-pub(crate) fn open(index: &str) -> Result<Context, VerbsError> {
+pub(crate) fn open(index: u32) -> Result<Context, VerbsError> {
     let c = client().ok_or_else(|| VerbsError::Open(format!("{SERVICE_ENV}: no service")))?;
-    let i = index
-        .parse()
-        .map_err(|_| VerbsError::Open(format!("no service device '{index}'")))?;
-    Context::attach(c, i)
+    Context::attach(c, index)
 }
 
 /// The errno a verb returns for `e`.
