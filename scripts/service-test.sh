@@ -99,6 +99,7 @@ pair() {
 }
 suite() { # SERVER_SOCK CLIENT_SOCK ADDR
   pair rc "$@" ibv_rc_pingpong -g 0 -n 500
+  pair rc-events "$@" ibv_rc_pingpong -e -g 0 -n 500
   pair uc "$@" ibv_uc_pingpong -g 0 -n 500
   pair ud "$@" ibv_ud_pingpong -g 0 -n 200
   pair write "$@" ib_write_bw -x 0 -n 2000
@@ -108,6 +109,7 @@ suite() { # SERVER_SOCK CLIENT_SOCK ADDR
   pair write4 "$@" ib_write_bw -x 0 -q 4 -n 2000
   pair writelat "$@" ib_write_lat -x 0 -n 2000
   pair sendlat "$@" ib_send_lat -x 0 -n 2000
+  pair sendlat-events "$@" ib_send_lat -e -x 0 -n 2000
   pair readlat "$@" ib_read_lat -x 0 -n 2000
   pair atomiclat "$@" ib_atomic_lat -x 0 -n 2000
 }

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,12 +42,24 @@ pub unsafe extern "C" fn ferroce_ibv_create_comp_channel(
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     };
-    // SAFETY: plain system call.
-    let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+    let ch = match c.verbs.try_create_comp_channel() {
+        Ok(ch) => ch,
+        Err(e) => {
+            set_errno(crate::service::errno(&e));
+            return std::ptr::null_mut();
+        }
+    };
+    // Through a service, the channel's fd is the one the service writes (a second handle
+    // on it, which this library closes).
+    let raw = match ch.remote_fd() {
+        // SAFETY: plain system call on a live descriptor.
+        Some(fd) => unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) },
+        // SAFETY: plain system call.
+        None => unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) },
+    };
     if raw < 0 {
         return std::ptr::null_mut();
     }
-    let ch = c.verbs.create_comp_channel();
     let fd = Arc::new(AtomicI32::new(raw));
     let notify_fd = fd.clone();
     ch.set_notify(Box::new(move || {
@@ -381,8 +394,13 @@ pub unsafe extern "C" fn ferroce_ibv_get_cq_event(
         if n != 8 {
             return -1;
         }
-        // The notifier queues the event before it writes the fd.
-        let Some(id) = ch.ch.get_event(Duration::from_secs(1)) else {
+        // The notifier queues the event before it writes the fd (the service counts it
+        // before it does).
+        let id = match ch.ch.remote_fd() {
+            Some(_) => ch.ch.take_remote_event(),
+            None => ch.ch.get_event(Duration::from_secs(1)),
+        };
+        let Some(id) = id else {
             set_errno(libc::EIO);
             return -1;
         };

@@ -180,10 +180,10 @@ impl Device {
             .iter()
             .map(|p| (MacAddr(p.mac), crate::verbs::Gid(p.gid).ip()))
             .collect();
-        let (mac, ip) = ports.first().copied().unwrap_or((
-            MacAddr([0; 6]),
-            IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-        ));
+        let (mac, ip) = ports
+            .first()
+            .copied()
+            .unwrap_or((MacAddr([0; 6]), IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)));
         let mut dev = Self::new(facts.name.clone(), port, ip, 1, None);
         let d = Arc::get_mut(&mut dev).expect("a new device has no other owner");
         d.mac = mac;

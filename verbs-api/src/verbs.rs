@@ -192,7 +192,9 @@ impl Context {
             Some(r) => r
                 .client
                 .query_device(r.device)
-                .map_or(r.facts.ports[i].up, |f| f.ports.get(i).is_some_and(|p| p.up)),
+                .map_or(r.facts.ports[i].up, |f| {
+                    f.ports.get(i).is_some_and(|p| p.up)
+                }),
             None => self.dev.engine().port_at(i).link_state() == LinkState::Up,
         };
         let mtu = Mtu::for_ethernet_mtu(self.dev.eth_mtu);
@@ -289,11 +291,30 @@ impl Context {
     }
 
     /// `ibv_create_comp_channel`.
+    ///
+    /// # Panics
+    /// On an attached context that cannot make an eventfd: use
+    /// [`try_create_comp_channel`](Self::try_create_comp_channel).
     pub fn create_comp_channel(&self) -> CompletionChannel {
-        CompletionChannel {
-            ctx: self.clone(),
-            shared: Arc::new(ChannelShared::default()),
+        self.try_create_comp_channel()
+            .expect("cannot make a completion channel")
+    }
+
+    /// `ibv_create_comp_channel`, which fails only on an attached context without a
+    /// descriptor to spare.
+    pub fn try_create_comp_channel(&self) -> Result<CompletionChannel, VerbsError> {
+        let shared = ChannelShared::default();
+        if self.is_attached() {
+            let ch = crate::service::RemoteChannel::new().map_err(|e| VerbsError::Service {
+                errno: e.raw_os_error().unwrap_or(libc::EMFILE),
+                message: e.to_string(),
+            })?;
+            let _ = shared.remote.set(ch);
         }
+        Ok(CompletionChannel {
+            ctx: self.clone(),
+            shared: Arc::new(shared),
+        })
     }
 
     /// `ibv_create_cq` with room for `cqe` completions.
@@ -319,7 +340,12 @@ impl Context {
         .with_events(self.dev.events.clone());
         if let Some(r) = self.remote() {
             let cqe = u32::try_from(cqe.max(1)).unwrap_or(u32::MAX);
-            shared.remote = Some(r.client.create_cq(r.device, cqe).map_err(service_error)?);
+            let ch = channel.and_then(|c| c.shared.remote.get().map(|r| (r, shared.id)));
+            shared.remote = Some(
+                r.client
+                    .create_cq(r.device, cqe, ch)
+                    .map_err(service_error)?,
+            );
         }
         Ok(CompletionQueue {
             ctx: self.clone(),
@@ -1150,7 +1176,22 @@ impl CompletionChannel {
     /// returns that CQ's id. Needs an engine thread (or another thread calling progress).
     pub fn get_event(&self, timeout: Duration) -> Option<u32> {
         let _ = &self.ctx;
+        if let Some(r) = self.shared.remote.get() {
+            return r.wait_event(timeout);
+        }
         self.shared.wait(timeout)
+    }
+
+    /// On an attached context: the descriptor the service makes readable once per event
+    /// (the drop-in hands it to the program as the channel's fd).
+    pub fn remote_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.shared.remote.get().map(|r| r.fd())
+    }
+
+    /// On an attached context: the CQ of an event whose count the caller read from
+    /// [`remote_fd`](Self::remote_fd).
+    pub fn take_remote_event(&self) -> Option<u32> {
+        self.shared.remote.get().and_then(|r| r.take_event())
     }
 
     /// Calls `f` after every event the channel receives, on the thread that completed the
@@ -1251,6 +1292,10 @@ impl CompletionQueue {
     /// `ibv_req_notify_cq`: the next completion (or the next solicited one) posts an event
     /// on the CQ's channel.
     pub fn req_notify(&self, solicited_only: bool) {
+        if let Some(r) = &self.shared.remote {
+            r.req_notify(solicited_only);
+            return;
+        }
         self.shared
             .armed
             .store(if solicited_only { 2 } else { 1 }, Ordering::Release);
@@ -1620,7 +1665,9 @@ impl QueuePair {
     pub fn query(&self) -> Result<QpAttr, VerbsError> {
         if let Some(r) = &self.shared.remote {
             let a = r.query().map_err(service_error)?;
-            self.shared.state.store(state_code(a.qp_state), Ordering::Release);
+            self.shared
+                .state
+                .store(state_code(a.qp_state), Ordering::Release);
             return Ok(a);
         }
         self.with_qp(|qp| qp.query())

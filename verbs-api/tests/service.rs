@@ -72,7 +72,7 @@ impl Program {
         let client = Client::connect(svc.socket()).expect("attach");
         assert_eq!(client.devices(), ["loop"]);
         let pd = client.alloc_pd(0).unwrap();
-        let cq = client.create_cq(0, 256).unwrap();
+        let cq = client.create_cq(0, 256, None).unwrap();
         let mut buf = Buf::new(LEN);
         // SAFETY: `buf` outlives the registration (field order drops `mr` first... and the
         // test keeps both in one struct), and no other thread touches it while it moves.
@@ -322,4 +322,82 @@ fn a_service_that_stops_fails_the_programs_verbs_and_never_hangs() {
     svc.stop();
     assert!(client.alloc_pd(0).is_err());
     assert!(client.is_gone());
+}
+
+/// The verbs API itself, attached: `Context::attach` gives the same objects as an opened
+/// device, backed by the service's; a completion channel fires when its armed CQ gets a
+/// completion.
+#[test]
+fn a_verbs_context_attached_to_a_service_sends_and_its_channel_fires() {
+    let svc = serve("verbs");
+    let client = Client::connect(svc.socket()).unwrap();
+    let ctx = ferroce_verbs::Context::attach(&client, 0).unwrap();
+    assert!(ctx.is_attached());
+    assert_eq!(ctx.query_port().state, ferroce_verbs::PortState::Active);
+    let gid = ctx.query_gid(0).unwrap();
+    let mac = ctx.port_mac(1).unwrap();
+    let ch = ctx.create_comp_channel();
+    let cq = ctx.try_create_cq(64, Some(&ch)).unwrap();
+    let pd = ctx.try_alloc_pd().unwrap();
+    let mut a = Buf::new(8192);
+    let mut b = Buf::new(8192);
+    // SAFETY: both buffers outlive their registrations (dropped at the end of the test,
+    // after the MRs) and no other thread touches them.
+    let (ma, mb) = unsafe {
+        (
+            pd.reg_mr(a.ptr(), 4096, Access::LOCAL_WRITE).unwrap(),
+            pd.reg_mr(b.ptr(), 4096, Access::LOCAL_WRITE).unwrap(),
+        )
+    };
+    let qa = pd
+        .create_qp(QpType::Rc, QpCaps::default(), &cq, &cq)
+        .unwrap();
+    let qb = pd
+        .create_qp(QpType::Rc, QpCaps::default(), &cq, &cq)
+        .unwrap();
+    for (q, peer) in [(&qa, &qb), (&qb, &qa)] {
+        let attr = QpAttr {
+            ah_attr: ctx.path_to(gid, mac),
+            dest_qp_num: peer.qpn(),
+            ..QpAttr::default()
+        };
+        bring_up(QpType::Rc, &attr, |x, m| q.modify(x, m)).unwrap();
+        assert_eq!(q.query().unwrap().qp_state, QpState::Rts);
+    }
+    // Not armed: a completion comes, no event.
+    qb.post_recv(&[RecvWr {
+        wr_id: 1,
+        sg_list: &[mb.sge(0, 64)],
+    }])
+    .unwrap();
+    a.set(0, 0xab);
+    let sge = [ma.sge(0, 64)];
+    qa.post_send(&[SendWr::new(2, WrOpcode::Send, Payload::Sges(&sge))])
+        .unwrap();
+    let mut got = Vec::new();
+    let until = Instant::now() + Duration::from_secs(10);
+    while got.len() < 2 {
+        cq.poll(&mut got, 2);
+        assert!(Instant::now() < until, "{got:?}");
+    }
+    assert!(got.iter().all(|w| w.status == WcStatus::Success), "{got:?}");
+    assert_eq!(b.get(0), 0xab);
+    assert_eq!(ch.get_event(Duration::from_millis(50)), None);
+    // Armed: the next completion fires it, once.
+    cq.req_notify(false);
+    qb.post_recv(&[RecvWr {
+        wr_id: 3,
+        sg_list: &[mb.sge(0, 64)],
+    }])
+    .unwrap();
+    qa.post_send(&[SendWr::new(4, WrOpcode::Send, Payload::Sges(&sge))])
+        .unwrap();
+    assert_eq!(ch.get_event(Duration::from_secs(10)), Some(cq.id()));
+    assert_eq!(ch.get_event(Duration::from_millis(50)), None);
+    // What the service refuses is an error, not a wrong answer.
+    assert!(matches!(
+        pd.alloc_mw(true),
+        Err(ferroce_verbs::VerbsError::NotThroughService(_))
+    ));
+    drop((qa, qb, ma, mb));
 }

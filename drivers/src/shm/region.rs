@@ -246,6 +246,40 @@ impl Region {
         Some(w.load(order))
     }
 
+    /// Swaps `v` into the word at byte `offset` (8-aligned): the old value, `None` outside
+    /// the region.
+    pub fn swap_word(&self, offset: usize, v: u64) -> Option<u64> {
+        if !offset.is_multiple_of(8) || offset.checked_add(8)? > self.len {
+            return None;
+        }
+        // SAFETY: as in `load_word`.
+        let w = unsafe {
+            &*self
+                .base
+                .as_ptr()
+                .add(offset)
+                .cast::<std::sync::atomic::AtomicU64>()
+        };
+        Some(w.swap(v, std::sync::atomic::Ordering::AcqRel))
+    }
+
+    /// Adds `v` to the word at byte `offset` (8-aligned), wrapping: the old value, `None`
+    /// outside the region.
+    pub fn add_word(&self, offset: usize, v: u64) -> Option<u64> {
+        if !offset.is_multiple_of(8) || offset.checked_add(8)? > self.len {
+            return None;
+        }
+        // SAFETY: as in `load_word`.
+        let w = unsafe {
+            &*self
+                .base
+                .as_ptr()
+                .add(offset)
+                .cast::<std::sync::atomic::AtomicU64>()
+        };
+        Some(w.fetch_add(v, std::sync::atomic::Ordering::AcqRel))
+    }
+
     /// Stores `v` at byte `offset` (8-aligned) atomically with `order`: `false` outside
     /// the region.
     pub fn store_word(&self, offset: usize, v: u64, order: std::sync::atomic::Ordering) -> bool {

@@ -96,6 +96,8 @@ pub(crate) struct ChannelShared {
     /// Called after each event is queued (the libibverbs shim makes the channel's fd
     /// readable with it).
     pub(crate) notify: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// On an attached context: the channel whose eventfd the service writes.
+    pub(crate) remote: std::sync::OnceLock<crate::service::RemoteChannel>,
 }
 
 impl std::fmt::Debug for ChannelShared {

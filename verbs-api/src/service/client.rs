@@ -5,13 +5,12 @@
 
 use std::os::fd::AsFd;
 use std::path::Path;
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ferroce_drivers::shm::{self, Consumer, Producer, Region, RingLayout};
 use ferroce_stack::transport::{
-    Access, AttrMask, PostError, QpAttr, QpCaps, QpType, RecvWr, SendWr,
-    WorkCompletion,
+    Access, AttrMask, PostError, QpAttr, QpCaps, QpType, RecvWr, SendWr, WorkCompletion,
 };
 use ferroce_stack::wire::Qpn;
 
@@ -189,29 +188,131 @@ impl Client {
         }
     }
 
-    /// `ibv_create_cq` on device `device` with room for `cqe` completions.
-    pub fn create_cq(&self, device: u32, cqe: u32) -> Result<RemoteCq, ServiceError> {
-        let (resp, mut fds) = self.inner.call(&Request::CreateCq { device, cqe }, &[])?;
+    /// `ibv_create_cq` on device `device` with room for `cqe` completions, reporting to
+    /// `channel` (as CQ `id` there) when armed.
+    pub fn create_cq(
+        &self,
+        device: u32,
+        cqe: u32,
+        channel: Option<(&RemoteChannel, u32)>,
+    ) -> Result<RemoteCq, ServiceError> {
+        let req = Request::CreateCq {
+            device,
+            cqe,
+            channel: channel.is_some(),
+        };
+        let fds: Vec<_> = channel.iter().map(|(c, _)| c.fd.as_fd()).collect();
+        let (resp, mut fds) = self.inner.call(&req, &fds)?;
         let Response::Cq { handle, slots } = resp else {
             return Err(ServiceError::Protocol("CreateCq"));
         };
         let fd = fds
             .pop()
             .ok_or(ServiceError::Protocol("CQ without its ring"))?;
-        let need = RingLayout::bytes::<W>(slots);
-        let region = Arc::new(Region::from_fd(fd, need)?);
+        let region = Arc::new(Region::from_fd(fd, proto::cq_region(slots))?);
         let ring = Consumer::new(
-            region,
+            region.clone(),
             RingLayout {
                 offset: 0,
                 cap: slots,
             },
         )?;
+        let (armed, fired) = proto::cq_words(slots);
+        if let Some((ch, id)) = channel {
+            ch.cqs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Arc::new(CqEvents {
+                    id,
+                    region: region.clone(),
+                    fired,
+                    seen: AtomicU64::new(0),
+                }));
+        }
         Ok(RemoteCq {
             inner: self.inner.clone(),
             handle,
             ring: Mutex::new(ring),
+            region,
+            armed,
+            channel: channel.map(|(c, id)| (Arc::downgrade(&c.cqs), id)),
         })
+    }
+}
+
+/// A CQ's events as its channel counts them.
+struct CqEvents {
+    id: u32,
+    region: Arc<Region>,
+    /// Where the service counts the events it fired.
+    fired: usize,
+    /// Events taken so far.
+    seen: AtomicU64,
+}
+
+type ChannelCqs = Mutex<Vec<Arc<CqEvents>>>;
+
+/// A completion channel of a context attached to a service: an eventfd in semaphore mode,
+/// which the service writes once per event of the channel's CQs, as the kernel's channel fd
+/// is readable once per event.
+pub struct RemoteChannel {
+    fd: std::os::fd::OwnedFd,
+    cqs: Arc<ChannelCqs>,
+}
+
+impl std::fmt::Debug for RemoteChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteChannel")
+            .field("fd", &self.fd)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteChannel {
+    /// A new channel.
+    pub fn new() -> std::io::Result<Self> {
+        use rustix::event::EventfdFlags;
+        Ok(Self {
+            fd: rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::SEMAPHORE)?,
+            cqs: Arc::default(),
+        })
+    }
+
+    /// Its descriptor: readable once per event (what `ibv_comp_channel.fd` is).
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// The CQ of an event whose count the caller has read from the descriptor.
+    pub fn take_event(&self) -> Option<u32> {
+        let cqs = self.cqs.lock().unwrap_or_else(|e| e.into_inner());
+        cqs.iter().find_map(|c| {
+            let fired = c.region.load_word(c.fired, Ordering::Acquire)?;
+            c.seen
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                    (s < fired).then_some(s + 1)
+                })
+                .ok()
+                .map(|_| c.id)
+        })
+    }
+
+    /// Waits up to `timeout` for an event: reads its count and names its CQ.
+    pub fn wait_event(&self, timeout: std::time::Duration) -> Option<u32> {
+        let ts = rustix::event::Timespec {
+            tv_sec: timeout.as_secs() as i64,
+            tv_nsec: i64::from(timeout.subsec_nanos()),
+        };
+        let mut fds = [rustix::event::PollFd::new(
+            &self.fd,
+            rustix::event::PollFlags::IN,
+        )];
+        if rustix::event::poll(&mut fds, Some(&ts)).ok()? == 0 {
+            return None;
+        }
+        let mut b = [0u8; 8];
+        rustix::io::read(&self.fd, &mut b).ok()?;
+        self.take_event()
     }
 }
 
@@ -440,9 +541,24 @@ pub struct RemoteCq {
     inner: Arc<Inner>,
     handle: Handle,
     ring: Mutex<Consumer<W>>,
+    region: Arc<Region>,
+    /// Where it is armed (see [`proto::cq_words`]).
+    armed: usize,
+    /// Its channel's list of CQs, and its id there.
+    channel: Option<(std::sync::Weak<ChannelCqs>, u32)>,
 }
 
 impl RemoteCq {
+    /// `ibv_req_notify_cq`: the next completion (or the next solicited one) fires the
+    /// channel. A store in shared memory, no system call.
+    pub fn req_notify(&self, solicited_only: bool) {
+        self.region.store_word(
+            self.armed,
+            if solicited_only { 2 } else { 1 },
+            Ordering::Release,
+        );
+    }
+
     /// `ibv_poll_cq`: up to `max` completions appended to `out`. No system call.
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> usize {
         let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
@@ -483,6 +599,13 @@ impl std::fmt::Debug for RemoteCq {
 
 impl Drop for RemoteCq {
     fn drop(&mut self) {
+        if let Some((cqs, id)) = &self.channel {
+            if let Some(cqs) = cqs.upgrade() {
+                cqs.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .retain(|c| c.id != *id);
+            }
+        }
         destroy(&self.inner, Request::DestroyCq { cq: self.handle });
     }
 }

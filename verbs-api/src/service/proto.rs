@@ -73,12 +73,15 @@ pub enum Request {
         /// The MR.
         mr: Handle,
     },
-    /// `ibv_create_cq` with at least `cqe` entries.
+    /// `ibv_create_cq` with at least `cqe` entries; with `channel`, the datagram carries the
+    /// completion channel's eventfd, which the service writes when the CQ, armed, fires.
     CreateCq {
         /// Which device.
         device: u32,
         /// Entries.
         cqe: u32,
+        /// A completion channel's eventfd comes with the request.
+        channel: bool,
     },
     /// `ibv_destroy_cq`.
     DestroyCq {
@@ -447,6 +450,20 @@ impl From<QpAttr> for WireQpAttr {
 /// The mask as the transport reads it.
 pub fn mask(bits: u32) -> AttrMask {
     AttrMask(bits)
+}
+
+/// Where a CQ's notification words sit in its region, after a ring of `slots` slots: the
+/// program stores 1 (any completion) or 2 (solicited only) at `armed` to arm it; the service
+/// swaps it to 0 when it fires and adds one to `fired`, then writes the channel's eventfd.
+pub const fn cq_words(slots: u32) -> (usize, usize) {
+    let at =
+        ferroce_drivers::shm::RingLayout::bytes::<{ super::slots::W }>(slots).next_multiple_of(64);
+    (at, at + 64)
+}
+
+/// A CQ region's size.
+pub const fn cq_region(slots: u32) -> usize {
+    cq_words(slots).1 + 64
 }
 
 /// Encodes a message for one datagram.

@@ -69,6 +69,12 @@ struct ServedCq {
     device: usize,
     real: CompletionQueue,
     ring: Producer<W>,
+    /// The ring's region, whose notification words follow the ring.
+    region: Arc<Region>,
+    /// Where they are (see [`proto::cq_words`]).
+    words: (usize, usize),
+    /// The program's completion channel, when the CQ has one.
+    channel: Option<Doorbell>,
     /// Completions taken from the CQ that did not fit the ring yet.
     held: VecDeque<WorkCompletion>,
     /// QPs that use it.
@@ -441,9 +447,7 @@ fn handle(
             }
         },
         Request::DeallocPd { pd } => {
-            if s.mrs.values().any(|m| m.pd == pd)
-                || s.qps.values().any(|q| q.pd == pd)
-            {
+            if s.mrs.values().any(|m| m.pd == pd) || s.qps.values().any(|q| q.pd == pd) {
                 refuse(libc::EBUSY, "the PD still has objects")
             } else if s.pds.remove(&pd).is_some() {
                 Response::Ok
@@ -463,38 +467,50 @@ fn handle(
             Some(_) => Response::Ok,
             None => no_such("MR", mr),
         },
-        Request::CreateCq { device: d, cqe } => match device(d) {
+        Request::CreateCq {
+            device: d,
+            cqe,
+            channel,
+        } => match device(d) {
             None => refuse(libc::ENODEV, format!("no device {d}")),
             Some(_) if cqe == 0 || cqe > MAX_DEPTH => {
                 refuse(libc::EINVAL, format!("cqe {cqe}: 1 ..= {MAX_DEPTH}"))
             }
+            Some(_) if channel && fds.len() != 1 => {
+                refuse(libc::EINVAL, "a CQ with a channel carries its eventfd")
+            }
             Some(_) if full(s) => refuse(libc::ENOMEM, "too many objects"),
             Some(ctx) => {
                 let slots = cqe.next_power_of_two();
-                match ring_region(&[slots]) {
-                    Err(e) => refuse(libc::ENOMEM, e),
-                    Ok((region, layouts)) => {
-                        let Ok(ring) = Producer::new(region.clone(), layouts[0]) else {
-                            return (refuse(libc::ENOMEM, "ring"), Vec::new());
-                        };
-                        let real =
-                            ctx.create_cq(slots as usize, Some(&shared.channels[d as usize]));
-                        real.req_notify(false);
-                        let h = s.handle();
-                        s.cqs.insert(
-                            h,
-                            ServedCq {
-                                device: d as usize,
-                                real,
-                                ring,
-                                held: VecDeque::new(),
-                                users: 0,
-                            },
-                        );
-                        let fd = region.dup_fd().ok();
-                        return (Response::Cq { handle: h, slots }, fd.into_iter().collect());
-                    }
-                }
+                let region = match Region::new(c"ferroce-cq", proto::cq_region(slots)) {
+                    Ok(r) => Arc::new(r),
+                    Err(e) => return (refuse(libc::ENOMEM, e.to_string()), Vec::new()),
+                };
+                let layout = RingLayout {
+                    offset: 0,
+                    cap: slots,
+                };
+                let Ok(ring) = Producer::new(region.clone(), layout) else {
+                    return (refuse(libc::ENOMEM, "ring"), Vec::new());
+                };
+                let real = ctx.create_cq(slots as usize, Some(&shared.channels[d as usize]));
+                real.req_notify(false);
+                let h = s.handle();
+                s.cqs.insert(
+                    h,
+                    ServedCq {
+                        device: d as usize,
+                        real,
+                        ring,
+                        region: region.clone(),
+                        words: proto::cq_words(slots),
+                        channel: channel.then(|| fds.pop()).flatten().map(Doorbell::from_fd),
+                        held: VecDeque::new(),
+                        users: 0,
+                    },
+                );
+                let fd = region.dup_fd().ok();
+                return (Response::Cq { handle: h, slots }, fd.into_iter().collect());
             }
         },
         Request::DestroyCq { cq } => match s.cqs.get(&cq) {
@@ -609,7 +625,10 @@ fn ctx_port(ctx: &Context, port: u8) -> (ferroce_stack::wire::MacAddr, std::net:
     let p = if ctx.port_mac(port).is_ok() { port } else { 1 };
     (
         ctx.port_mac(p).unwrap_or(ctx.mac()),
-        ctx.query_gid_on(p, 0).map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |g| g.ip()),
+        ctx.query_gid_on(p, 0)
+            .map_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |g| {
+                g.ip()
+            }),
     )
 }
 
@@ -919,12 +938,14 @@ fn turn(
                 {
                     break;
                 }
+                let solicited = wc.solicited || wc.status != WcStatus::Success;
                 c.held.pop_front();
                 moved += 1;
                 shared
                     .counters
                     .wcs_forwarded
                     .fetch_add(1, Ordering::Relaxed);
+                notify(c, solicited);
             }
             if !c.held.is_empty() {
                 break;
@@ -941,6 +962,23 @@ fn turn(
         }
     }
     Ok(moved)
+}
+
+/// Fires a CQ's channel if the program armed it for this completion: disarms it, counts the
+/// event in the CQ's words, then makes the channel's eventfd readable (the program reads the
+/// count first, so an event it sees is always counted).
+fn notify(c: &ServedCq, solicited: bool) {
+    let Some(ch) = &c.channel else { return };
+    let (armed, fired) = c.words;
+    let want = match c.region.load_word(armed, Ordering::Acquire) {
+        Some(1) => true,
+        Some(2) => solicited,
+        _ => false,
+    };
+    if want && c.region.swap_word(armed, 0).is_some_and(|a| a != 0) {
+        c.region.add_word(fired, 1);
+        ch.ring();
+    }
 }
 
 fn take_extra(ring: &mut Consumer<W>, h: &Slot) -> Result<SmallVec<[Slot; 4]>, &'static str> {

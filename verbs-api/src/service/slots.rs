@@ -6,11 +6,11 @@
 //! [`SlotError`], never a panic, and a request never claims more slots than
 //! [`MAX_EXTRA`].
 
+use ferroce_stack::transport::{AddressVector, UdDest};
 use ferroce_stack::transport::{
     OwnedSendWr, Payload, SendFlags, SendWr, Sge, WcFlags, WcOpcode, WcStatus, WorkCompletion,
     WrOpcode,
 };
-use ferroce_stack::transport::{AddressVector, UdDest};
 use ferroce_stack::wire::{MacAddr, Qpn, VlanTag};
 
 /// Words per slot.
@@ -110,7 +110,8 @@ fn encode_av(av: &AddressVector) -> Slot {
     [s[2], s[3]] = gid_words(av.src);
     [s[4], s[5]] = gid_words(av.dst);
     if let Some(v) = av.vlan {
-        s[6] = 1 | u64::from(v.pcp & 7) << 1 | u64::from(v.dei) << 4 | u64::from(v.vid & 0xfff) << 8;
+        s[6] =
+            1 | u64::from(v.pcp & 7) << 1 | u64::from(v.dei) << 4 | u64::from(v.vid & 0xfff) << 8;
     }
     s[6] |= u64::from(av.traffic_class) << 24 | u64::from(av.hop_limit) << 32;
     if let Some(p) = av.udp_src_port {
