@@ -115,6 +115,7 @@ impl EventQueue for Shared {
             AsyncEvent::SrqLimitReached(s) => {
                 (Some((Kind::Srq, s)), ffi::IBV_EVENT_SRQ_LIMIT_REACHED, 0)
             }
+            AsyncEvent::DeviceFatal => (None, ffi::IBV_EVENT_DEVICE_FATAL, 0),
             // A kind of event this library does not know yet: not the program's business.
             #[allow(unreachable_patterns)]
             _ => return,

@@ -285,6 +285,10 @@ unsafe extern "C" fn poll_cq(cq: *mut ffi::ibv_cq, num: c_int, wc: *mut ffi::ibv
         n += 1;
     }
     if n == 0 {
+        // The service this CQ's context is attached to has gone: nothing will come.
+        if c.cq.is_fatal() {
+            return -1;
+        }
         // The engine thread makes the progress this program waits for; a program spinning
         // on an empty CQ must not keep it off a busy machine's cores.
         std::thread::yield_now();

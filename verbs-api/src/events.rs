@@ -33,6 +33,9 @@ pub enum AsyncEvent {
     /// A shared receive queue holds fewer receives than its armed limit
     /// (`IBV_EVENT_SRQ_LIMIT_REACHED`); its id. The limit disarms until set again.
     SrqLimitReached(u32),
+    /// The device is gone (`IBV_EVENT_DEVICE_FATAL`): the service a context is attached to
+    /// exited. Every verb fails from now on.
+    DeviceFatal,
 }
 
 /// What receives a device's events.

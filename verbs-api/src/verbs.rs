@@ -136,13 +136,16 @@ impl Context {
     /// raw packet QPs, owned MRs, policies) is refused with [`VerbsError::NotThroughService`].
     pub fn attach(client: &Client, device: u32) -> Result<Self, VerbsError> {
         let facts = client.query_device(device).map_err(service_error)?;
-        Ok(Self {
-            dev: Device::attached(RemoteDevice {
-                client: client.clone(),
-                device,
-                facts,
-            }),
-        })
+        let dev = Device::attached(RemoteDevice {
+            client: client.clone(),
+            device,
+            facts,
+        });
+        let events = dev.events.clone();
+        client.on_gone(Box::new(move || {
+            events.emit(crate::AsyncEvent::DeviceFatal)
+        }));
+        Ok(Self { dev })
     }
 
     /// True for a context attached to a service.
@@ -311,9 +314,21 @@ impl Context {
             })?;
             let _ = shared.remote.set(ch);
         }
+        let shared = Arc::new(shared);
+        if let Some(r) = self.remote() {
+            // A program blocked on the channel wakes when the service goes.
+            let weak = Arc::downgrade(&shared);
+            r.client.on_gone(Box::new(move || {
+                if let Some(ch) = weak.upgrade() {
+                    if let Some(r) = ch.remote.get() {
+                        r.wake();
+                    }
+                }
+            }));
+        }
         Ok(CompletionChannel {
             ctx: self.clone(),
-            shared: Arc::new(shared),
+            shared,
         })
     }
 
@@ -1267,6 +1282,12 @@ impl CompletionQueue {
     /// True when no completion waits.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// True when no completion will ever come: the service the CQ's context is attached
+    /// to has gone (`ibv_poll_cq` then fails).
+    pub fn is_fatal(&self) -> bool {
+        self.shared.remote.as_ref().is_some_and(|r| r.is_gone())
     }
 
     /// Entries the CQ holds at most.

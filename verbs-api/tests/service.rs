@@ -3,150 +3,21 @@
 //! through the port. Every byte that moves is checked where it lands, in the program's own
 //! buffer, which the service reached through shared memory.
 
-use std::path::PathBuf;
+mod service_common;
+
 use std::time::{Duration, Instant};
 
 use ferroce_stack::transport::{
-    bring_up, Access, AddressVector, Payload, QpAttr, QpCaps, QpState, QpType, RecvWr, SendWr,
-    WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    bring_up, Access, Payload, QpAttr, QpCaps, QpState, QpType, RecvWr, SendWr, WcOpcode, WcStatus,
+    WrOpcode,
 };
-use ferroce_stack::wire::{MacAddr, Psn};
-use ferroce_verbs::service::{Client, RemoteCq, RemoteMr, RemotePd, RemoteQp, Service};
-use ferroce_verbs::spec::open_device;
-use ferroce_verbs::Gid;
+use ferroce_verbs::service::Client;
+use service_common::*;
 
-fn socket(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ferroce-svc-{}-{name}", std::process::id()));
-    let _ = std::fs::create_dir_all(&dir);
-    dir.join("sock")
-}
-
-fn serve(name: &str) -> Service {
-    let ctx = open_device("loop").expect("loop device");
-    Service::start(vec![ctx], socket(name), 0o600).expect("service starts")
-}
-
-/// A page-aligned buffer: registrations move whole pages, so two programs' buffers in one
-/// test process must not share one (the service refuses a page registered twice).
-#[repr(C, align(4096))]
-#[derive(Clone, Copy)]
-struct Page([u8; 4096]);
-
-struct Buf(Vec<Page>);
-
-impl Buf {
-    fn new(len: usize) -> Self {
-        Self(vec![Page([0; 4096]); len / 4096])
-    }
-    fn ptr(&mut self) -> *mut u8 {
-        self.0.as_mut_ptr().cast()
-    }
-    fn get(&self, at: usize) -> u8 {
-        self.0[at / 4096].0[at % 4096]
-    }
-    fn set(&mut self, at: usize, v: u8) {
-        self.0[at / 4096].0[at % 4096] = v;
-    }
-    fn range(&self, r: std::ops::Range<usize>) -> Vec<u8> {
-        r.map(|i| self.get(i)).collect()
-    }
-    fn word(&self, at: usize) -> u64 {
-        u64::from_le_bytes(self.range(at..at + 8).try_into().unwrap())
-    }
-}
-
-/// One program's objects: a buffer registered through the service, a CQ and an RC QP.
-struct Program {
-    client: Client,
-    qp: RemoteQp,
-    cq: RemoteCq,
-    mr: RemoteMr,
-    buf: Buf,
-    _pd: RemotePd,
-}
-
-const LEN: usize = 64 << 10;
-
-impl Program {
-    fn new(svc: &Service) -> Self {
-        let client = Client::connect(svc.socket()).expect("attach");
-        assert_eq!(client.devices(), ["loop"]);
-        let pd = client.alloc_pd(0).unwrap();
-        let cq = client.create_cq(0, 256, None).unwrap();
-        let mut buf = Buf::new(LEN);
-        // SAFETY: `buf` outlives the registration (field order drops `mr` first... and the
-        // test keeps both in one struct), and no other thread touches it while it moves.
-        let mr = unsafe {
-            pd.reg_mr(
-                buf.ptr(),
-                LEN,
-                Access::LOCAL_WRITE
-                    .with(Access::REMOTE_WRITE)
-                    .with(Access::REMOTE_READ)
-                    .with(Access::REMOTE_ATOMIC),
-            )
-        }
-        .unwrap();
-        let qp = pd
-            .create_qp(QpType::Rc, QpCaps::default(), &cq, &cq)
-            .unwrap();
-        Self {
-            client,
-            qp,
-            cq,
-            mr,
-            buf,
-            _pd: pd,
-        }
-    }
-
-    fn connect(&self, peer: &Self) {
-        let facts = self.client.query_device(0).unwrap();
-        let port = &facts.ports[0];
-        let ip = Gid(port.gid).ip();
-        let attr = QpAttr {
-            qp_access_flags: Access::REMOTE_WRITE
-                .with(Access::REMOTE_READ)
-                .with(Access::REMOTE_ATOMIC),
-            ah_attr: AddressVector {
-                smac: MacAddr(port.mac),
-                dmac: MacAddr(port.mac),
-                src: ip,
-                dst: ip,
-                ..AddressVector::default()
-            },
-            dest_qp_num: peer.qp.qpn(),
-            rq_psn: Psn::new(100),
-            sq_psn: Psn::new(100),
-            ..QpAttr::default()
-        };
-        bring_up(QpType::Rc, &attr, |a, m| self.qp.modify(a, m)).unwrap();
-        assert_eq!(self.qp.query().unwrap().qp_state, QpState::Rts);
-    }
-
-    fn wait(&self, n: usize) -> Vec<WorkCompletion> {
-        let mut out = Vec::new();
-        let until = Instant::now() + Duration::from_secs(10);
-        while out.len() < n {
-            let want = n - out.len();
-            self.cq.poll(&mut out, want);
-            assert!(
-                Instant::now() < until,
-                "only {} of {n} completions: {out:?}",
-                out.len()
-            );
-            std::hint::spin_loop();
-        }
-        out
-    }
-}
-
-fn pair(svc: &Service) -> (Program, Program) {
-    let a = Program::new(svc);
-    let b = Program::new(svc);
-    a.connect(&b);
-    b.connect(&a);
-    (a, b)
+/// The program the kill test starts (see `service_common::child_main`).
+#[test]
+fn child_program() {
+    child_main();
 }
 
 #[test]
@@ -315,13 +186,42 @@ fn a_program_that_goes_loses_its_objects_and_the_service_serves_on() {
 }
 
 #[test]
-fn a_service_that_stops_fails_the_programs_verbs_and_never_hangs() {
+fn a_service_that_stops_is_a_device_fatal_event_and_fails_the_programs_verbs() {
     let svc = serve("stop");
     let client = Client::connect(svc.socket()).unwrap();
-    let _pd = client.alloc_pd(0).unwrap();
+    let ctx = ferroce_verbs::Context::attach(&client, 0).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    ctx.set_async_handler(Box::new(move |e| {
+        let _ = tx.lock().unwrap().send(e);
+    }));
+    let ch = ctx.create_comp_channel();
+    let cq = ctx.try_create_cq(16, Some(&ch)).unwrap();
+    let pd = ctx.try_alloc_pd().unwrap();
+    let qp = pd
+        .create_qp(QpType::Rc, QpCaps::default(), &cq, &cq)
+        .unwrap();
+    assert!(!cq.is_fatal());
+    // A thread blocked on the channel.
+    let waiter = std::thread::spawn(move || ch.get_event(Duration::from_secs(30)));
     svc.stop();
-    assert!(client.alloc_pd(0).is_err());
+    // The event comes without the program calling anything.
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(10)),
+        Ok(ferroce_verbs::AsyncEvent::DeviceFatal)
+    );
     assert!(client.is_gone());
+    assert!(cq.is_fatal());
+    assert_eq!(
+        waiter.join().unwrap(),
+        None,
+        "the channel's waiter wakes, with no CQ"
+    );
+    assert!(ctx.try_alloc_pd().is_err());
+    let sge = [ferroce_stack::transport::Sge::default()];
+    assert!(qp
+        .post_send(&[SendWr::new(1, WrOpcode::Send, Payload::Sges(&sge))])
+        .is_err());
 }
 
 /// The verbs API itself, attached: `Context::attach` gives the same objects as an opened
@@ -400,4 +300,46 @@ fn a_verbs_context_attached_to_a_service_sends_and_its_channel_fires() {
         Err(ferroce_verbs::VerbsError::NotThroughService(_))
     ));
     drop((qa, qb, ma, mb));
+}
+
+#[test]
+fn a_killed_programs_peer_sees_its_connection_end_and_others_go_on() {
+    let svc = serve("kill1");
+    let (a, b) = pair(&svc);
+    let victim_peer = Program::new(&svc);
+    let arg = format!(
+        "{},{},{}",
+        victim_peer.qp.qpn().value(),
+        victim_peer.mr.addr(),
+        victim_peer.mr.rkey()
+    );
+    let (mut child, qpn) = spawn_child(&svc, Some(arg));
+    // The peer's QP: short ACK timeout (16 µs · 2^... = 4 ms), three retries.
+    victim_peer.connect_qpn(ferroce_stack::wire::Qpn::new(qpn), 10);
+    go(&mut child);
+    // The child writes into its peer's buffer.
+    let until = Instant::now() + Duration::from_secs(10);
+    while victim_peer.buf.get(0) == 0 && victim_peer.buf.range(0..4096).iter().all(|&x| x == 0) {
+        assert!(Instant::now() < until, "the child never wrote");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(svc.sessions(), 4);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_sessions(&svc, 3);
+    // Its peer's next request meets no QP: the transport gives up, and says so.
+    let sge = [victim_peer.mr.sge(0, 64)];
+    victim_peer
+        .qp
+        .post_send(&[SendWr::new(77, WrOpcode::Send, Payload::Sges(&sge))])
+        .unwrap();
+    let wc = victim_peer.wait(1)[0];
+    assert_eq!((wc.wr_id, wc.status), (77, WcStatus::RetryExcErr));
+    // The others' traffic is untouched.
+    let sge = [a.mr.sge(0, 256)];
+    a.qp.post_send(&[
+        SendWr::new(5, WrOpcode::Write, Payload::Sges(&sge)).remote(b.mr.addr(), b.mr.rkey())
+    ])
+    .unwrap();
+    assert_eq!(a.wait(1)[0].status, WcStatus::Success);
 }

@@ -65,6 +65,52 @@ struct Inner {
     page: Region,
     devices: Vec<String>,
     gone: AtomicBool,
+    /// Set when this side closes: the watcher's wakeup is then not the service's death.
+    closing: AtomicBool,
+    /// Called once when the service goes (the attached devices raise `DEVICE_FATAL`).
+    on_gone: Mutex<Vec<Box<dyn Fn() + Send + Sync>>>,
+}
+
+impl Inner {
+    /// The service has gone: every verb fails from now on, and whoever asked is told.
+    fn lost(&self) {
+        if self.gone.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let calls = std::mem::take(&mut *self.on_gone.lock().unwrap_or_else(|e| e.into_inner()));
+        for f in calls {
+            f();
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.closing.store(true, Ordering::Release);
+        self.chan
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .shutdown();
+    }
+}
+
+/// Waits, on its own thread, for the service's end of the socket to close: the only way a
+/// program that is only polling its rings learns the service died. It waits for the hang-up
+/// alone (no `POLLIN`), so it never takes a message meant for a verb.
+fn watch(inner: std::sync::Weak<Inner>, fd: std::os::fd::OwnedFd) {
+    use rustix::event::{PollFd, PollFlags};
+    loop {
+        let mut fds = [PollFd::new(&fd, PollFlags::RDHUP)];
+        match rustix::event::poll(&mut fds, None) {
+            Err(rustix::io::Errno::INTR) => continue,
+            _ => break,
+        }
+    }
+    if let Some(i) = inner.upgrade() {
+        if !i.closing.load(Ordering::Acquire) {
+            i.lost();
+        }
+    }
 }
 
 impl Inner {
@@ -91,7 +137,8 @@ impl Inner {
                 None => Err(ServiceError::Protocol("undecodable")),
             },
             Ok(None) | Err(_) => {
-                self.gone.store(true, Ordering::Release);
+                drop(chan);
+                self.lost();
                 Err(ServiceError::Gone)
             }
         }
@@ -148,15 +195,21 @@ impl Client {
         }
         let page = Region::from_fd(fds.pop().expect("two"), PAGE)?;
         let doorbell = Doorbell::from_fd(fds.pop().expect("two"));
-        Ok(Self {
-            inner: Arc::new(Inner {
-                chan: Mutex::new(chan),
-                doorbell,
-                page,
-                devices,
-                gone: AtomicBool::new(false),
-            }),
-        })
+        let watched = chan.as_fd().try_clone_to_owned()?;
+        let inner = Arc::new(Inner {
+            chan: Mutex::new(chan),
+            doorbell,
+            page,
+            devices,
+            gone: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            on_gone: Mutex::new(Vec::new()),
+        });
+        let weak = Arc::downgrade(&inner);
+        std::thread::Builder::new()
+            .name("ferroce-watch".into())
+            .spawn(move || watch(weak, watched))?;
+        Ok(Self { inner })
     }
 
     /// The devices the service serves (index = device number).
@@ -167,6 +220,17 @@ impl Client {
     /// True once the service has gone (every verb fails).
     pub fn is_gone(&self) -> bool {
         self.inner.gone.load(Ordering::Acquire)
+    }
+
+    /// Calls `f` once, on another thread, when the service goes (at once if it has).
+    pub fn on_gone(&self, f: Box<dyn Fn() + Send + Sync>) {
+        let mut calls = self.inner.on_gone.lock().unwrap_or_else(|e| e.into_inner());
+        if self.is_gone() {
+            drop(calls);
+            f();
+        } else {
+            calls.push(f);
+        }
     }
 
     /// Device `device`'s facts.
@@ -281,6 +345,11 @@ impl RemoteChannel {
     /// Its descriptor: readable once per event (what `ibv_comp_channel.fd` is).
     pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+
+    /// Wakes whoever waits on the channel (the service went: its read then finds no CQ).
+    pub fn wake(&self) {
+        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
     }
 
     /// The CQ of an event whose count the caller has read from the descriptor.
@@ -549,6 +618,11 @@ pub struct RemoteCq {
 }
 
 impl RemoteCq {
+    /// True once the service has gone: no completion will come.
+    pub fn is_gone(&self) -> bool {
+        self.inner.gone.load(Ordering::Acquire)
+    }
+
     /// `ibv_req_notify_cq`: the next completion (or the next solicited one) fires the
     /// channel. A store in shared memory, no system call.
     pub fn req_notify(&self, solicited_only: bool) {
@@ -672,6 +746,12 @@ impl RemoteQp {
         &self,
         wrs: impl Iterator<Item = &'a SendWr<'b>>,
     ) -> Result<(), PostFailure> {
+        if self.inner.gone.load(Ordering::Acquire) {
+            return Err(PostFailure {
+                index: 0,
+                error: PostError::InvalidState(ferroce_stack::transport::QpState::Err),
+            });
+        }
         let mut guard = self.sq.lock().unwrap_or_else(|e| e.into_inner());
         let (ring, scratch) = &mut *guard;
         let mut result = Ok(());
@@ -700,6 +780,12 @@ impl RemoteQp {
 
     /// `ibv_post_recv`.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
+        if self.inner.gone.load(Ordering::Acquire) {
+            return Err(PostFailure {
+                index: 0,
+                error: PostError::InvalidState(ferroce_stack::transport::QpState::Err),
+            });
+        }
         let mut guard = self.rq.lock().unwrap_or_else(|e| e.into_inner());
         let (ring, scratch) = &mut *guard;
         let mut result = Ok(());

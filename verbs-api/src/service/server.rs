@@ -104,6 +104,8 @@ struct ServedMr {
 /// One program's objects.
 struct Session {
     pid: u32,
+    /// Its control socket: shut down when the service stops, so the program sees it go.
+    chan: Arc<Channel>,
     page: Arc<Region>,
     pds: HashMap<Handle, (usize, ProtectionDomain)>,
     mrs: HashMap<Handle, ServedMr>,
@@ -211,8 +213,8 @@ impl Service {
         let l = listener.clone();
         threads.push(
             std::thread::Builder::new()
-                .name("ferroce-accept".into())
-                .spawn(move || accept(&sh, &l))?,
+                .name("ferroce-control".into())
+                .spawn(move || control(&sh, &l))?,
         );
         Ok(Self {
             shared,
@@ -254,7 +256,9 @@ impl Service {
             let _ = t.join();
         }
         for s in lock(&self.shared.sessions).drain(..) {
-            lock(&s).clear();
+            let mut s = lock(&s);
+            s.clear();
+            s.chan.shutdown();
         }
     }
 }
@@ -269,65 +273,169 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn accept(shared: &Arc<Shared>, listener: &Listener) {
+/// A connection the control thread serves: before its Hello, a channel alone.
+struct Conn {
+    chan: Arc<Channel>,
+    session: Option<Arc<Mutex<Session>>>,
+}
+
+/// The control thread: one for every program, so that a program costs the service no thread
+/// (and no allocator arena) of its own. It waits on the listening socket and every
+/// program's socket, accepts, and carries out each request as it comes; a program that
+/// closes its socket, dies, or sends what cannot be decoded loses its objects.
+fn control(shared: &Arc<Shared>, listener: &Listener) {
+    use rustix::event::{PollFd, PollFlags};
+    let mut conns: Vec<Conn> = Vec::new();
+    let mut buf = Box::new([0u8; MAX_MESSAGE]);
+    let tick = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 50_000_000,
+    };
     while !shared.stop.load(Ordering::Acquire) {
-        let Ok(chan) = listener.accept() else {
-            if shared.stop.load(Ordering::Acquire) {
-                return;
+        let (listening, readable) = {
+            let mut fds = Vec::with_capacity(conns.len() + 1);
+            fds.push(PollFd::new(listener, PollFlags::IN));
+            for c in &conns {
+                fds.push(PollFd::new(&*c.chan, PollFlags::IN));
             }
-            std::thread::sleep(Duration::from_millis(10));
-            continue;
+            match rustix::event::poll(&mut fds, Some(&tick)) {
+                Ok(0) => continue,
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+            }
+            let ready = |f: &PollFd<'_>| !f.revents().is_empty();
+            (
+                ready(&fds[0]),
+                fds[1..].iter().map(ready).collect::<Vec<_>>(),
+            )
         };
-        let sh = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name("ferroce-session".into())
-            .spawn(move || serve_program(&sh, chan));
-        if let Err(e) = spawned {
-            tracing::warn!(error = %e, "cannot start a session thread");
+        let mut gone = Vec::new();
+        for (i, c) in conns.iter_mut().enumerate() {
+            if readable[i] && !serve_message(shared, c, &mut buf) {
+                gone.push(i);
+            }
         }
+        for i in gone.into_iter().rev() {
+            let c = conns.swap_remove(i);
+            detach(shared, c);
+        }
+        if listening {
+            while let Ok(Some(chan)) = listener.accept_nonblocking() {
+                conns.push(Conn {
+                    chan: Arc::new(chan),
+                    session: None,
+                });
+            }
+        }
+    }
+    for c in conns {
+        detach(shared, c);
     }
 }
 
-/// One program's control connection, until it goes.
-fn serve_program(shared: &Arc<Shared>, chan: Channel) {
-    let mut buf = Box::new([0u8; MAX_MESSAGE]);
-    // The first message must be a Hello of our version.
-    let pid = match chan.recv(&mut buf) {
-        Ok(Some((n, _))) => match proto::decode::<Request>(&buf[..n]) {
-            Some(Request::Hello { version, pid }) if version == proto::VERSION => pid,
-            Some(Request::Hello { version, .. }) => {
-                let _ = send(
-                    &chan,
-                    &refuse(
-                        libc::EPROTO,
-                        format!(
-                            "protocol version {version}; this service speaks {}",
-                            proto::VERSION
-                        ),
-                    ),
-                    &[],
-                );
-                return;
+/// A program's connection ends: its objects go.
+fn detach(shared: &Shared, c: Conn) {
+    c.chan.shutdown();
+    if let Some(session) = c.session {
+        lock(&shared.sessions).retain(|s| !Arc::ptr_eq(s, &session));
+        let mut s = lock(&session);
+        tracing::info!(pid = s.pid, qps = s.qps.len(), "program detached");
+        s.clear();
+    }
+}
+
+/// Takes one message from a program whose socket is readable and answers it: false when
+/// the connection is over (closed, broken, or a message that cannot be decoded).
+fn serve_message(shared: &Shared, c: &mut Conn, buf: &mut [u8; MAX_MESSAGE]) -> bool {
+    let (n, fds) = match c.chan.try_recv(buf) {
+        Ok(Some(Some(m))) => m,
+        Ok(Some(None)) => return true, // nothing after all
+        Ok(None) => return false,
+        Err(e) => {
+            if e.kind() == std::io::ErrorKind::InvalidData {
+                shared
+                    .counters
+                    .sessions_dropped
+                    .fetch_add(1, Ordering::Relaxed);
             }
-            _ => return,
-        },
-        _ => return,
+            return false;
+        }
+    };
+    let Some(req) = proto::decode::<Request>(&buf[..n]) else {
+        shared
+            .counters
+            .sessions_dropped
+            .fetch_add(1, Ordering::Relaxed);
+        return false;
+    };
+    let Some(session) = &c.session else {
+        return hello(shared, c, req);
+    };
+    if shared.stop.load(Ordering::Acquire) || lock(session).broken {
+        return false;
+    }
+    let (resp, out) = {
+        let mut s = lock(session);
+        handle(shared, &mut s, req, fds)
+    };
+    if matches!(resp, Response::Error { .. }) {
+        shared
+            .counters
+            .requests_refused
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    let borrowed: Vec<_> = out.iter().map(|f| f.as_fd()).collect();
+    send(&c.chan, &resp, &borrowed).is_ok()
+}
+
+/// A program's first message must be a Hello of this protocol's version: it gets its
+/// session, its control page and the doorbell.
+fn hello(shared: &Shared, c: &mut Conn, req: Request) -> bool {
+    let pid = match req {
+        Request::Hello { version, pid } if version == proto::VERSION => pid,
+        Request::Hello { version, .. } => {
+            let why = format!(
+                "protocol version {version}; this service speaks {}",
+                proto::VERSION
+            );
+            let _ = send(&c.chan, &refuse(libc::EPROTO, why), &[]);
+            return false;
+        }
+        _ => {
+            shared
+                .counters
+                .sessions_dropped
+                .fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
     };
     let Ok(page) = Region::new(c"ferroce-page", PAGE) else {
-        return;
+        return false;
     };
     let page = Arc::new(page);
     let welcome = Response::Welcome {
         version: proto::VERSION,
         devices: shared.devices.iter().map(|d| d.name().to_owned()).collect(),
     };
-    let Ok(page_fd) = page.dup_fd() else { return };
-    if send(&chan, &welcome, &[shared.doorbell.as_fd(), page_fd.as_fd()]).is_err() {
-        return;
+    let Ok(page_fd) = page.dup_fd() else {
+        return false;
+    };
+    if send(
+        &c.chan,
+        &welcome,
+        &[shared.doorbell.as_fd(), page_fd.as_fd()],
+    )
+    .is_err()
+    {
+        return false;
     }
-    drop(page_fd);
     let session = Arc::new(Mutex::new(Session {
         pid,
+        chan: c.chan.clone(),
         page,
         pds: HashMap::new(),
         mrs: HashMap::new(),
@@ -339,48 +447,8 @@ fn serve_program(shared: &Arc<Shared>, chan: Channel) {
     shared.counters.sessions.fetch_add(1, Ordering::Relaxed);
     lock(&shared.sessions).push(session.clone());
     tracing::info!(pid, "program attached");
-    loop {
-        let (n, fds) = match chan.recv(&mut buf) {
-            Ok(Some(m)) => m,
-            Ok(None) => break,
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                shared
-                    .counters
-                    .sessions_dropped
-                    .fetch_add(1, Ordering::Relaxed);
-                break;
-            }
-            Err(_) => break,
-        };
-        if shared.stop.load(Ordering::Acquire) || lock(&session).broken {
-            break;
-        }
-        let Some(req) = proto::decode::<Request>(&buf[..n]) else {
-            shared
-                .counters
-                .sessions_dropped
-                .fetch_add(1, Ordering::Relaxed);
-            break;
-        };
-        let (resp, out) = {
-            let mut s = lock(&session);
-            handle(shared, &mut s, req, fds)
-        };
-        if matches!(resp, Response::Error { .. }) {
-            shared
-                .counters
-                .requests_refused
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        let borrowed: Vec<_> = out.iter().map(|f| f.as_fd()).collect();
-        if send(&chan, &resp, &borrowed).is_err() {
-            break;
-        }
-    }
-    lock(&shared.sessions).retain(|s| !Arc::ptr_eq(s, &session));
-    let mut s = lock(&session);
-    tracing::info!(pid = s.pid, qps = s.qps.len(), "program detached");
-    s.clear();
+    c.session = Some(session);
+    true
 }
 
 fn send(

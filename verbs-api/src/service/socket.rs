@@ -73,6 +73,30 @@ impl Channel {
     /// with more than [`MAX_FDS`] descriptors is an error (the descriptors that did come
     /// are closed).
     pub fn recv(&self, buf: &mut [u8; MAX_MESSAGE]) -> io::Result<Option<(usize, Vec<OwnedFd>)>> {
+        self.recv_with(buf, RecvFlags::empty()).map(|m| m.flatten())
+    }
+
+    /// [`recv`](Self::recv) without waiting: `Ok(Some(None))` when no message is there.
+    #[allow(clippy::type_complexity)]
+    pub fn try_recv(
+        &self,
+        buf: &mut [u8; MAX_MESSAGE],
+    ) -> io::Result<Option<Option<(usize, Vec<OwnedFd>)>>> {
+        match self.recv_with(buf, RecvFlags::DONTWAIT) {
+            Ok(Some(m)) => Ok(m.map(Some)),
+            Ok(None) => Ok(Some(None)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One message: `Ok(None)` when none waits (with `DONTWAIT`), `Ok(Some(None))` when
+    /// the other side has closed.
+    #[allow(clippy::type_complexity)]
+    fn recv_with(
+        &self,
+        buf: &mut [u8; MAX_MESSAGE],
+        flags: RecvFlags,
+    ) -> io::Result<Option<Option<(usize, Vec<OwnedFd>)>>> {
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
         let mut control = RecvAncillaryBuffer::new(&mut space);
         let msg = loop {
@@ -80,9 +104,10 @@ impl Channel {
                 &self.fd,
                 &mut [IoSliceMut::new(buf)],
                 &mut control,
-                RecvFlags::CMSG_CLOEXEC,
+                RecvFlags::CMSG_CLOEXEC | flags,
             ) {
                 Err(rustix::io::Errno::INTR) => continue,
+                Err(rustix::io::Errno::AGAIN) => return Ok(None),
                 r => break r?,
             }
         };
@@ -99,9 +124,9 @@ impl Channel {
             ));
         }
         if msg.bytes == 0 && fds.is_empty() {
-            return Ok(None);
+            return Ok(Some(None));
         }
-        Ok(Some((msg.bytes, fds)))
+        Ok(Some(Some((msg.bytes, fds))))
     }
 
     /// Stops both directions: the other side's next receive sees the end.
@@ -143,7 +168,7 @@ impl Listener {
         let fd = rustix::net::socket_with(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
+            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
             None,
         )?;
         rustix::net::bind(&fd, &SocketAddrUnix::new(path)?)?;
@@ -159,12 +184,13 @@ impl Listener {
         Channel::connect(path).is_ok()
     }
 
-    /// Waits for the next program.
-    pub fn accept(&self) -> io::Result<Channel> {
+    /// The next program waiting to connect, if any (the socket does not block).
+    pub fn accept_nonblocking(&self) -> io::Result<Option<Channel>> {
         loop {
             match rustix::net::accept_with(&self.fd, SocketFlags::CLOEXEC) {
                 Err(rustix::io::Errno::INTR) => continue,
-                r => return Ok(Channel { fd: r? }),
+                Err(rustix::io::Errno::AGAIN) => return Ok(None),
+                r => return Ok(Some(Channel { fd: r? })),
             }
         }
     }
@@ -174,9 +200,15 @@ impl Listener {
         &self.path
     }
 
-    /// Wakes a thread blocked in [`accept`](Self::accept) (it gets an error).
+    /// Stops listening.
     pub fn shutdown(&self) {
         let _ = rustix::net::shutdown(&self.fd, rustix::net::Shutdown::Both);
+    }
+}
+
+impl AsFd for Listener {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 }
 
