@@ -110,7 +110,7 @@ cargo build -q --profile ci-test "${build[@]}"
 # leave (the tests and the drop-in suites mostly wait on each other's programs); the fuzz
 # step at the end waits for them. fuzz_run TARGET SECONDS: one fuzzer; its summary lines, and
 # 1 when it found a failing input.
-mkdir -p fuzz/corpus/parse_frame fuzz/corpus/qp_frames fuzz/corpus/gso_split fuzz/corpus/sdr_packets fuzz/seeds/sdr_packets fuzz/corpus/cm_mad fuzz/seeds/cm_mad fuzz/corpus/shm_ring
+mkdir -p fuzz/corpus/parse_frame fuzz/corpus/qp_frames fuzz/corpus/gso_split fuzz/corpus/sdr_packets fuzz/seeds/sdr_packets fuzz/corpus/cm_mad fuzz/seeds/cm_mad fuzz/corpus/shm_ring fuzz/corpus/service_msgs fuzz/seeds/service_msgs
 fuzz_run() {
   (cd fuzz && nice -n 19 cargo fuzz run "$1" -s none "corpus/$1" "seeds/$1" -- \
     -max_total_time="$2" -print_final_stats=1 2>&1 | grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|Done )|ERROR|panicked" ) || {
@@ -120,7 +120,7 @@ f=${FUZZ_SECONDS:-90}
 ( (cd fuzz && nice -n 19 cargo fuzz build -s none) && fuzz_run parse_frame "$f" &&
   fuzz_run qp_frames "$((f / 2))" && fuzz_run gso_split "$((f / 3))" &&
   fuzz_run sdr_packets "$((f / 3))" && fuzz_run cm_mad "$((f / 4))" &&
-  fuzz_run shm_ring "$((f / 6))") >"$bg_logs/fuzz" 2>&1 &
+  fuzz_run shm_ring "$((f / 6))" && fuzz_run service_msgs "$((f / 6))") >"$bg_logs/fuzz" 2>&1 &
 fuzz_lane=$!
 
 step "tests (DPDK: bindgen + shim against the system libdpdk; net_ring, net_af_packet, memif, tap and virtio-user vdevs, no hugepages)"
@@ -185,7 +185,7 @@ r = json.load(sys.stdin)
 assert r["frames_sent"] == 20000 and r["receiver"]["valid"] > 0, r
 print("demo:", r["receiver"]["valid"], "valid frames of", r["frames_sent"])'
 
-step "fuzz the frame parser for ${FUZZ_SECONDS:-90} s, the QP for half that, the gso splitter and the SDR receiver for a third each, the CM MAD parser for a quarter, the service's shared ring for a sixth (built and run beside the steps since the build)"
+step "fuzz the frame parser for ${FUZZ_SECONDS:-90} s, the QP for half that, the gso splitter and the SDR receiver for a third each, the CM MAD parser for a quarter, the service's shared ring and its messages for a sixth each (built and run beside the steps since the build)"
 fuzz_rc=0
 wait $fuzz_lane || fuzz_rc=$?
 cat "$bg_logs/fuzz"

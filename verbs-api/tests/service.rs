@@ -343,3 +343,160 @@ fn a_killed_programs_peer_sees_its_connection_end_and_others_go_on() {
     .unwrap();
     assert_eq!(a.wait(1)[0].status, WcStatus::Success);
 }
+
+/// A hostile program: garbage for messages, handles it never got, and its own rings
+/// scribbled on while the service reads them. The service answers or drops that program,
+/// never crashes, and the programs beside it keep working.
+#[test]
+fn a_hostile_program_loses_only_its_own_objects() {
+    use ferroce_drivers::shm::Region;
+    use ferroce_verbs::service::proto::{self, Request, Response, WireCaps, WireQpType};
+    use ferroce_verbs::service::socket::Channel;
+    let svc = serve("hostile");
+    let (a, b) = pair(&svc);
+    let check_bystanders = |id: u64| {
+        let sge = [a.mr.sge(0, 64)];
+        a.qp.post_send(&[
+            SendWr::new(id, WrOpcode::Write, Payload::Sges(&sge)).remote(b.mr.addr(), b.mr.rkey())
+        ])
+        .unwrap();
+        let wc = a.wait(1)[0];
+        assert_eq!((wc.wr_id, wc.status), (id, WcStatus::Success));
+    };
+    let mut buf = Box::new([0u8; proto::MAX_MESSAGE]);
+    // Garbage instead of a hello: the connection is dropped.
+    for junk in [
+        vec![0xffu8; 100],
+        b"hello".to_vec(),
+        vec![7; 4096],
+        vec![1, 2, 3],
+    ] {
+        let ch = Channel::connect(svc.socket()).unwrap();
+        let _ = ch.send(&junk, &[]);
+        assert!(matches!(ch.recv(&mut buf), Ok(None) | Err(_)), "{junk:?}");
+    }
+    check_bystanders(1);
+    // A proper hello, then handles it never made: refused, one by one.
+    let ch = Channel::connect(svc.socket()).unwrap();
+    let call =
+        |req: &Request, fds: &[std::os::fd::BorrowedFd<'_>], buf: &mut [u8; proto::MAX_MESSAGE]| {
+            ch.send(&proto::encode(req), fds).unwrap();
+            let (n, fds) = ch.recv(buf).unwrap().expect("an answer");
+            (proto::decode::<Response>(&buf[..n]).unwrap(), fds)
+        };
+    let (r, _) = call(
+        &Request::Hello {
+            version: proto::VERSION,
+            pid: 1,
+        },
+        &[],
+        &mut buf,
+    );
+    assert!(matches!(r, Response::Welcome { .. }));
+    for req in [
+        Request::DeallocPd { pd: 1 },
+        Request::DeregMr { mr: 99 },
+        Request::DestroyQp { qp: 12345 },
+        Request::QueryQp { qp: 0 },
+        Request::AllocPd { device: 7 },
+        Request::CreateCq {
+            device: 0,
+            cqe: 0,
+            channel: false,
+        },
+        Request::CreateCq {
+            device: 0,
+            cqe: u32::MAX,
+            channel: false,
+        },
+        Request::RegMr {
+            pd: 5,
+            addr: 0,
+            iova: 0,
+            len: 4096,
+            offset: 0,
+            access: 0,
+        },
+    ] {
+        let (r, _) = call(&req, &[], &mut buf);
+        assert!(matches!(r, Response::Error { .. }), "{req:?} gave {r:?}");
+    }
+    // Its own QP, whose rings it then scribbles on while the service reads them.
+    let Response::Created { handle: pd } = call(&Request::AllocPd { device: 0 }, &[], &mut buf).0
+    else {
+        panic!("no PD")
+    };
+    let Response::Cq { handle: cq, .. } = call(
+        &Request::CreateCq {
+            device: 0,
+            cqe: 64,
+            channel: false,
+        },
+        &[],
+        &mut buf,
+    )
+    .0
+    else {
+        panic!("no CQ")
+    };
+    // A registration whose memory is not a sealed memfd: refused.
+    let plain = std::fs::File::open("/proc/self/exe").unwrap();
+    let reg = Request::RegMr {
+        pd,
+        addr: 0x1000,
+        iova: 0x1000,
+        len: 4096,
+        offset: 0,
+        access: 1,
+    };
+    use std::os::fd::AsFd as _;
+    assert!(matches!(
+        call(&reg, &[plain.as_fd()], &mut buf).0,
+        Response::Error { .. }
+    ));
+    let caps = WireCaps {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 4,
+        max_recv_sge: 4,
+        max_inline_data: 64,
+        sq_sig_all: false,
+    };
+    let req = Request::CreateQp {
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        qp_type: WireQpType::Rc,
+        caps,
+    };
+    let (r, mut fds) = call(&req, &[], &mut buf);
+    assert!(matches!(r, Response::Qp { .. }), "{r:?}");
+    let region = Region::from_fd(fds.pop().unwrap(), 1).unwrap();
+    let words = region.len() / 8;
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for round in 0..2000 {
+        // xorshift: any words, anywhere, indices included.
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let at = (x as usize % words) * 8;
+        let _ = region.store_words(at, &[x, x.rotate_left(17), !x]);
+        std::thread::sleep(Duration::from_micros(20));
+        if round % 100 == 0 {
+            check_bystanders(100 + round);
+        }
+    }
+    check_bystanders(9999);
+    // The program itself: answered, or dropped if the service caught it breaking a ring.
+    let _ = ch.send(&proto::encode(&Request::QueryQp { qp: 1 }), &[]);
+    let _ = ch.recv(&mut buf);
+    println!("hostile: {:?}", svc.counters());
+    // The service is whole: a new program attaches and works.
+    let (c, d) = pair(&svc);
+    let sge = [c.mr.sge(0, 64)];
+    c.qp.post_send(&[
+        SendWr::new(1, WrOpcode::Write, Payload::Sges(&sge)).remote(d.mr.addr(), d.mr.rkey())
+    ])
+    .unwrap();
+    assert_eq!(c.wait(1)[0].status, WcStatus::Success);
+}
