@@ -75,10 +75,10 @@ pub fn wait_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<boo
         fd: -1,
         events: libc::POLLIN,
         revents: 0,
-    }; 4];
+    }; 6];
     assert!(
         fds.len() <= pfds.len(),
-        "wait_readable takes at most four descriptors"
+        "wait_readable takes at most six descriptors"
     );
     for (p, &fd) in pfds.iter_mut().zip(fds) {
         p.fd = fd;

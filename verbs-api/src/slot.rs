@@ -75,6 +75,23 @@ pub(crate) struct EngineSlot {
     engine: Mutex<Box<dyn DeviceEngine>>,
     pub(crate) doorbells: Arc<SegQueue<u32>>,
     pub(crate) idle: Idle,
+    /// More work the engine thread does each turn, outside the engine's lock: a service's
+    /// forwarder between its programs' rings and the QPs (set before the thread starts).
+    pub(crate) poller: std::sync::OnceLock<Arc<dyn Poller>>,
+}
+
+/// Work an engine thread does beside its engine (see [`EngineSlot::poller`]): polled every
+/// turn, and asked before the thread sleeps, which it then also does on [`fd`](Self::fd).
+pub(crate) trait Poller: Send + Sync {
+    /// One pass: how much moved.
+    fn poll(&self) -> usize;
+    /// The thread is about to sleep: announce it to whoever must then ring
+    /// [`fd`](Self::fd), and look once more; true when there is work after all.
+    fn prepare_sleep(&self) -> bool;
+    /// The thread woke: clear what `prepare_sleep` announced.
+    fn woke(&self);
+    /// What wakes the thread for this work.
+    fn fd(&self) -> std::os::fd::RawFd;
 }
 
 impl EngineSlot {
@@ -83,6 +100,7 @@ impl EngineSlot {
             doorbells: engine.core().doorbells.clone(),
             engine: Mutex::new(engine),
             idle: Idle::new(),
+            poller: std::sync::OnceLock::new(),
         }
     }
 
@@ -252,9 +270,11 @@ impl EngineSlot {
             let e = self.lock();
             (0..e.port_count()).map(|i| e.port_at(i).rx_fd()).collect()
         };
+        let poller = self.poller.get().cloned();
         let sleeper = match (fds, &self.idle.wakeup) {
             (Some(mut fds), Some(w)) if !shares_port => {
                 fds.push(w.fd());
+                fds.extend(poller.as_ref().map(|p| p.fd()));
                 Some(fds)
             }
             _ => None,
@@ -271,7 +291,10 @@ impl EngineSlot {
         while !stop.load(Ordering::Acquire) {
             // Never wait for the lock: a thread holding it is turning the engine, doing what
             // this thread would (and a blocked engine thread costs the holder a futex wake).
-            let work = self.try_lock().map_or(0, |mut e| e.poll());
+            let mut work = self.try_lock().map_or(0, |mut e| e.poll());
+            if let Some(p) = &poller {
+                work += p.poll();
+            }
             if work > 0 {
                 idle = 0;
                 continue;
@@ -290,7 +313,13 @@ impl EngineSlot {
             }
             // A multi-port engine wakes to look at its links (carrier changes make no frame).
             let longest = if multi_port { LINK_SLEEP } else { MAX_SLEEP };
-            let (timeout, bounded) = match self.prepare_sleep() {
+            let bedtime = match self.prepare_sleep() {
+                Bedtime::Sleep(_) if poller.as_ref().is_some_and(|p| p.prepare_sleep()) => {
+                    Bedtime::Work
+                }
+                b => b,
+            };
+            let (timeout, bounded) = match bedtime {
                 Bedtime::Sleep(t) => (t.min(longest), t >= MAX_SLEEP && !multi_port),
                 // Another thread is turning the engine now: it takes what arrives while it
                 // does. Sleep on the descriptors anyway (a packet socket's is readable while
@@ -299,6 +328,9 @@ impl EngineSlot {
                 Bedtime::Busy => (BUSY_SLEEP, false),
                 Bedtime::Work => {
                     self.idle.asleep.store(false, Ordering::Release);
+                    if let Some(p) = &poller {
+                        p.woke();
+                    }
                     idle = 0;
                     continue;
                 }
@@ -306,6 +338,9 @@ impl EngineSlot {
             let woken = wait_readable(fds, Some(timeout)).unwrap_or(true);
             self.idle.asleep.store(false, Ordering::Release);
             self.idle.notify_drain();
+            if let Some(p) = &poller {
+                p.woke();
+            }
             if let Some(mut e) = self.try_lock() {
                 e.core_mut().resume();
                 // A sleep that only the bound ended, after which there is work: a wakeup

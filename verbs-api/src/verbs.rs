@@ -148,6 +148,12 @@ impl Context {
         Ok(Self { dev })
     }
 
+    /// Work the device's first engine thread does each turn beside its engine (a
+    /// service's forwarder); set before the thread starts.
+    pub(crate) fn set_poller(&self, p: Arc<dyn crate::slot::Poller>) {
+        let _ = self.dev.engines[0].poller.set(p);
+    }
+
     /// True for a context attached to a service.
     pub fn is_attached(&self) -> bool {
         self.dev.remote.is_some()

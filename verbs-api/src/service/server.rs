@@ -42,11 +42,6 @@ const MAX_DEPTH: u32 = 1 << 15;
 const MAX_OBJECTS: usize = 1 << 14;
 /// Requests the forwarder moves from one ring per turn.
 const BURST: usize = 32;
-/// Idle turns before the forwarder sleeps.
-const SPIN_TURNS: u32 = 2000;
-/// Longest sleep: completions reach the forwarder through the channel's doorbell, so this
-/// only bounds a missed wakeup.
-const SLEEP: Duration = Duration::from_millis(10);
 
 /// The service's counters (`ferroce serve --json` prints them at exit).
 #[derive(Debug, Default)]
@@ -61,7 +56,7 @@ pub struct ServiceCounters {
     pub wrs_forwarded: AtomicU64,
     /// Completions moved from CQs to programs' rings.
     pub wcs_forwarded: AtomicU64,
-    /// Times the forwarder slept.
+    /// Times the engine thread that runs the forwarder slept.
     pub sleeps: AtomicU64,
 }
 
@@ -181,9 +176,6 @@ impl Service {
                     source,
                 })?,
             );
-        for d in &devices {
-            d.start_engine_thread()?;
-        }
         let doorbell = Arc::new(Doorbell::new()?);
         let channels = devices
             .iter()
@@ -202,13 +194,18 @@ impl Service {
             stop: AtomicBool::new(false),
             counters: ServiceCounters::default(),
         });
+        let forwarder = Arc::new(Forwarder {
+            shared: Arc::downgrade(&shared),
+            doorbell: shared.doorbell.clone(),
+            wcs: Mutex::new(Vec::with_capacity(BURST)),
+        });
+        if let Some(first) = shared.devices.first() {
+            first.set_poller(forwarder);
+        }
+        for d in &shared.devices {
+            d.start_engine_thread()?;
+        }
         let mut threads = Vec::new();
-        let sh = shared.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("ferroce-fwd".into())
-                .spawn(move || forward(&sh))?,
-        );
         let sh = shared.clone();
         let l = listener.clone();
         threads.push(
@@ -259,6 +256,9 @@ impl Service {
             let mut s = lock(&s);
             s.clear();
             s.chan.shutdown();
+        }
+        for d in &self.shared.devices {
+            d.stop_engine_thread();
         }
     }
 }
@@ -811,12 +811,31 @@ fn create_qp(
 }
 
 /// The forwarder: moves requests from the programs' rings to their QPs and completions from
-/// their CQs to the programs' rings; sleeps on the doorbell when nothing moves.
-fn forward(shared: &Shared) {
-    let mut idle = 0u32;
-    let mut wcs = Vec::with_capacity(BURST);
-    while !shared.stop.load(Ordering::Acquire) {
-        let sessions: Vec<_> = lock(&shared.sessions).clone();
+/// their CQs to the programs' rings. It runs on the first device's engine thread, each turn
+/// after the engine's, so a service adds no thread to the data path: the engine thread that
+/// sends a request is the one that took it from the ring. When the engine thread sleeps, it
+/// also sleeps on the service's doorbell, which a program rings after posting to a sleeping
+/// service, and which every served CQ's channel rings when a completion comes.
+struct Forwarder {
+    shared: std::sync::Weak<Shared>,
+    doorbell: Arc<Doorbell>,
+    wcs: Mutex<Vec<WorkCompletion>>,
+}
+
+impl Forwarder {
+    fn sessions(&self) -> Option<(Arc<Shared>, Vec<Arc<Mutex<Session>>>)> {
+        let shared = self.shared.upgrade()?;
+        let sessions = lock(&shared.sessions).clone();
+        Some((shared, sessions))
+    }
+}
+
+impl crate::slot::Poller for Forwarder {
+    fn poll(&self) -> usize {
+        let Some((shared, sessions)) = self.sessions() else {
+            return 0;
+        };
+        let mut wcs = lock(&self.wcs);
         let mut moved = 0;
         for s in &sessions {
             let Ok(mut s) = s.try_lock() else {
@@ -826,7 +845,7 @@ fn forward(shared: &Shared) {
             if s.broken {
                 continue;
             }
-            match turn(shared, &mut s, &mut wcs) {
+            match turn(&shared, &mut s, &mut wcs) {
                 Ok(n) => moved += n,
                 Err(why) => {
                     tracing::warn!(
@@ -843,17 +862,15 @@ fn forward(shared: &Shared) {
                 }
             }
         }
-        if moved > 0 {
-            idle = 0;
-            continue;
-        }
-        idle += 1;
-        if idle < SPIN_TURNS {
-            std::hint::spin_loop();
-            continue;
-        }
-        // Sleep: say so in every program's page, then look once more (a program that
-        // pushed before it saw the flag is caught here; one that pushes after rings).
+        moved
+    }
+
+    /// Says "asleep" in every program's page, arms the CQs, then looks once more: a program
+    /// that pushed before it saw the flag is caught here; one that pushes after rings.
+    fn prepare_sleep(&self) -> bool {
+        let Some((shared, sessions)) = self.sessions() else {
+            return false;
+        };
         for s in &sessions {
             let s = lock(s);
             s.page.store_word(SLEEPING, 1, Ordering::Relaxed);
@@ -873,15 +890,26 @@ fn forward(shared: &Shared) {
         });
         if !pending {
             shared.counters.sleeps.fetch_add(1, Ordering::Relaxed);
-            shared.doorbell.wait(SLEEP);
         }
+        pending
+    }
+
+    fn woke(&self) {
+        self.doorbell.drain();
+        let Some((shared, sessions)) = self.sessions() else {
+            return;
+        };
         for ch in &shared.channels {
             while ch.get_event(Duration::ZERO).is_some() {}
         }
         for s in &sessions {
             lock(s).page.store_word(SLEEPING, 0, Ordering::Relaxed);
         }
-        idle = 0;
+    }
+
+    fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd as _;
+        self.doorbell.as_fd().as_raw_fd()
     }
 }
 

@@ -245,6 +245,12 @@ impl Doorbell {
         let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
     }
 
+    /// Clears it.
+    pub fn drain(&self) {
+        let mut b = [0u8; 8];
+        let _ = rustix::io::read(&self.fd, &mut b);
+    }
+
     /// Waits until it rings or `timeout` passes, and clears it.
     pub fn wait(&self, timeout: std::time::Duration) {
         let ts = rustix::event::Timespec {
