@@ -6,6 +6,8 @@
 # (service / in-process). Root only.
 #   scripts/service-bench.sh [ROUNDS]        (default 3)
 #   FERROCE_PIN=1 scripts/service-bench.sh   services' engine threads on CPU 0, programs on CPU 1
+# Then four ib_write_bw pairs at once through the same two services (one QP each, 64 KiB):
+# each pair's bandwidth and Jain's fairness index over them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
@@ -84,3 +86,28 @@ i, s = ${sum[inproc.$t]}, ${sum[service.$t]}
 name = {'bw64k': 'bandwidth at 64 KiB', 'rate64': 'message rate at 64 B', 'lat': 'typical latency at 2 B'}['$t']
 print('%-24s service / in-process = %.3f  (means %.4g / %.4g over $rounds rounds)' % (name, s / i, s / $rounds, i / $rounds))"
 done
+
+echo "four programs on each side, one QP each, at once through the same services (ib_write_bw 64 KiB, 5 s)"
+spids=()
+for i in 0 1 2 3; do
+  run service a ib_write_bw -x 0 -s 65536 -D 5 -p $((18600 + i)) >"$logs/f$i.s" 2>&1 &
+  spids+=($!)
+done
+sleep 1
+cpids=()
+for i in 0 1 2 3; do
+  run service b ib_write_bw -x 0 -s 65536 -D 5 -p $((18600 + i)) 192.168.77.1 >"$logs/f$i.c" 2>&1 &
+  cpids+=($!)
+done
+for c in "${cpids[@]}" "${spids[@]}"; do wait "$c"; done
+python3 - "$logs" <<'PY'
+import sys
+bws = []
+for i in range(4):
+    lines = open(f"{sys.argv[1]}/f{i}.c").read().splitlines()
+    at = next(n for n, l in enumerate(lines) if "#bytes" in l)
+    bws.append(float(lines[at + 1].split()[3]))
+jain = sum(bws) ** 2 / (len(bws) * sum(b * b for b in bws))
+print("  MB/s per program:", ", ".join("%.1f" % b for b in bws), "  sum %.1f" % sum(bws))
+print("  Jain's fairness index %.4f" % jain)
+PY
