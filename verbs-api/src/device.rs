@@ -178,7 +178,7 @@ impl Device {
         let ports: Vec<(MacAddr, IpAddr)> = facts
             .ports
             .iter()
-            .map(|p| (MacAddr(p.mac), crate::verbs::Gid(p.gid).ip()))
+            .map(|p| (MacAddr(p.mac), crate::service::proto::gid_ip(p.gid)))
             .collect();
         let (mac, ip) = ports
             .first()

@@ -1,6 +1,6 @@
 //! The verbs layer's error: what libibverbs reports as an errno, with the reason in words.
 
-use ferroce_stack::transport::{ModifyError, QpState};
+use ferroce_stack::transport::{ModifyError, PostError, QpState};
 
 /// A verbs-layer error (libibverbs reports these as errno values).
 #[derive(Debug, thiserror::Error)]
@@ -74,4 +74,14 @@ pub enum VerbsError {
     /// A reliability policy can only be set before the QP reaches RTR.
     #[error("set the reliability policy before RTR; the QP is in {0}")]
     PolicyAfterRtr(QpState),
+}
+
+/// A post that stopped at a bad WR: `index` of it in the list, and why (`bad_wr` in C).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("work request {index} refused: {error}")]
+pub struct PostFailure {
+    /// Index of the first refused WR; the ones before it were posted.
+    pub index: usize,
+    /// Why.
+    pub error: PostError,
 }

@@ -27,17 +27,7 @@ fn service_error(e: ServiceError) -> VerbsError {
     }
 }
 use crate::engine::{state_code, ChannelShared, CqShared, Op, OwnedSend, PortCounters, QpShared};
-pub use crate::error::VerbsError;
-
-/// A post that stopped at a bad WR: `index` of it in the list, and why (`bad_wr` in C).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("work request {index} refused: {error}")]
-pub struct PostFailure {
-    /// Index of the first refused WR; the ones before it were posted.
-    pub index: usize,
-    /// Why.
-    pub error: PostError,
-}
+pub use crate::error::{PostFailure, VerbsError};
 
 /// Device attributes, as `ibv_query_device`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

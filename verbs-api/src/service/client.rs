@@ -14,11 +14,12 @@ use ferroce_stack::transport::{
 };
 use ferroce_stack::wire::Qpn;
 
-use super::proto::{self, DeviceFacts, Handle, Request, Response, WireQpAttr, MAX_MESSAGE};
-use super::server::{PAGE, SLEEPING};
+use super::proto::{
+    self, DeviceFacts, Handle, Request, Response, WireQpAttr, MAX_MESSAGE, PAGE, SLEEPING,
+};
 use super::slots::{self, Slot, W};
 use super::socket::{Channel, Doorbell};
-use crate::verbs::PostFailure;
+use crate::error::PostFailure;
 
 /// What can go wrong talking to a service.
 #[derive(Debug, thiserror::Error)]

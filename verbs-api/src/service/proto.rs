@@ -305,8 +305,21 @@ pub struct WireAv {
     pub udp_src_port: Option<u16>,
 }
 
-fn gid_ip(g: [u8; 16]) -> IpAddr {
-    crate::verbs::Gid(g).ip()
+/// The IP address a 16-byte GID names (IPv4-mapped for IPv4).
+pub fn gid_ip(g: [u8; 16]) -> IpAddr {
+    let v6 = std::net::Ipv6Addr::from(g);
+    match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    }
+}
+
+/// The GID of an IP address.
+pub fn ip_gid(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
 }
 
 impl From<WireAv> for AddressVector {
@@ -335,8 +348,8 @@ impl From<AddressVector> for WireAv {
             smac: a.smac.0,
             dmac: a.dmac.0,
             vlan: a.vlan.map(|v| (v.pcp, v.dei, v.vid)),
-            sgid: crate::verbs::Gid::from_ip(a.src).0,
-            dgid: crate::verbs::Gid::from_ip(a.dst).0,
+            sgid: ip_gid(a.src),
+            dgid: ip_gid(a.dst),
             traffic_class: a.traffic_class,
             hop_limit: a.hop_limit,
             flow_label: a.flow_label,
@@ -427,7 +440,10 @@ impl TryFrom<WireQpAttr> for QpAttr {
 impl From<QpAttr> for WireQpAttr {
     fn from(a: QpAttr) -> Self {
         Self {
-            qp_state: crate::engine::state_code(a.qp_state),
+            qp_state: QpState::ALL
+                .iter()
+                .position(|&x| x == a.qp_state)
+                .unwrap_or(0) as u8,
             qp_access_flags: a.qp_access_flags.0,
             pkey_index: a.pkey_index,
             port_num: a.port_num,
@@ -465,6 +481,11 @@ pub const fn cq_words(slots: u32) -> (usize, usize) {
 pub const fn cq_region(slots: u32) -> usize {
     cq_words(slots).1 + 64
 }
+
+/// Byte offset of the sleeping flag in a program's control page.
+pub const SLEEPING: usize = 0;
+/// Size of a program's control page.
+pub const PAGE: usize = 4096;
 
 /// Encodes a message for one datagram.
 pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {

@@ -22,7 +22,7 @@ use ferroce_stack::wire::Qpn;
 use smallvec::SmallVec;
 
 use super::proto::{
-    self, DeviceFacts, Handle, PortFacts, Request, Response, WireCaps, MAX_MESSAGE,
+    self, DeviceFacts, Handle, PortFacts, Request, Response, WireCaps, MAX_MESSAGE, PAGE, SLEEPING,
 };
 use super::slots::{self, Slot, W};
 use super::socket::{Channel, Doorbell, Listener};
@@ -30,11 +30,6 @@ use crate::verbs::{
     CompletionChannel, CompletionQueue, Context, MemoryRegion, PortState, ProtectionDomain,
     QueuePair,
 };
-
-/// Byte offset of the sleeping flag in a program's control page.
-pub const SLEEPING: usize = 0;
-/// Size of a program's control page.
-pub const PAGE: usize = 4096;
 
 /// Largest CQ and queue depth a program may ask for.
 const MAX_DEPTH: u32 = 1 << 15;
@@ -127,12 +122,15 @@ impl Session {
     }
 }
 
+/// The programs served now.
+type Sessions = Vec<Arc<Mutex<Session>>>;
+
 /// What the threads of a service share.
 struct Shared {
     devices: Vec<Context>,
     /// One channel per device: every served CQ reports to it, and it rings the doorbell.
     channels: Vec<CompletionChannel>,
-    sessions: Mutex<Vec<Arc<Mutex<Session>>>>,
+    sessions: Mutex<Sessions>,
     doorbell: Arc<Doorbell>,
     stop: AtomicBool,
     counters: ServiceCounters,
@@ -823,7 +821,7 @@ struct Forwarder {
 }
 
 impl Forwarder {
-    fn sessions(&self) -> Option<(Arc<Shared>, Vec<Arc<Mutex<Session>>>)> {
+    fn sessions(&self) -> Option<(Arc<Shared>, Sessions)> {
         let shared = self.shared.upgrade()?;
         let sessions = lock(&shared.sessions).clone();
         Some((shared, sessions))

@@ -88,7 +88,7 @@ fn word_mac(w: u64) -> MacAddr {
 }
 
 fn gid_words(ip: core::net::IpAddr) -> [u64; 2] {
-    let g = crate::verbs::Gid::from_ip(ip).0;
+    let g = super::proto::ip_gid(ip);
     [
         u64::from_le_bytes(g[..8].try_into().expect("8 bytes")),
         u64::from_le_bytes(g[8..].try_into().expect("8 bytes")),
@@ -99,7 +99,7 @@ fn words_gid(a: u64, b: u64) -> core::net::IpAddr {
     let mut g = [0u8; 16];
     g[..8].copy_from_slice(&a.to_le_bytes());
     g[8..].copy_from_slice(&b.to_le_bytes());
-    crate::verbs::Gid(g).ip()
+    super::proto::gid_ip(g)
 }
 
 /// A UD destination's address vector as one slot.

@@ -207,6 +207,8 @@ pub fn child_main() {
 /// Starts `child_program` against `svc` (writing to `peer` if given) and waits for it to be
 /// ready: its QP number. It starts writing when a line comes on its stdin
 /// ([`go`]).
+// The caller gets the child and kills and waits for it.
+#[allow(clippy::zombie_processes)]
 pub fn spawn_child(svc: &Service, peer: Option<String>) -> (std::process::Child, u32) {
     use std::io::BufRead as _;
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
@@ -229,10 +231,10 @@ pub fn spawn_child(svc: &Service, peer: Option<String>) -> (std::process::Child,
     let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
     loop {
         line.clear();
-        assert!(
-            out.read_line(&mut line).unwrap() > 0,
-            "the child died before it was ready"
-        );
+        if out.read_line(&mut line).unwrap() == 0 {
+            let _ = child.wait();
+            panic!("the child died before it was ready");
+        }
         if let Some(q) = line.trim().strip_prefix("ready ") {
             return (child, q.parse().unwrap());
         }
