@@ -278,7 +278,7 @@ fn help_names_every_command_and_none_to_come() {
         .collect();
     assert_eq!(
         commands,
-        ["decode", "demo", "perf", "stats", "scenario", "model", "switch"]
+        ["decode", "demo", "perf", "stats", "scenario", "model", "switch", "serve"]
     );
     for c in commands {
         let out = ferroce(&[c, "--help"]);
@@ -819,4 +819,40 @@ fn scenario_varuna_steady_costs_what_the_log_puts_on_the_wire() {
         .as_f64()
         .unwrap();
     assert!(b16 > b4k, "{b16} vs {b4k}");
+}
+
+/// `ferroce serve`: a short run on the default `loop` device prints its JSON summary; a bad
+/// mode or a device that does not open is one line that says what to do.
+#[test]
+fn serve_runs_and_refuses_bad_arguments_in_one_line() {
+    let dir = std::env::temp_dir().join(format!("ferroce-cli-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("s.sock");
+    let sock = sock.to_str().unwrap();
+    let out = ferroce(&["serve", "--socket", sock, "--duration", "0.2", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["devices"], serde_json::json!(["loop"]));
+    assert_eq!(r["sessions"], 0);
+    assert!(
+        !std::path::Path::new(sock).exists(),
+        "the socket file stays behind"
+    );
+    for (args, says) in [
+        (vec!["serve", "--mode", "999"], "octal"),
+        (
+            vec!["serve", "--socket", sock, "--device", "nosuch:x"],
+            "cannot open device",
+        ),
+    ] {
+        let out = ferroce(&args);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(says), "{err}");
+    }
 }
