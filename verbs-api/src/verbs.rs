@@ -580,7 +580,7 @@ impl ProtectionDomain {
     /// `iova`. Safe: the region stays mapped for as long as the registration lives.
     pub fn reg_shared(
         &self,
-        region: Arc<ferroce_drivers::shm::Region>,
+        region: Arc<dyn ferroce_drivers::shm::Mapped>,
         offset: usize,
         len: usize,
         iova: u64,
@@ -1023,7 +1023,7 @@ pub struct MemoryRegion {
     access: Access,
     /// The shared memory it registers, kept mapped until after it deregisters (dropped
     /// after `drop` has run).
-    backing: Option<Arc<ferroce_drivers::shm::Region>>,
+    backing: Option<Arc<dyn ferroce_drivers::shm::Mapped>>,
     /// The service's registration, on an attached context.
     remote: Option<RemoteMr>,
 }

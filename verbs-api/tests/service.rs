@@ -415,6 +415,7 @@ fn a_hostile_program_loses_only_its_own_objects() {
             iova: 0,
             len: 4096,
             offset: 0,
+            pieces: vec![(0, 4096)],
             access: 0,
         },
     ] {
@@ -447,6 +448,7 @@ fn a_hostile_program_loses_only_its_own_objects() {
         iova: 0x1000,
         len: 4096,
         offset: 0,
+        pieces: vec![(0, 4096)],
         access: 1,
     };
     use std::os::fd::AsFd as _;
@@ -499,4 +501,68 @@ fn a_hostile_program_loses_only_its_own_objects() {
     ])
     .unwrap();
     assert_eq!(c.wait(1)[0].status, WcStatus::Success);
+}
+
+/// Registrations that share pages (heap buffers side by side, a buffer registered twice):
+/// the second reuses the first's shared pages and moves only its own; each lands its data;
+/// one going leaves the other working; the last going gives the pages back to private
+/// memory.
+#[test]
+fn registrations_that_share_pages_each_work_and_give_their_pages_back() {
+    let svc = serve("overlap");
+    let (mut a, b) = pair(&svc);
+    let pd = b._pd_ref();
+    // One 3-page allocation, page-aligned, cut into two buffers that share its middle page.
+    let mut mem = Buf::new(3 * 4096);
+    let base = mem.ptr();
+    let access = Access::LOCAL_WRITE.with(Access::REMOTE_WRITE);
+    // SAFETY: `mem` outlives both registrations; no other thread touches it.
+    let first = unsafe { pd.reg_mr(base.wrapping_add(100), 5000, access) }.unwrap();
+    let second = unsafe { pd.reg_mr(base.wrapping_add(6000), 6000, access) }.unwrap();
+    let same_again = unsafe { pd.reg_mr(base.wrapping_add(100), 5000, access) }.unwrap();
+    let shared = |at: usize| {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let at = base as usize + at;
+        maps.lines().any(|l| {
+            let (range, rest) = l.split_once(' ').unwrap();
+            let (x, y) = range.split_once('-').unwrap();
+            let (x, y) = (
+                usize::from_str_radix(x, 16).unwrap(),
+                usize::from_str_radix(y, 16).unwrap(),
+            );
+            x <= at && at < y && rest.starts_with("rw-s")
+        })
+    };
+    assert!(shared(0) && shared(4096) && shared(8192));
+    // A WRITE into each, from A.
+    for (i, (mr, at)) in [(&first, 100usize), (&second, 6000), (&same_again, 100)]
+        .into_iter()
+        .enumerate()
+    {
+        for j in 0..64 {
+            a.buf.set(j, (i * 64 + j) as u8 | 1);
+        }
+        let sge = [a.mr.sge(0, 64)];
+        a.qp.post_send(
+            &[SendWr::new(i as u64, WrOpcode::Write, Payload::Sges(&sge))
+                .remote(mr.addr(), mr.rkey())],
+        )
+        .unwrap();
+        assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+        assert_eq!(mem.range(at..at + 64), a.buf.range(0..64));
+    }
+    // The first goes: the other two still work, and the pages stay shared.
+    drop(first);
+    assert!(shared(0) && shared(8192));
+    let sge = [a.mr.sge(0, 64)];
+    a.qp.post_send(&[SendWr::new(9, WrOpcode::Write, Payload::Sges(&sge))
+        .remote(second.addr() + 64, second.rkey())])
+        .unwrap();
+    assert_eq!(a.wait(1)[0].status, WcStatus::Success);
+    assert_eq!(mem.range(6064..6128), a.buf.range(0..64));
+    drop(same_again);
+    drop(second);
+    // All gone: private again, contents kept.
+    assert!(!shared(0) && !shared(4096) && !shared(8192));
+    assert_eq!(mem.range(6064..6128), a.buf.range(0..64));
 }

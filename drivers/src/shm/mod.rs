@@ -9,10 +9,12 @@
 pub mod adopt;
 pub mod region;
 pub mod ring;
+pub mod stitch;
 
 pub use adopt::{adopt, release, Adopted};
-pub use region::{Region, ShmError};
+pub use region::{Mapped, Region, ShmError};
 pub use ring::{Consumer, Producer, RingError, RingLayout, MAX_CAP};
+pub use stitch::{Piece, Stitched, MAX_PIECES};
 
 #[cfg(test)]
 mod tests {

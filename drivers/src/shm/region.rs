@@ -15,7 +15,7 @@ use std::ptr::NonNull;
 use thiserror::Error;
 
 /// The seals a shared region must carry: its size can no longer change, nor its seals.
-const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+pub(super) const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 
 /// Why a region could not be made or taken.
 #[derive(Debug, Error)]
@@ -56,6 +56,29 @@ fn os(call: &'static str) -> ShmError {
     ShmError::Os {
         call,
         source: std::io::Error::last_os_error(),
+    }
+}
+
+/// Shared memory mapped in this process: what a registration over another process's pages
+/// keeps alive for as long as it uses them.
+pub trait Mapped: Send + Sync + std::fmt::Debug {
+    /// The first byte.
+    fn as_ptr(&self) -> *mut u8;
+    /// Its size in bytes.
+    fn len(&self) -> usize;
+    /// Never true: a mapping has at least one byte.
+    fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl Mapped for Region {
+    fn as_ptr(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    fn len(&self) -> usize {
+        self.len
     }
 }
 

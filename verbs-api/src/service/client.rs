@@ -17,6 +17,7 @@ use ferroce_stack::wire::Qpn;
 use super::proto::{
     self, DeviceFacts, Handle, Request, Response, WireQpAttr, MAX_MESSAGE, PAGE, SLEEPING,
 };
+use super::registry::{Pages, PagesError};
 use super::slots::{self, Slot, W};
 use super::socket::{Channel, Doorbell};
 use crate::error::PostFailure;
@@ -452,19 +453,26 @@ impl RemotePd {
         access: Access,
     ) -> Result<RemoteMr, ServiceError> {
         // SAFETY: the caller's promise, passed on.
-        let adopted = unsafe { shm::adopt(addr, len.max(1), c"ferroce-mr") }?;
-        let offset = adopted
-            .offset_of(addr as usize)
-            .ok_or(ServiceError::Protocol("adopt"))?;
-        let req = Request::RegMr {
-            pd: self.handle,
-            addr: addr as u64,
-            iova,
-            len: len as u64,
-            offset: offset as u64,
-            access: access.0,
-        };
-        let r = self.inner.call(&req, &[adopted.fd().as_fd()]);
+        let pages = unsafe { Pages::share(addr as usize, len) }.map_err(|e| match e {
+            PagesError::Shm(e) => ServiceError::Shm(e),
+            e @ PagesError::TooManyPieces => ServiceError::Refused {
+                errno: libc::ENOMEM,
+                message: e.to_string(),
+            },
+        })?;
+        let r = pages.with_pieces(|pieces| {
+            let req = Request::RegMr {
+                pd: self.handle,
+                addr: addr as u64,
+                iova,
+                len: len as u64,
+                offset: pages.offset,
+                pieces: pieces.iter().map(|&(_, o, l)| (o, l)).collect(),
+                access: access.0,
+            };
+            let fds: Vec<_> = pieces.iter().map(|&(fd, _, _)| fd).collect();
+            self.inner.call(&req, &fds)
+        });
         match r {
             Ok((Response::Mr { handle, lkey, rkey }, _)) => Ok(RemoteMr {
                 inner: self.inner.clone(),
@@ -473,11 +481,11 @@ impl RemotePd {
                 rkey,
                 addr: iova,
                 len,
-                adopted: Some(adopted),
+                pages: Some(pages),
             }),
             other => {
-                // SAFETY: the pages we just moved, moved back; the caller's promise holds.
-                let _ = unsafe { shm::release(adopted) };
+                // SAFETY: the pages we just shared, given back; the caller's promise holds.
+                unsafe { pages.unshare() };
                 Err(match other {
                     Err(e) => e,
                     Ok(_) => ServiceError::Protocol("RegMr"),
@@ -553,7 +561,7 @@ pub struct RemoteMr {
     rkey: u32,
     addr: u64,
     len: usize,
-    adopted: Option<shm::Adopted>,
+    pages: Option<Pages>,
 }
 
 impl RemoteMr {
@@ -598,10 +606,11 @@ impl std::fmt::Debug for RemoteMr {
 impl Drop for RemoteMr {
     fn drop(&mut self) {
         destroy(&self.inner, Request::DeregMr { mr: self.handle });
-        if let Some(a) = self.adopted.take() {
-            // SAFETY: the registration's own pages, moved back; ibv_dereg_mr's caller does
-            // not use the buffer during the call.
-            let _ = unsafe { shm::release(a) };
+        if let Some(p) = self.pages.take() {
+            // SAFETY: the registration's pages, given back (those no other registration
+            // uses move back to private memory); ibv_dereg_mr's caller does not use the
+            // buffer during the call.
+            unsafe { p.unshare() };
         }
     }
 }

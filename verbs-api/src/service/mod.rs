@@ -7,6 +7,7 @@
 
 pub mod client;
 pub mod proto;
+mod registry;
 pub mod server;
 pub mod slots;
 pub mod socket;

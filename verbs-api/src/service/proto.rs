@@ -21,7 +21,7 @@ pub const VERSION: u32 = 1;
 pub const MAX_MESSAGE: usize = 4096;
 
 /// Most descriptors one datagram carries.
-pub const MAX_FDS: usize = 2;
+pub const MAX_FDS: usize = ferroce_drivers::shm::MAX_PIECES;
 
 /// An object of one program: handles are per connection, so a program can only name what it
 /// created.
@@ -52,8 +52,9 @@ pub enum Request {
         /// The PD.
         pd: Handle,
     },
-    /// `ibv_reg_mr`: the buffer's pages, moved onto a memfd that this datagram carries;
-    /// `len` bytes at byte `offset` of it, which peers and gather lists address as `addr`.
+    /// `ibv_reg_mr`: the buffer's pages, moved onto memfds that this datagram carries, one
+    /// per piece (`pieces`: where in its memfd, how many bytes); laid end to end, the pieces
+    /// hold the `len` bytes at byte `offset`, which peers and gather lists address as `iova`.
     RegMr {
         /// The PD.
         pd: Handle,
@@ -63,8 +64,10 @@ pub enum Request {
         iova: u64,
         /// Bytes.
         len: u64,
-        /// Where the buffer starts in the memfd.
+        /// Where the buffer starts in the pieces laid end to end.
         offset: u64,
+        /// Each piece: its offset in its memfd and its bytes (whole pages).
+        pieces: Vec<(u64, u64)>,
         /// `IBV_ACCESS_*` bits.
         access: u32,
     },

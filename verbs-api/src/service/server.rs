@@ -527,8 +527,9 @@ fn handle(
             iova,
             len,
             offset,
+            pieces,
             access,
-        } => reg_mr(s, pd, iova, len, offset, access, fds.pop()),
+        } => reg_mr(s, pd, iova, len, offset, &pieces, access, &fds),
         Request::DeregMr { mr } => match s.mrs.remove(&mr) {
             Some(_) => Response::Ok,
             None => no_such("MR", mr),
@@ -638,40 +639,48 @@ fn handle(
     (r, Vec::new())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn reg_mr(
     s: &mut Session,
     pd: Handle,
     iova: u64,
     len: u64,
     offset: u64,
+    pieces: &[(u64, u64)],
     access: u32,
-    fd: Option<OwnedFd>,
+    fds: &[OwnedFd],
 ) -> Response {
     let Some((_, pdo)) = s.pds.get(&pd) else {
         return no_such("PD", pd);
     };
-    let Some(fd) = fd else {
+    if fds.is_empty() || fds.len() != pieces.len() {
         return refuse(
             libc::EINVAL,
-            "a registration carries its memory's descriptor",
+            "a registration carries a descriptor per piece",
         );
-    };
+    }
     if full(s) {
         return refuse(libc::ENOMEM, "too many objects");
     }
     let (Ok(offset), Ok(len)) = (usize::try_from(offset), usize::try_from(len)) else {
         return refuse(libc::EINVAL, "offset or length too large");
     };
-    let Some(need) = offset.checked_add(len) else {
-        return refuse(libc::EINVAL, "offset + length overflows");
-    };
-    // The memfd must be sealed against shrinking: a program that truncated it under us
+    let pieces: Vec<_> = fds
+        .iter()
+        .zip(pieces)
+        .map(|(fd, &(offset, len))| ferroce_drivers::shm::Piece {
+            fd: fd.as_fd(),
+            offset,
+            len,
+        })
+        .collect();
+    // Each memfd must be sealed against shrinking: a program that truncated one under us
     // would turn the engine's next access into SIGBUS.
-    let region = match Region::from_fd(fd, need.max(1)) {
-        Ok(r) => Arc::new(r),
+    let mapping = match ferroce_drivers::shm::Stitched::new(&pieces) {
+        Ok(m) => Arc::new(m),
         Err(e) => return refuse(libc::EINVAL, e.to_string()),
     };
-    match pdo.reg_shared(region, offset, len, iova, Access(access)) {
+    match pdo.reg_shared(mapping, offset, len, iova, Access(access)) {
         Err(e) => refuse(libc::EINVAL, e.to_string()),
         Ok(mr) => {
             let (lkey, rkey) = (mr.lkey(), mr.rkey());

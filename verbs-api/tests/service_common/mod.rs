@@ -103,6 +103,11 @@ impl Program {
         }
     }
 
+    /// Its PD.
+    pub fn _pd_ref(&self) -> &RemotePd {
+        &self._pd
+    }
+
     pub fn connect(&self, peer: &Self) {
         self.connect_qpn(peer.qp.qpn(), 14);
     }

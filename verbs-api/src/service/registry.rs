@@ -1,0 +1,162 @@
+//! The pages this process has moved onto shared memory for registrations through a service,
+//! so that two registrations may share pages. Pages move once, in pieces (one memfd each,
+//! one `shm::adopt`): a registration reuses the pieces that already hold some of its pages
+//! and moves only the rest, and is then the list of pieces it spans, which the service maps
+//! one after another. A piece goes back to private memory when the last registration using
+//! it goes.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::{Mutex, MutexGuard};
+
+use ferroce_drivers::shm::{self, Adopted, ShmError, MAX_PIECES};
+
+/// A piece: the pages one `adopt` moved, and how many registrations use it.
+struct Held {
+    adopted: Adopted,
+    users: usize,
+}
+
+/// Pieces by first page.
+static PIECES: Mutex<BTreeMap<usize, Held>> = Mutex::new(BTreeMap::new());
+
+fn pieces() -> MutexGuard<'static, BTreeMap<usize, Held>> {
+    PIECES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn page() -> usize {
+    rustix::param::page_size()
+}
+
+/// A registration's pages: the pieces it uses (by first page), and where in each.
+#[derive(Debug)]
+pub(crate) struct Pages {
+    /// (piece's first page, offset in its memfd, bytes), in address order.
+    spans: Vec<(usize, u64, u64)>,
+    /// Where the registration's first byte is in the pieces laid end to end.
+    pub(crate) offset: u64,
+}
+
+/// Why pages could not be shared.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PagesError {
+    /// Moving the pages failed.
+    #[error("{0}")]
+    Shm(#[from] ShmError),
+    /// More pieces than one registration may span.
+    #[error("the buffer spans more than {MAX_PIECES} pieces of memory registered before it")]
+    TooManyPieces,
+}
+
+impl Pages {
+    /// The pages of `[addr, addr + len)`, moved where they are not yet.
+    ///
+    /// # Safety
+    /// As [`shm::adopt`] for the pages not moved yet: no other thread touches them during
+    /// the call.
+    pub(crate) unsafe fn share(addr: usize, len: usize) -> Result<Self, PagesError> {
+        let pg = page();
+        let start = addr / pg * pg;
+        let end = (addr + len.max(1)).div_ceil(pg) * pg;
+        let mut held = pieces();
+        // The pieces that hold some of [start, end), and the gaps between them.
+        let mut parts: Vec<(usize, usize, Option<usize>)> = Vec::new(); // (from, to, piece)
+        let mut at = start;
+        let overlapping: Vec<(usize, usize)> = held
+            .range(..end)
+            .filter(|(_, h)| h.adopted.start() + h.adopted.len() > start)
+            .map(|(&k, h)| (k, k + h.adopted.len()))
+            .collect();
+        for (k, kend) in overlapping {
+            if k > at {
+                parts.push((at, k, None));
+            }
+            let from = at.max(k);
+            let to = kend.min(end);
+            parts.push((from, to, Some(k)));
+            at = to;
+        }
+        if at < end {
+            parts.push((at, end, None));
+        }
+        if parts.len() > MAX_PIECES {
+            return Err(PagesError::TooManyPieces);
+        }
+        let mut spans = Vec::with_capacity(parts.len());
+        let mut moved = Vec::new();
+        for (from, to, piece) in parts {
+            let key = match piece {
+                Some(k) => k,
+                None => {
+                    // SAFETY: the caller's promise, for these pages (not moved before).
+                    match unsafe { shm::adopt(from as *mut u8, to - from, c"ferroce-mr") } {
+                        Ok(a) => {
+                            held.insert(
+                                from,
+                                Held {
+                                    adopted: a,
+                                    users: 0,
+                                },
+                            );
+                            moved.push(from);
+                            from
+                        }
+                        Err(e) => {
+                            // Put back what this call moved.
+                            for k in moved {
+                                if let Some(h) = held.remove(&k) {
+                                    // SAFETY: pages this call moved, under its caller's promise.
+                                    let _ = unsafe { shm::release(h.adopted) };
+                                }
+                            }
+                            return Err(e.into());
+                        }
+                    }
+                }
+            };
+            let piece_start = held[&key].adopted.start();
+            spans.push((key, (from - piece_start) as u64, (to - from) as u64));
+        }
+        for (k, _, _) in &spans {
+            if let Some(h) = held.get_mut(k) {
+                h.users += 1;
+            }
+        }
+        Ok(Self {
+            spans,
+            offset: (addr - start) as u64,
+        })
+    }
+
+    /// Each piece's memfd, offset and length, in order, for the request.
+    pub(crate) fn with_pieces<T>(&self, f: impl FnOnce(&[(BorrowedFd<'_>, u64, u64)]) -> T) -> T {
+        let held = pieces();
+        let list: Vec<_> = self
+            .spans
+            .iter()
+            .filter_map(|(k, off, len)| Some((held.get(k)?.adopted.fd().as_fd(), *off, *len)))
+            .collect();
+        f(&list)
+    }
+
+    /// The registration goes: each piece it used that no other registration uses goes back
+    /// to private memory.
+    ///
+    /// # Safety
+    /// As [`shm::release`]: no other thread touches the pages that move back.
+    pub(crate) unsafe fn unshare(self) {
+        let mut held = pieces();
+        for (k, _, _) in self.spans {
+            let last = held.get_mut(&k).is_some_and(|h| {
+                h.users -= 1;
+                h.users == 0
+            });
+            if last {
+                if let Some(h) = held.remove(&k) {
+                    // SAFETY: the caller's promise.
+                    let _ = unsafe { shm::release(h.adopted) };
+                }
+            }
+        }
+    }
+}
