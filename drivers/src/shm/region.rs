@@ -184,6 +184,12 @@ impl Region {
         false
     }
 
+    /// The descriptor, borrowed (to pass to the other side, or to map a piece of it).
+    pub fn fd_borrowed(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
+    }
+
     /// The descriptor, to pass to the other side (`SCM_RIGHTS`).
     pub fn fd(&self) -> RawFd {
         self.fd.as_raw_fd()

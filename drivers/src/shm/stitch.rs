@@ -143,3 +143,73 @@ impl Drop for Stitched {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::shm::Region;
+
+    #[test]
+    fn pieces_of_two_memfds_map_end_to_end_and_writes_reach_both() {
+        let a = Region::new(c"ferroce-test-a", 3 * 4096).unwrap();
+        let b = Region::new(c"ferroce-test-b", 2 * 4096).unwrap();
+        let s = Stitched::new(&[
+            Piece {
+                fd: a.fd_borrowed(),
+                offset: 4096,
+                len: 2 * 4096,
+            },
+            Piece {
+                fd: b.fd_borrowed(),
+                offset: 0,
+                len: 4096,
+            },
+        ])
+        .unwrap();
+        assert_eq!(Mapped::len(&s), 3 * 4096);
+        // The third page of the stitched range is b's first; the first is a's second.
+        a.store_word(4096, 0x1111, Ordering::Relaxed);
+        b.store_word(8, 0x2222, Ordering::Relaxed);
+        let word = |at: usize| {
+            // SAFETY: inside the stitched mapping, 8-aligned, alive while `s` is.
+            unsafe { &*s.as_ptr().add(at).cast::<std::sync::atomic::AtomicU64>() }
+                .load(Ordering::Relaxed)
+        };
+        assert_eq!(word(0), 0x1111);
+        assert_eq!(word(2 * 4096 + 8), 0x2222);
+    }
+
+    #[test]
+    fn unsealed_short_or_misaligned_pieces_are_refused() {
+        let a = Region::new(c"ferroce-test-a", 2 * 4096).unwrap();
+        let file = std::fs::File::open("/proc/self/exe").unwrap();
+        for pieces in [
+            vec![Piece {
+                fd: file.as_fd(),
+                offset: 0,
+                len: 4096,
+            }],
+            vec![Piece {
+                fd: a.fd_borrowed(),
+                offset: 4096,
+                len: 2 * 4096,
+            }],
+            vec![Piece {
+                fd: a.fd_borrowed(),
+                offset: 100,
+                len: 4096,
+            }],
+            vec![Piece {
+                fd: a.fd_borrowed(),
+                offset: 0,
+                len: 0,
+            }],
+            vec![],
+        ] {
+            assert!(Stitched::new(&pieces).is_err());
+        }
+    }
+}
