@@ -135,6 +135,8 @@ impl Context {
         client.on_gone(Box::new(move || {
             events.emit(crate::AsyncEvent::DeviceFatal)
         }));
+        let events = dev.events.clone();
+        client.on_event(device, Box::new(move |e| events.emit(e)));
         Ok(Self { dev })
     }
 

@@ -376,7 +376,21 @@ fn a_hostile_program_loses_only_its_own_objects() {
         assert!(matches!(ch.recv(&mut buf), Ok(None) | Err(_)), "{junk:?}");
     }
     check_bystanders(1);
+    // A hello without its event eventfd: refused.
+    let ch = Channel::connect(svc.socket()).unwrap();
+    let hello = proto::encode(&Request::Hello {
+        version: proto::VERSION,
+        pid: 1,
+    });
+    ch.send(&hello, &[]).unwrap();
+    let (n, _) = ch.recv(&mut buf).unwrap().unwrap();
+    assert!(matches!(
+        proto::decode::<Response>(&buf[..n]),
+        Some(Response::Error { .. })
+    ));
     // A proper hello, then handles it never made: refused, one by one.
+    let bell = ferroce_verbs::service::socket::Doorbell::new().unwrap();
+    use std::os::fd::AsFd as _;
     let ch = Channel::connect(svc.socket()).unwrap();
     let call =
         |req: &Request, fds: &[std::os::fd::BorrowedFd<'_>], buf: &mut [u8; proto::MAX_MESSAGE]| {
@@ -389,7 +403,7 @@ fn a_hostile_program_loses_only_its_own_objects() {
             version: proto::VERSION,
             pid: 1,
         },
-        &[],
+        &[bell.as_fd()],
         &mut buf,
     );
     assert!(matches!(r, Response::Welcome { .. }));
@@ -565,4 +579,43 @@ fn registrations_that_share_pages_each_work_and_give_their_pages_back() {
     // All gone: private again, contents kept.
     assert!(!shared(0) && !shared(4096) && !shared(8192));
     assert_eq!(mem.range(6064..6128), a.buf.range(0..64));
+}
+
+/// An asynchronous event the service's engine raises for a program's QP reaches that
+/// program, and only it: a WRITE with a bad rkey fails the responder's QP
+/// (`IBV_EVENT_QP_ACCESS_ERR` at the responder).
+#[test]
+fn a_qps_async_event_reaches_its_program_only() {
+    let svc = serve("events");
+    let (a, b) = pair(&svc);
+    let (c, _d) = pair(&svc);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (ctx_, crx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let ctx_ = std::sync::Mutex::new(ctx_);
+    b.client.on_event(
+        0,
+        Box::new(move |e| {
+            let _ = tx.lock().unwrap().send(e);
+        }),
+    );
+    c.client.on_event(
+        0,
+        Box::new(move |e| {
+            let _ = ctx_.lock().unwrap().send(e);
+        }),
+    );
+    let sge = [a.mr.sge(0, 64)];
+    a.qp.post_send(&[SendWr::new(1, WrOpcode::Write, Payload::Sges(&sge))
+        .remote(b.mr.addr(), b.mr.rkey() ^ 0x5a5a)])
+        .unwrap();
+    assert_eq!(a.wait(1)[0].status, WcStatus::RemAccessErr);
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(10)),
+        Ok(ferroce_verbs::AsyncEvent::QpAccessError(b.qp.qpn()))
+    );
+    assert!(
+        crx.recv_timeout(Duration::from_millis(200)).is_err(),
+        "another program heard it"
+    );
 }

@@ -71,6 +71,30 @@ struct Inner {
     closing: AtomicBool,
     /// Called once when the service goes (the attached devices raise `DEVICE_FATAL`).
     on_gone: Mutex<Vec<Box<dyn Fn() + Send + Sync>>>,
+    /// The service's asynchronous events for this program, from its control page.
+    events: Mutex<Consumer<2>>,
+    /// Who hears them: per device, the attached contexts' handlers.
+    on_event: Mutex<Vec<(u32, EventHandler)>>,
+}
+
+type EventHandler = Box<dyn Fn(crate::AsyncEvent) + Send + Sync>;
+
+impl Inner {
+    /// Hands the events waiting in the page to their devices' handlers.
+    fn deliver_events(&self) {
+        let mut ring = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        while let Ok(Some(w)) = ring.pop() {
+            let Some((device, e)) = proto::words_event(w) else {
+                continue;
+            };
+            let handlers = self.on_event.lock().unwrap_or_else(|e| e.into_inner());
+            for (d, f) in handlers.iter() {
+                if *d == device {
+                    f(e);
+                }
+            }
+        }
+    }
 }
 
 impl Inner {
@@ -99,13 +123,31 @@ impl Drop for Inner {
 /// Waits, on its own thread, for the service's end of the socket to close: the only way a
 /// program that is only polling its rings learns the service died. It waits for the hang-up
 /// alone (no `POLLIN`), so it never takes a message meant for a verb.
-fn watch(inner: std::sync::Weak<Inner>, fd: std::os::fd::OwnedFd) {
+///
+/// It also waits on the program's event eventfd, which the service writes after it queues
+/// an asynchronous event in the program's page, and hands those events on.
+fn watch(inner: std::sync::Weak<Inner>, fd: std::os::fd::OwnedFd, events: std::os::fd::OwnedFd) {
     use rustix::event::{PollFd, PollFlags};
     loop {
-        let mut fds = [PollFd::new(&fd, PollFlags::RDHUP)];
+        let mut fds = [
+            PollFd::new(&fd, PollFlags::RDHUP),
+            PollFd::new(&events, PollFlags::IN),
+        ];
         match rustix::event::poll(&mut fds, None) {
             Err(rustix::io::Errno::INTR) => continue,
-            _ => break,
+            Err(_) => break,
+            Ok(_) => {}
+        }
+        if !fds[0].revents().is_empty() {
+            break;
+        }
+        if !fds[1].revents().is_empty() {
+            let mut b = [0u8; 8];
+            let _ = rustix::io::read(&events, &mut b);
+            match inner.upgrade() {
+                Some(i) => i.deliver_events(),
+                None => return,
+            }
         }
     }
     if let Some(i) = inner.upgrade() {
@@ -182,7 +224,13 @@ impl Client {
             version: proto::VERSION,
             pid: std::process::id(),
         };
-        chan.send(&proto::encode(&hello), &[])?;
+        // The eventfd the service writes when it queues an event for us.
+        let events_fd = rustix::event::eventfd(
+            0,
+            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+        )
+        .map_err(std::io::Error::from)?;
+        chan.send(&proto::encode(&hello), &[events_fd.as_fd()])?;
         let mut buf = Box::new([0u8; MAX_MESSAGE]);
         let (n, mut fds) = chan.recv(&mut buf)?.ok_or(ServiceError::Gone)?;
         let devices = match proto::decode::<Response>(&buf[..n]) {
@@ -198,6 +246,10 @@ impl Client {
         let page = Region::from_fd(fds.pop().expect("two"), PAGE)?;
         let doorbell = Doorbell::from_fd(fds.pop().expect("two"));
         let watched = chan.as_fd().try_clone_to_owned()?;
+        let events = Consumer::new(
+            Arc::new(Region::from_fd(page.dup_fd()?, PAGE)?),
+            proto::EVENTS,
+        )?;
         let inner = Arc::new(Inner {
             chan: Mutex::new(chan),
             doorbell,
@@ -206,11 +258,13 @@ impl Client {
             gone: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             on_gone: Mutex::new(Vec::new()),
+            events: Mutex::new(events),
+            on_event: Mutex::new(Vec::new()),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
             .name("ferroce-watch".into())
-            .spawn(move || watch(weak, watched))?;
+            .spawn(move || watch(weak, watched, events_fd))?;
         Ok(Self { inner })
     }
 
@@ -222,6 +276,17 @@ impl Client {
     /// True once the service has gone (every verb fails).
     pub fn is_gone(&self) -> bool {
         self.inner.gone.load(Ordering::Acquire)
+    }
+
+    /// Calls `f`, on another thread, with each asynchronous event the service raises on
+    /// device `device` for this program (its port's changes, its QPs' errors and path
+    /// migrations).
+    pub fn on_event(&self, device: u32, f: Box<dyn Fn(crate::AsyncEvent) + Send + Sync>) {
+        self.inner
+            .on_event
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((device, f));
     }
 
     /// Calls `f` once, on another thread, when the service goes (at once if it has).

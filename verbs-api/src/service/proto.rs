@@ -31,6 +31,8 @@ pub type Handle = u32;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     /// First message: the program's protocol version and its process id (for the logs).
+    /// The datagram carries the program's event eventfd, which the service writes after it
+    /// queues an asynchronous event in the program's page.
     Hello {
         /// [`VERSION`] as the program knows it.
         version: u32,
@@ -489,6 +491,52 @@ pub const fn cq_region(slots: u32) -> usize {
 pub const SLEEPING: usize = 0;
 /// Size of a program's control page.
 pub const PAGE: usize = 4096;
+
+/// Where a program's asynchronous events wait in its control page: a ring of two-word
+/// entries (`[kind | device << 8 | port << 16, value]`, see [`event_words`]) written by the
+/// service.
+pub const EVENTS: ferroce_drivers::shm::RingLayout = ferroce_drivers::shm::RingLayout {
+    offset: 64,
+    cap: 64,
+};
+
+/// An asynchronous event as two ring words, for device `device`: `None` for one that does
+/// not go through the ring (a CQ's or an SRQ's: those objects are the program's own).
+pub fn event_words(device: u32, e: crate::AsyncEvent) -> Option<[u64; 2]> {
+    use crate::AsyncEvent as E;
+    let (kind, port, value) = match e {
+        E::PortActive(p) => (1u64, p, 0u32),
+        E::PortError(p) => (2, p, 0),
+        E::QpFatal(q) => (3, 0, q.value()),
+        E::QpRequestError(q) => (4, 0, q.value()),
+        E::QpAccessError(q) => (5, 0, q.value()),
+        E::QpLastWqeReached(q) => (6, 0, q.value()),
+        E::PathMigrated(q) => (7, 0, q.value()),
+        _ => return None,
+    };
+    Some([
+        kind | u64::from(device & 0xff) << 8 | u64::from(port) << 16,
+        u64::from(value),
+    ])
+}
+
+/// The event two ring words carry, and its device: `None` for words no event has.
+pub fn words_event(w: [u64; 2]) -> Option<(u32, crate::AsyncEvent)> {
+    use crate::AsyncEvent as E;
+    let qpn = ferroce_stack::wire::Qpn::new(w[1] as u32);
+    let port = (w[0] >> 16) as u8;
+    let e = match w[0] & 0xff {
+        1 => E::PortActive(port),
+        2 => E::PortError(port),
+        3 => E::QpFatal(qpn),
+        4 => E::QpRequestError(qpn),
+        5 => E::QpAccessError(qpn),
+        6 => E::QpLastWqeReached(qpn),
+        7 => E::PathMigrated(qpn),
+        _ => return None,
+    };
+    Some((((w[0] >> 8) & 0xff) as u32, e))
+}
 
 /// Encodes a message for one datagram.
 pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {

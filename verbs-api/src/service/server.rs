@@ -94,6 +94,8 @@ struct ServedMr {
 /// One program's objects.
 struct Session {
     pid: u32,
+    /// Its asynchronous events' way out.
+    events: Arc<EventOut>,
     /// Its control socket: shut down when the service stops, so the program sees it go.
     chan: Arc<Channel>,
     page: Arc<Region>,
@@ -134,6 +136,72 @@ struct Shared {
     doorbell: Arc<Doorbell>,
     stop: AtomicBool,
     counters: ServiceCounters,
+    /// Where asynchronous events go: each program's event ring, and which program owns each
+    /// QP number. Locked by the engine threads that raise events (with their engine held),
+    /// so nothing takes an engine while holding it.
+    routes: Mutex<Routes>,
+}
+
+/// A program's asynchronous events: a ring in its control page, and its eventfd.
+struct EventOut {
+    ring: Mutex<Producer<2>>,
+    bell: Doorbell,
+}
+
+impl EventOut {
+    fn send(&self, words: [u64; 2]) {
+        if lock(&self.ring).push(&words).unwrap_or(false) {
+            self.bell.ring();
+        }
+    }
+}
+
+#[derive(Default)]
+struct Routes {
+    programs: Vec<std::sync::Weak<EventOut>>,
+    qps: HashMap<u32, std::sync::Weak<EventOut>>,
+}
+
+/// Hands a device's event to the program it concerns (a port's: every program).
+fn route(shared: &std::sync::Weak<Shared>, device: u32, e: crate::AsyncEvent) {
+    let Some(shared) = shared.upgrade() else {
+        return;
+    };
+    let Some(words) = proto::event_words(device, e) else {
+        return;
+    };
+    use crate::AsyncEvent as E;
+    let mut routes = lock(&shared.routes);
+    match e {
+        E::PortActive(_) | E::PortError(_) => {
+            routes.programs.retain(|w| w.strong_count() > 0);
+            for p in routes.programs.iter().filter_map(std::sync::Weak::upgrade) {
+                p.send(words);
+            }
+        }
+        E::QpFatal(q)
+        | E::QpRequestError(q)
+        | E::QpAccessError(q)
+        | E::QpLastWqeReached(q)
+        | E::PathMigrated(q) => {
+            if let Some(p) = routes
+                .qps
+                .get(&q.value())
+                .and_then(std::sync::Weak::upgrade)
+            {
+                p.send(words);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Forgets where a program's QPs' events go (its QPs are going).
+fn forget_qps(shared: &Shared, s: &Session) {
+    let mut routes = lock(&shared.routes);
+    for q in s.qps.values() {
+        routes.qps.remove(&q.real.qpn().value());
+    }
 }
 
 /// A running service.
@@ -191,7 +259,12 @@ impl Service {
             doorbell,
             stop: AtomicBool::new(false),
             counters: ServiceCounters::default(),
+            routes: Mutex::new(Routes::default()),
         });
+        for (i, d) in shared.devices.iter().enumerate() {
+            let weak = Arc::downgrade(&shared);
+            d.set_async_handler(Box::new(move |e| route(&weak, i as u32, e)));
+        }
         let forwarder = Arc::new(Forwarder {
             shared: Arc::downgrade(&shared),
             doorbell: shared.doorbell.clone(),
@@ -342,6 +415,7 @@ fn detach(shared: &Shared, c: Conn) {
         lock(&shared.sessions).retain(|s| !Arc::ptr_eq(s, &session));
         let mut s = lock(&session);
         tracing::info!(pid = s.pid, qps = s.qps.len(), "program detached");
+        forget_qps(shared, &s);
         s.clear();
     }
 }
@@ -371,7 +445,7 @@ fn serve_message(shared: &Shared, c: &mut Conn, buf: &mut [u8; MAX_MESSAGE]) -> 
         return false;
     };
     let Some(session) = &c.session else {
-        return hello(shared, c, req);
+        return hello(shared, c, req, fds);
     };
     if shared.stop.load(Ordering::Acquire) || lock(session).broken {
         return false;
@@ -392,7 +466,7 @@ fn serve_message(shared: &Shared, c: &mut Conn, buf: &mut [u8; MAX_MESSAGE]) -> 
 
 /// A program's first message must be a Hello of this protocol's version: it gets its
 /// session, its control page and the doorbell.
-fn hello(shared: &Shared, c: &mut Conn, req: Request) -> bool {
+fn hello(shared: &Shared, c: &mut Conn, req: Request, mut fds: Vec<OwnedFd>) -> bool {
     let pid = match req {
         Request::Hello { version, pid } if version == proto::VERSION => pid,
         Request::Hello { version, .. } => {
@@ -415,6 +489,19 @@ fn hello(shared: &Shared, c: &mut Conn, req: Request) -> bool {
         return false;
     };
     let page = Arc::new(page);
+    let (Some(bell), Ok(ring)) = (fds.pop(), Producer::new(page.clone(), proto::EVENTS)) else {
+        let _ = send(
+            &c.chan,
+            &refuse(libc::EINVAL, "a hello carries the program's event eventfd"),
+            &[],
+        );
+        return false;
+    };
+    let events = Arc::new(EventOut {
+        ring: Mutex::new(ring),
+        bell: Doorbell::from_fd(bell),
+    });
+    lock(&shared.routes).programs.push(Arc::downgrade(&events));
     let welcome = Response::Welcome {
         version: proto::VERSION,
         devices: shared.devices.iter().map(|d| d.name().to_owned()).collect(),
@@ -433,6 +520,7 @@ fn hello(shared: &Shared, c: &mut Conn, req: Request) -> bool {
     }
     let session = Arc::new(Mutex::new(Session {
         pid,
+        events,
         chan: c.chan.clone(),
         page,
         pds: HashMap::new(),
@@ -626,6 +714,7 @@ fn handle(
         Request::DestroyQp { qp } => match s.qps.remove(&qp) {
             None => no_such("QP", qp),
             Some(q) => {
+                lock(&shared.routes).qps.remove(&q.real.qpn().value());
                 for c in [q.send_cq, q.recv_cq] {
                     if let Some(c) = s.cqs.get_mut(&c) {
                         c.users -= 1;
@@ -782,8 +871,10 @@ fn create_qp(
         Ok(q) => q,
         Err(e) => return (refuse(libc::EINVAL, e.to_string()), Vec::new()),
     };
-    let _ = shared;
     let qpn = real.qpn().value();
+    lock(&shared.routes)
+        .qps
+        .insert(qpn, Arc::downgrade(&s.events));
     let h = s.handle();
     s.qps.insert(
         h,
@@ -865,6 +956,7 @@ impl crate::slot::Poller for Forwarder {
                         .sessions_dropped
                         .fetch_add(1, Ordering::Relaxed);
                     s.broken = true;
+                    forget_qps(&shared, &s);
                     s.clear();
                 }
             }
