@@ -465,7 +465,6 @@ fn a_hostile_program_loses_only_its_own_objects() {
         pieces: vec![(0, 4096)],
         access: 1,
     };
-    use std::os::fd::AsFd as _;
     assert!(matches!(
         call(&reg, &[plain.as_fd()], &mut buf).0,
         Response::Error { .. }
