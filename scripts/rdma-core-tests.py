@@ -163,6 +163,9 @@ def main():
     ap.add_argument("modules", nargs="*")
     ap.add_argument("--lib", help="directory holding libibverbs.so.1 (default: build it)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--service", metavar="FERROCE",
+                    help="run through `FERROCE serve` (that binary) on the veth end: the drop-in as a thin "
+                         "client (FERROCE_SERVICE); a measurement, not CI's check")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--tests", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -194,6 +197,18 @@ def main():
     setup_veth()
     env = dict(os.environ, LD_LIBRARY_PATH=lib, FERROCE_DEVICES=f"afpacket:{IFACE}",
                FERROCE_STATS_DIR=os.path.join(work, "stats"))
+    service = None
+    if a.service:
+        sock = os.path.join(work, "service.sock")
+        service = subprocess.Popen(["ip", "netns", "exec", NS, a.service, "serve", "--device",
+                                    f"afpacket:{IFACE}", "--socket", sock, "--mode", "0600"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.05)
+        del env["FERROCE_DEVICES"]
+        env["FERROCE_SERVICE"] = sock
     rows, bad = [], []
     try:
         for name in names:
@@ -236,6 +251,9 @@ def main():
             print(f"{name:24} ran {row['ran']:3}  passed {row['passed']:3}  skipped {row['skipped']:3}  "
                   f"failed {row['failed']}  errors {row['errors']}  ({secs:.0f} s)", flush=True)
     finally:
+        if service:
+            service.terminate()
+            service.wait()
         sh("ip", "netns", "del", NS, check=False)
         try:
             with open("/proc/sys/vm/nr_hugepages", "w") as f:
