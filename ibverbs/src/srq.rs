@@ -87,7 +87,10 @@ fn create(
     unsafe { init_sync(&mut ibv.mutex, &mut ibv.cond) };
     let tm_cq = tm.map_or(0, |(_, cq)| cq as usize);
     let srq = match tm {
-        None => p.pd.create_srq(max_wr, max_sge),
+        None => {
+            p.pd.try_create_srq(max_wr, max_sge)
+                .map_err(|e| crate::service::errno(&e))?
+        }
         Some((max_tags, cq)) => {
             // SAFETY: null or a live CQ, per the callers' contracts.
             let cq = unsafe { object::<crate::cq::Cq, _>(cq) }.ok_or(libc::EINVAL)?;

@@ -714,18 +714,38 @@ impl ProtectionDomain {
 
     /// `ibv_create_srq`: a shared receive queue of `max_wr` receives of up to `max_sge`
     /// elements, for QPs created with [`create_qp_with_srq`](Self::create_qp_with_srq).
+    ///
+    /// # Panics
+    /// On an attached context whose service refuses: use [`try_create_srq`](Self::try_create_srq).
     pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> SharedReceiveQueue {
+        self.try_create_srq(max_wr, max_sge)
+            .expect("the service refused an SRQ")
+    }
+
+    /// `ibv_create_srq`, which only a service can refuse.
+    pub fn try_create_srq(
+        &self,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<SharedReceiveQueue, VerbsError> {
+        let remote = match &self.remote {
+            Some(pd) => Some(Arc::new(
+                pd.create_srq(max_wr, max_sge).map_err(service_error)?,
+            )),
+            None => None,
+        };
         let srq = ferroce_stack::transport::Srq::new(max_wr, max_sge);
         let id = self.ctx.dev.next_id();
         let events = self.ctx.dev.events.clone();
         srq.set_limit_handler(Box::new(move || {
             events.emit(crate::AsyncEvent::SrqLimitReached(id))
         }));
-        SharedReceiveQueue {
+        Ok(SharedReceiveQueue {
             srq,
             id,
             tm_cq: None,
-        }
+            remote,
+        })
     }
 
     /// `ibv_create_srq_ex` of a tag matching SRQ (`IBV_SRQT_TM`): ordinary receives, and a
@@ -749,6 +769,7 @@ impl ProtectionDomain {
             srq,
             id,
             tm_cq: Some((cq.ctx.clone(), cq.shared.clone())),
+            remote: None,
         }
     }
 
@@ -761,7 +782,12 @@ impl ProtectionDomain {
         recv_cq: &CompletionQueue,
         srq: &SharedReceiveQueue,
     ) -> Result<QueuePair, VerbsError> {
-        self.local("a shared receive queue")?;
+        if self.remote.is_some() {
+            return match &srq.remote {
+                Some(r) => self.create_remote(qp_type, caps, send_cq, recv_cq, Some(r)),
+                None => Err(VerbsError::NotThroughService("a tag matching SRQ")),
+            };
+        }
         // A tag matching SRQ reports its QPs' receives on its own CQ, as rdma-core has it.
         let tm_cq = srq.tm_cq.as_ref().map(|(ctx, shared)| CompletionQueue {
             ctx: ctx.clone(),
@@ -783,6 +809,34 @@ impl ProtectionDomain {
         self.create(qp_type, caps, send_cq, recv_cq, None)
     }
 
+    /// A QP of the service this PD's context is attached to.
+    fn create_remote(
+        &self,
+        qp_type: QpType,
+        caps: QpCaps,
+        send_cq: &CompletionQueue,
+        recv_cq: &CompletionQueue,
+        srq: Option<&crate::service::RemoteSrq>,
+    ) -> Result<QueuePair, VerbsError> {
+        let Some(pd) = &self.remote else {
+            return Err(VerbsError::NotThroughService("a QP of a local PD"));
+        };
+        let (Some(scq), Some(rcq)) = (&send_cq.shared.remote, &recv_cq.shared.remote) else {
+            return Err(VerbsError::WrongDevice("a CQ"));
+        };
+        let qp = pd
+            .create_qp(qp_type, caps, scq, rcq, srq)
+            .map_err(service_error)?;
+        let mut shared = QpShared::new(qp.qpn().value(), qp_type, qp.caps());
+        shared.events = self.ctx.dev.events.clone();
+        shared.has_srq = srq.is_some();
+        shared.remote = Some(qp);
+        Ok(QueuePair {
+            ctx: self.ctx.clone(),
+            shared: Arc::new(shared),
+        })
+    }
+
     fn create(
         &self,
         qp_type: QpType,
@@ -796,20 +850,8 @@ impl ProtectionDomain {
         {
             return Err(VerbsError::WrongDevice("a CQ"));
         }
-        if let Some(pd) = &self.remote {
-            let (Some(scq), Some(rcq)) = (&send_cq.shared.remote, &recv_cq.shared.remote) else {
-                return Err(VerbsError::WrongDevice("a CQ"));
-            };
-            let qp = pd
-                .create_qp(qp_type, caps, scq, rcq)
-                .map_err(service_error)?;
-            let mut shared = QpShared::new(qp.qpn().value(), qp_type, qp.caps());
-            shared.events = self.ctx.dev.events.clone();
-            shared.remote = Some(qp);
-            return Ok(QueuePair {
-                ctx: self.ctx.clone(),
-                shared: Arc::new(shared),
-            });
+        if self.remote.is_some() {
+            return self.create_remote(qp_type, caps, send_cq, recv_cq, None);
         }
         let qpn = self.ctx.dev.next_qpn();
         let mut config = QpConfig::new(Qpn::new(qpn), qp_type, self.id);
@@ -1333,6 +1375,8 @@ pub struct SharedReceiveQueue {
     id: u32,
     /// A tag matching SRQ's CQ: where its tag list operations complete.
     tm_cq: Option<(Context, Arc<CqShared>)>,
+    /// The service's SRQ, on an attached context (`srq` is then unused).
+    remote: Option<Arc<crate::service::RemoteSrq>>,
 }
 
 /// A tag list operation on a tag matching SRQ (`struct ibv_ops_wr`): each may report the
@@ -1389,7 +1433,11 @@ impl SharedReceiveQueue {
 
     /// `ibv_query_srq`: its size, elements per receive and armed limit (0: none).
     pub fn query(&self) -> (u32, u32, u32) {
-        self.srq.attr()
+        match &self.remote {
+            // A service that has gone answers nothing: a queue of no size.
+            Some(r) => r.query().unwrap_or((0, 0, 0)),
+            None => self.srq.attr(),
+        }
     }
 
     /// `ibv_modify_srq`: resize it (not below the receives waiting) and/or arm its limit
@@ -1400,11 +1448,24 @@ impl SharedReceiveQueue {
         max_wr: Option<u32>,
         limit: Option<u32>,
     ) -> Result<(), ferroce_stack::transport::SrqModifyError> {
-        self.srq.modify(max_wr, limit)
+        match &self.remote {
+            // A service that has gone refuses everything; this error type has no word for
+            // that, and the smallest refusal stands in for it.
+            Some(r) => r.modify(max_wr, limit).unwrap_or(Err(
+                ferroce_stack::transport::SrqModifyError::TooSmall {
+                    max_wr: 0,
+                    queued: 0,
+                },
+            )),
+            None => self.srq.modify(max_wr, limit),
+        }
     }
 
     /// `ibv_post_srq_recv` for a list of WRs; the first refused one stops the list.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
+        if let Some(r) = &self.remote {
+            return r.post_recv(wrs);
+        }
         for (index, wr) in wrs.iter().enumerate() {
             self.srq
                 .post_recv(wr)
@@ -1754,6 +1815,12 @@ impl QueuePair {
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
         let sh = &self.shared;
         if let Some(r) = &sh.remote {
+            if sh.has_srq && !wrs.is_empty() {
+                return Err(PostFailure {
+                    index: 0,
+                    error: PostError::UsesSrq,
+                });
+            }
             return r.post_recv(wrs);
         }
         // As in `post_send`.

@@ -483,6 +483,7 @@ fn a_hostile_program_loses_only_its_own_objects() {
         recv_cq: cq,
         qp_type: WireQpType::Rc,
         caps,
+        srq: None,
     };
     let (r, mut fds) = call(&req, &[], &mut buf);
     assert!(matches!(r, Response::Qp { .. }), "{r:?}");
@@ -617,4 +618,94 @@ fn a_qps_async_event_reaches_its_program_only() {
         crx.recv_timeout(Duration::from_millis(200)).is_err(),
         "another program heard it"
     );
+}
+
+/// A shared receive queue of the service: receives posted to it through its ring are
+/// taken by SENDs to any QP that uses it; its size and limit are the service's.
+#[test]
+fn a_shared_receive_queue_through_the_service_feeds_its_qps() {
+    let svc = serve("srq");
+    let client = Client::connect(svc.socket()).unwrap();
+    let ctx = ferroce_verbs::Context::attach(&client, 0).unwrap();
+    let gid = ctx.query_gid(0).unwrap();
+    let mac = ctx.port_mac(1).unwrap();
+    let cq = ctx.try_create_cq(64, None).unwrap();
+    let pd = ctx.try_alloc_pd().unwrap();
+    let srq = pd.try_create_srq(32, 2).unwrap();
+    assert_eq!(srq.query(), (32, 2, 0));
+    assert!(
+        srq.modify(None, Some(40)).is_err(),
+        "a limit above the size"
+    );
+    srq.modify(None, Some(4)).unwrap();
+    assert_eq!(srq.query(), (32, 2, 4));
+    let mut a = Buf::new(8192);
+    let mut b = Buf::new(8192);
+    // SAFETY: both buffers outlive their registrations; no other thread touches them.
+    let (ma, mb) = unsafe {
+        (
+            pd.reg_mr(a.ptr(), 8192, Access::LOCAL_WRITE).unwrap(),
+            pd.reg_mr(b.ptr(), 8192, Access::LOCAL_WRITE).unwrap(),
+        )
+    };
+    let sender = pd
+        .create_qp(QpType::Rc, QpCaps::default(), &cq, &cq)
+        .unwrap();
+    let r1 = pd
+        .create_qp_with_srq(QpType::Rc, QpCaps::default(), &cq, &cq, &srq)
+        .unwrap();
+    for (q, peer) in [(&sender, &r1), (&r1, &sender)] {
+        let attr = QpAttr {
+            ah_attr: ctx.path_to(gid, mac),
+            dest_qp_num: peer.qpn(),
+            ..QpAttr::default()
+        };
+        bring_up(QpType::Rc, &attr, |x, m| q.modify(x, m)).unwrap();
+    }
+    // The QP itself takes no receives: they go to the SRQ.
+    assert!(r1
+        .post_recv(&[RecvWr {
+            wr_id: 0,
+            sg_list: &[mb.sge(0, 64)]
+        }])
+        .is_err());
+    for i in 0..8u64 {
+        srq.post_recv(&[RecvWr {
+            wr_id: 100 + i,
+            sg_list: &[mb.sge(i as usize * 1024, 1024)],
+        }])
+        .unwrap();
+    }
+    for i in 0..8usize {
+        a.set(i * 512, i as u8 + 1);
+    }
+    for i in 0..8usize {
+        let sge = [ma.sge(i * 512, 512)];
+        sender
+            .post_send(&[SendWr::new(i as u64, WrOpcode::Send, Payload::Sges(&sge))])
+            .unwrap();
+    }
+    let mut got = Vec::new();
+    let until = Instant::now() + Duration::from_secs(10);
+    while got.len() < 16 {
+        cq.poll(&mut got, 16);
+        assert!(Instant::now() < until, "{got:?}");
+    }
+    let mut recv_ids: Vec<u64> = got
+        .iter()
+        .filter(|w| w.opcode == WcOpcode::Recv)
+        .map(|w| {
+            assert_eq!(
+                (w.status, w.byte_len, w.qp_num),
+                (WcStatus::Success, 512, r1.qpn())
+            );
+            w.wr_id
+        })
+        .collect();
+    recv_ids.sort_unstable();
+    assert_eq!(recv_ids, (100..108).collect::<Vec<_>>());
+    for i in 0..8usize {
+        assert_eq!(b.get(i * 1024), i as u8 + 1);
+    }
+    drop((sender, r1, ma, mb));
 }

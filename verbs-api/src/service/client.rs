@@ -559,13 +559,44 @@ impl RemotePd {
         }
     }
 
-    /// `ibv_create_qp`.
+    /// `ibv_create_srq`.
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<RemoteSrq, ServiceError> {
+        let req = Request::CreateSrq {
+            pd: self.handle,
+            max_wr,
+            max_sge,
+        };
+        let (resp, mut fds) = self.inner.call(&req, &[])?;
+        let Response::Srq { handle, slots } = resp else {
+            return Err(ServiceError::Protocol("CreateSrq"));
+        };
+        let fd = fds
+            .pop()
+            .ok_or(ServiceError::Protocol("SRQ without its ring"))?;
+        let region = Arc::new(Region::from_fd(fd, RingLayout::bytes::<W>(slots))?);
+        let ring = Producer::new(
+            region,
+            RingLayout {
+                offset: 0,
+                cap: slots,
+            },
+        )?;
+        Ok(RemoteSrq {
+            inner: self.inner.clone(),
+            handle,
+            max_wr,
+            ring: Mutex::new((ring, Vec::new())),
+        })
+    }
+
+    /// `ibv_create_qp` (taking receives from `srq` if given).
     pub fn create_qp(
         &self,
         qp_type: QpType,
         caps: QpCaps,
         send_cq: &RemoteCq,
         recv_cq: &RemoteCq,
+        srq: Option<&RemoteSrq>,
     ) -> Result<RemoteQp, ServiceError> {
         let req = Request::CreateQp {
             pd: self.handle,
@@ -573,6 +604,7 @@ impl RemotePd {
             recv_cq: recv_cq.handle,
             qp_type: qp_type.into(),
             caps: caps.into(),
+            srq: srq.map(|q| q.handle),
         };
         let (resp, mut fds) = self.inner.call(&req, &[])?;
         let Response::Qp {
@@ -760,6 +792,108 @@ impl Drop for RemoteCq {
 }
 
 type RingAndScratch = (Producer<W>, Vec<Slot>);
+
+/// A shared receive queue: posting writes its ring.
+pub struct RemoteSrq {
+    inner: Arc<Inner>,
+    handle: Handle,
+    max_wr: u32,
+    ring: Mutex<RingAndScratch>,
+}
+
+impl std::fmt::Debug for RemoteSrq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteSrq")
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteSrq {
+    /// `ibv_post_srq_recv`.
+    pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
+        if self.inner.gone.load(Ordering::Acquire) {
+            return Err(PostFailure {
+                index: 0,
+                error: PostError::InvalidState(ferroce_stack::transport::QpState::Err),
+            });
+        }
+        let mut guard = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        let (ring, scratch) = &mut *guard;
+        let mut result = Ok(());
+        for (index, wr) in wrs.iter().enumerate() {
+            scratch.clear();
+            if slots::encode_recv(wr.wr_id, wr.sg_list, scratch).is_err() {
+                result = Err(PostFailure {
+                    index,
+                    error: PostError::TooManySges {
+                        got: wr.sg_list.len(),
+                        max: slots::MAX_SGE as u32,
+                    },
+                });
+                break;
+            }
+            if !push_all(ring, scratch) {
+                result = Err(PostFailure {
+                    index,
+                    error: PostError::QueueFull(self.max_wr),
+                });
+                break;
+            }
+        }
+        drop(guard);
+        self.inner.ring_if_asleep();
+        result
+    }
+
+    /// `ibv_query_srq`: size, elements per receive, armed limit.
+    pub fn query(&self) -> Result<(u32, u32, u32), ServiceError> {
+        match self
+            .inner
+            .call(&Request::QuerySrq { srq: self.handle }, &[])?
+            .0
+        {
+            Response::SrqAttr(a, b, c) => Ok((a, b, c)),
+            _ => Err(ServiceError::Protocol("QuerySrq")),
+        }
+    }
+
+    /// `ibv_modify_srq`: `Ok(Err(..))` when the SRQ refuses the values.
+    pub fn modify(
+        &self,
+        max_wr: Option<u32>,
+        limit: Option<u32>,
+    ) -> Result<Result<(), ferroce_stack::transport::SrqModifyError>, ServiceError> {
+        use ferroce_stack::transport::SrqModifyError as E;
+        let req = Request::ModifySrq {
+            srq: self.handle,
+            max_wr,
+            limit,
+        };
+        match self.inner.call(&req, &[])?.0 {
+            Response::Ok => Ok(Ok(())),
+            Response::SrqRefused {
+                limit_too_high: true,
+                asked,
+                bound,
+            } => Ok(Err(E::LimitTooHigh {
+                limit: asked,
+                max_wr: bound as u32,
+            })),
+            Response::SrqRefused { asked, bound, .. } => Ok(Err(E::TooSmall {
+                max_wr: asked,
+                queued: bound as usize,
+            })),
+            _ => Err(ServiceError::Protocol("ModifySrq")),
+        }
+    }
+}
+
+impl Drop for RemoteSrq {
+    fn drop(&mut self) {
+        destroy(&self.inner, Request::DestroySrq { srq: self.handle });
+    }
+}
 
 /// A queue pair: posting writes its rings.
 pub struct RemoteQp {

@@ -12,7 +12,9 @@ pub mod server;
 pub mod slots;
 pub mod socket;
 
-pub use client::{Client, RemoteChannel, RemoteCq, RemoteMr, RemotePd, RemoteQp, ServiceError};
+pub use client::{
+    Client, RemoteChannel, RemoteCq, RemoteMr, RemotePd, RemoteQp, RemoteSrq, ServiceError,
+};
 pub use server::{ServeError, Service, ServiceCounters};
 
 /// Where programs find the service when `FERROCE_SERVICE` does not say.

@@ -105,6 +105,36 @@ pub enum Request {
         qp_type: WireQpType,
         /// Queue capacities asked for.
         caps: WireCaps,
+        /// Its shared receive queue, if it takes receives from one.
+        srq: Option<Handle>,
+    },
+    /// `ibv_create_srq`: the answer's datagram carries the region of its receive ring.
+    CreateSrq {
+        /// The PD.
+        pd: Handle,
+        /// Receives it holds.
+        max_wr: u32,
+        /// Elements per receive.
+        max_sge: u32,
+    },
+    /// `ibv_modify_srq`.
+    ModifySrq {
+        /// The SRQ.
+        srq: Handle,
+        /// A new size.
+        max_wr: Option<u32>,
+        /// A limit to arm (0 disarms).
+        limit: Option<u32>,
+    },
+    /// `ibv_query_srq`.
+    QuerySrq {
+        /// The SRQ.
+        srq: Handle,
+    },
+    /// `ibv_destroy_srq`.
+    DestroySrq {
+        /// The SRQ.
+        srq: Handle,
     },
     /// `ibv_modify_qp`.
     ModifyQp {
@@ -186,6 +216,25 @@ pub enum Response {
     },
     /// To [`Request::QueryQp`].
     QpAttr(WireQpAttr),
+    /// To [`Request::CreateSrq`]: the datagram carries its ring's region.
+    Srq {
+        /// Its handle.
+        handle: Handle,
+        /// Slots of its receive ring.
+        slots: u32,
+    },
+    /// To [`Request::QuerySrq`]: size, elements per receive, armed limit.
+    SrqAttr(u32, u32, u32),
+    /// To [`Request::ModifySrq`], refused: a limit above the size (`(limit, size)`) or a
+    /// size below the receives waiting (`(size, waiting)`).
+    SrqRefused {
+        /// True for a limit above the size.
+        limit_too_high: bool,
+        /// The value asked for.
+        asked: u32,
+        /// The size, or the receives waiting.
+        bound: u64,
+    },
 }
 
 /// Device and port facts, as `ibv_query_device` / `ibv_query_port` / `ibv_query_gid` give

@@ -81,8 +81,20 @@ struct ServedQp {
     recvs: VecDeque<(u64, SmallVec<[Sge; 2]>)>,
     send_cq: Handle,
     recv_cq: Handle,
+    /// Its shared receive queue, if any.
+    srq: Option<Handle>,
     /// The MAC and address its packets leave from (port 1's until a modify names another).
     port: (ferroce_stack::wire::MacAddr, std::net::IpAddr),
+}
+
+struct ServedSrq {
+    real: crate::verbs::SharedReceiveQueue,
+    pd: Handle,
+    ring: Consumer<W>,
+    /// Receives taken from the ring that the SRQ did not accept yet (it was full).
+    recvs: VecDeque<(u64, SmallVec<[Sge; 2]>)>,
+    /// QPs that take receives from it.
+    users: usize,
 }
 
 struct ServedMr {
@@ -103,6 +115,7 @@ struct Session {
     mrs: HashMap<Handle, ServedMr>,
     cqs: HashMap<Handle, ServedCq>,
     qps: HashMap<Handle, ServedQp>,
+    srqs: HashMap<Handle, ServedSrq>,
     next: Handle,
     /// The program broke its rings: the forwarder skips it until the control thread drops
     /// it.
@@ -118,6 +131,7 @@ impl Session {
     /// Everything, in the order that keeps the engine from reaching freed memory.
     fn clear(&mut self) {
         self.qps.clear();
+        self.srqs.clear();
         self.cqs.clear();
         self.mrs.clear();
         self.pds.clear();
@@ -527,6 +541,7 @@ fn hello(shared: &Shared, c: &mut Conn, req: Request, mut fds: Vec<OwnedFd>) -> 
         mrs: HashMap::new(),
         cqs: HashMap::new(),
         qps: HashMap::new(),
+        srqs: HashMap::new(),
         next: 0,
         broken: false,
     }));
@@ -557,7 +572,7 @@ fn no_such(what: &str, h: Handle) -> Response {
 }
 
 fn full(s: &Session) -> bool {
-    s.pds.len() + s.mrs.len() + s.cqs.len() + s.qps.len() >= MAX_OBJECTS
+    s.pds.len() + s.mrs.len() + s.cqs.len() + s.qps.len() + s.srqs.len() >= MAX_OBJECTS
 }
 
 /// Carries out one request of a program.
@@ -682,7 +697,48 @@ fn handle(
             recv_cq,
             qp_type,
             caps,
-        } => return create_qp(shared, s, pd, send_cq, recv_cq, qp_type, caps),
+            srq,
+        } => return create_qp(shared, s, pd, send_cq, recv_cq, qp_type, caps, srq),
+        Request::CreateSrq {
+            pd,
+            max_wr,
+            max_sge,
+        } => return create_srq(s, pd, max_wr, max_sge),
+        Request::ModifySrq { srq, max_wr, limit } => match s.srqs.get(&srq) {
+            None => no_such("SRQ", srq),
+            Some(q) => match q.real.modify(max_wr, limit) {
+                Ok(()) => Response::Ok,
+                Err(ferroce_stack::transport::SrqModifyError::LimitTooHigh { limit, max_wr }) => {
+                    Response::SrqRefused {
+                        limit_too_high: true,
+                        asked: limit,
+                        bound: u64::from(max_wr),
+                    }
+                }
+                Err(ferroce_stack::transport::SrqModifyError::TooSmall { max_wr, queued }) => {
+                    Response::SrqRefused {
+                        limit_too_high: false,
+                        asked: max_wr,
+                        bound: queued as u64,
+                    }
+                }
+            },
+        },
+        Request::QuerySrq { srq } => match s.srqs.get(&srq) {
+            None => no_such("SRQ", srq),
+            Some(q) => {
+                let (a, b, c) = q.real.query();
+                Response::SrqAttr(a, b, c)
+            }
+        },
+        Request::DestroySrq { srq } => match s.srqs.get(&srq) {
+            None => no_such("SRQ", srq),
+            Some(q) if q.users > 0 => refuse(libc::EBUSY, "QPs still use the SRQ"),
+            Some(_) => {
+                s.srqs.remove(&srq);
+                Response::Ok
+            }
+        },
         Request::ModifyQp { qp, attr, mask } => match s.qps.get_mut(&qp) {
             None => no_such("QP", qp),
             Some(q) => match QpAttr::try_from(attr) {
@@ -719,6 +775,9 @@ fn handle(
                     if let Some(c) = s.cqs.get_mut(&c) {
                         c.users -= 1;
                     }
+                }
+                if let Some(r) = q.srq.and_then(|h| s.srqs.get_mut(&h)) {
+                    r.users -= 1;
                 }
                 Response::Ok
             }
@@ -784,6 +843,49 @@ fn reg_mr(
     }
 }
 
+fn create_srq(s: &mut Session, pd: Handle, max_wr: u32, max_sge: u32) -> (Response, Vec<OwnedFd>) {
+    let Some((_, pdo)) = s.pds.get(&pd) else {
+        return (no_such("PD", pd), Vec::new());
+    };
+    if max_wr == 0 || max_wr > MAX_DEPTH || max_sge as usize > slots::MAX_SGE {
+        return (
+            refuse(
+                libc::EINVAL,
+                format!(
+                    "an SRQ of 1 ..= {MAX_DEPTH} receives of up to {} elements",
+                    slots::MAX_SGE
+                ),
+            ),
+            Vec::new(),
+        );
+    }
+    if full(s) {
+        return (refuse(libc::ENOMEM, "too many objects"), Vec::new());
+    }
+    let slots = (max_wr * (1 + slots::MAX_EXTRA as u32)).next_power_of_two();
+    let (region, layouts) = match ring_region(&[slots]) {
+        Ok(r) => r,
+        Err(e) => return (refuse(libc::ENOMEM, e), Vec::new()),
+    };
+    let Ok(ring) = Consumer::new(region.clone(), layouts[0]) else {
+        return (refuse(libc::ENOMEM, "ring"), Vec::new());
+    };
+    let real = pdo.create_srq(max_wr, max_sge);
+    let h = s.handle();
+    s.srqs.insert(
+        h,
+        ServedSrq {
+            real,
+            pd,
+            ring,
+            recvs: VecDeque::new(),
+            users: 0,
+        },
+    );
+    let fd = region.dup_fd().ok();
+    (Response::Srq { handle: h, slots }, fd.into_iter().collect())
+}
+
 /// Port `port`'s MAC and address (port 1's for a port the device does not have).
 fn ctx_port(ctx: &Context, port: u8) -> (ferroce_stack::wire::MacAddr, std::net::IpAddr) {
     let p = if ctx.port_mac(port).is_ok() { port } else { 1 };
@@ -817,6 +919,7 @@ fn create_qp(
     recv_cq: Handle,
     qp_type: proto::WireQpType,
     caps: WireCaps,
+    srq: Option<Handle>,
 ) -> (Response, Vec<OwnedFd>) {
     let Some(&(dev, ref pdo)) = s.pds.get(&pd) else {
         return (no_such("PD", pd), Vec::new());
@@ -867,7 +970,16 @@ fn create_qp(
     ) else {
         return (refuse(libc::ENOMEM, "ring"), Vec::new());
     };
-    let real = match pdo.create_qp(qp_type.into(), caps, &scq.real, &rcq.real) {
+    let srq_obj = match srq.map(|h| s.srqs.get(&h).filter(|q| q.pd == pd)) {
+        Some(None) => return (refuse(libc::EINVAL, "no such SRQ in this PD"), Vec::new()),
+        Some(Some(q)) => Some(&q.real),
+        None => None,
+    };
+    let made = match srq_obj {
+        Some(q) => pdo.create_qp_with_srq(qp_type.into(), caps, &scq.real, &rcq.real, q),
+        None => pdo.create_qp(qp_type.into(), caps, &scq.real, &rcq.real),
+    };
+    let real = match made {
         Ok(q) => q,
         Err(e) => return (refuse(libc::EINVAL, e.to_string()), Vec::new()),
     };
@@ -887,6 +999,7 @@ fn create_qp(
             recvs: VecDeque::new(),
             send_cq,
             recv_cq,
+            srq,
             port: (ctx_port(&shared.devices[*dev], 1)),
         },
     );
@@ -894,6 +1007,9 @@ fn create_qp(
         if let Some(c) = s.cqs.get_mut(&c) {
             c.users += 1;
         }
+    }
+    if let Some(r) = srq.and_then(|h| s.srqs.get_mut(&h)) {
+        r.users += 1;
     }
     let fd = region.dup_fd().ok();
     (
@@ -983,6 +1099,7 @@ impl crate::slot::Poller for Forwarder {
             s.qps
                 .values()
                 .any(|q| !q.sq.is_empty().unwrap_or(true) || !q.rq.is_empty().unwrap_or(true))
+                || s.srqs.values().any(|q| !q.ring.is_empty().unwrap_or(true))
                 || s.cqs
                     .values()
                     .any(|c| !c.real.is_empty() || !c.held.is_empty())
@@ -1019,7 +1136,7 @@ fn turn(
     wcs: &mut Vec<WorkCompletion>,
 ) -> Result<usize, &'static str> {
     let mut moved = 0;
-    let Session { qps, cqs, .. } = s;
+    let Session { qps, cqs, srqs, .. } = s;
     for q in qps.values_mut() {
         // Take what the program posted.
         while q.sends.len() < BURST {
@@ -1119,6 +1236,38 @@ fn turn(
                     if let Some((id, _)) = q.recvs.pop_front() {
                         fail_recv(cqs, q.recv_cq, id, q.real.qpn());
                     }
+                }
+            }
+        }
+    }
+    for q in srqs.values_mut() {
+        while q.recvs.len() < BURST {
+            let Some(h) = q.ring.pop().map_err(|_| "SRQ ring index")? else {
+                break;
+            };
+            let extra = take_extra(&mut q.ring, &h)?;
+            // A receive that does not decode is dropped: an SRQ has no CQ of its own to
+            // say so.
+            if let Ok(r) = slots::decode_recv(&h, &extra) {
+                q.recvs.push_back(r);
+            }
+            moved += 1;
+        }
+        while let Some((id, sg)) = q.recvs.front() {
+            let wr = ferroce_stack::transport::RecvWr {
+                wr_id: *id,
+                sg_list: sg,
+            };
+            match q.real.post_recv(&[wr]) {
+                Err(f) if matches!(f.error, ferroce_stack::transport::PostError::QueueFull(_)) => {
+                    break
+                }
+                _ => {
+                    q.recvs.pop_front();
+                    shared
+                        .counters
+                        .wrs_forwarded
+                        .fetch_add(1, Ordering::Relaxed);
                 }
             }
         }

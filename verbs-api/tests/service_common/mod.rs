@@ -91,7 +91,7 @@ impl Program {
         }
         .unwrap();
         let qp = pd
-            .create_qp(QpType::Rc, QpCaps::default(), &cq, &cq)
+            .create_qp(QpType::Rc, QpCaps::default(), &cq, &cq, None)
             .unwrap();
         Self {
             client,
