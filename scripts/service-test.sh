@@ -102,6 +102,7 @@ suite() { # SERVER_SOCK CLIENT_SOCK ADDR
   pair rc-events "$@" ibv_rc_pingpong -e -g 0 -n 500
   pair uc "$@" ibv_uc_pingpong -g 0 -n 500
   pair ud "$@" ibv_ud_pingpong -g 0 -n 200
+  pair srq "$@" ibv_srq_pingpong -g 0 -n 200
   pair write "$@" ib_write_bw -x 0 -n 2000
   pair read "$@" ib_read_bw -x 0 -n 2000
   pair send "$@" ib_send_bw -x 0 -n 2000
