@@ -257,74 +257,51 @@ impl Region {
         self.base.as_ptr()
     }
 
-    /// The word at byte `offset` (8-aligned), loaded atomically with `order`; `None` outside
-    /// the region. For flags beside the rings (the service's sleeping flag).
-    pub fn load_word(&self, offset: usize, order: std::sync::atomic::Ordering) -> Option<u64> {
+    /// The word at byte `offset` (8-aligned), if it lies in the region: for flags beside the
+    /// rings, only ever accessed atomically.
+    fn word(&self, offset: usize) -> Option<&std::sync::atomic::AtomicU64> {
         if !offset.is_multiple_of(8) || offset.checked_add(8)? > self.len {
             return None;
         }
         // SAFETY: the word lies inside the mapping (checked above), which lives as long as
         // `self`; it is 8-aligned (the mapping is page-aligned) and only accessed atomically.
-        let w = unsafe {
+        Some(unsafe {
             &*self
                 .base
                 .as_ptr()
                 .add(offset)
                 .cast::<std::sync::atomic::AtomicU64>()
-        };
-        Some(w.load(order))
+        })
+    }
+
+    /// The word at byte `offset` (8-aligned), loaded atomically with `order`; `None` outside
+    /// the region. For flags beside the rings (the service's sleeping flag).
+    pub fn load_word(&self, offset: usize, order: std::sync::atomic::Ordering) -> Option<u64> {
+        Some(self.word(offset)?.load(order))
     }
 
     /// Swaps `v` into the word at byte `offset` (8-aligned): the old value, `None` outside
     /// the region.
     pub fn swap_word(&self, offset: usize, v: u64) -> Option<u64> {
-        if !offset.is_multiple_of(8) || offset.checked_add(8)? > self.len {
-            return None;
-        }
-        // SAFETY: as in `load_word`.
-        let w = unsafe {
-            &*self
-                .base
-                .as_ptr()
-                .add(offset)
-                .cast::<std::sync::atomic::AtomicU64>()
-        };
-        Some(w.swap(v, std::sync::atomic::Ordering::AcqRel))
+        Some(
+            self.word(offset)?
+                .swap(v, std::sync::atomic::Ordering::AcqRel),
+        )
     }
 
     /// Adds `v` to the word at byte `offset` (8-aligned), wrapping: the old value, `None`
     /// outside the region.
     pub fn add_word(&self, offset: usize, v: u64) -> Option<u64> {
-        if !offset.is_multiple_of(8) || offset.checked_add(8)? > self.len {
-            return None;
-        }
-        // SAFETY: as in `load_word`.
-        let w = unsafe {
-            &*self
-                .base
-                .as_ptr()
-                .add(offset)
-                .cast::<std::sync::atomic::AtomicU64>()
-        };
-        Some(w.fetch_add(v, std::sync::atomic::Ordering::AcqRel))
+        Some(
+            self.word(offset)?
+                .fetch_add(v, std::sync::atomic::Ordering::AcqRel),
+        )
     }
 
     /// Stores `v` at byte `offset` (8-aligned) atomically with `order`: `false` outside
     /// the region.
     pub fn store_word(&self, offset: usize, v: u64, order: std::sync::atomic::Ordering) -> bool {
-        if !offset.is_multiple_of(8) || offset.checked_add(8).is_none_or(|e| e > self.len) {
-            return false;
-        }
-        // SAFETY: as in `load_word`.
-        let w = unsafe {
-            &*self
-                .base
-                .as_ptr()
-                .add(offset)
-                .cast::<std::sync::atomic::AtomicU64>()
-        };
-        w.store(v, order);
-        true
+        self.word(offset).map(|w| w.store(v, order)).is_some()
     }
 }
 

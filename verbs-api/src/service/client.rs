@@ -812,38 +812,7 @@ impl std::fmt::Debug for RemoteSrq {
 impl RemoteSrq {
     /// `ibv_post_srq_recv`.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
-        if self.inner.gone.load(Ordering::Acquire) {
-            return Err(PostFailure {
-                index: 0,
-                error: PostError::InvalidState(ferroce_stack::transport::QpState::Err),
-            });
-        }
-        let mut guard = self.ring.lock().unwrap_or_else(|e| e.into_inner());
-        let (ring, scratch) = &mut *guard;
-        let mut result = Ok(());
-        for (index, wr) in wrs.iter().enumerate() {
-            scratch.clear();
-            if slots::encode_recv(wr.wr_id, wr.sg_list, scratch).is_err() {
-                result = Err(PostFailure {
-                    index,
-                    error: PostError::TooManySges {
-                        got: wr.sg_list.len(),
-                        max: slots::MAX_SGE as u32,
-                    },
-                });
-                break;
-            }
-            if !push_all(ring, scratch) {
-                result = Err(PostFailure {
-                    index,
-                    error: PostError::QueueFull(self.max_wr),
-                });
-                break;
-            }
-        }
-        drop(guard);
-        self.inner.ring_if_asleep();
-        result
+        post_recvs(&self.inner, &self.ring, wrs, self.max_wr)
     }
 
     /// `ibv_query_srq`: size, elements per receive, armed limit.
@@ -955,12 +924,7 @@ impl RemoteQp {
         &self,
         wrs: impl Iterator<Item = &'a SendWr<'b>>,
     ) -> Result<(), PostFailure> {
-        if self.inner.gone.load(Ordering::Acquire) {
-            return Err(PostFailure {
-                index: 0,
-                error: PostError::InvalidState(ferroce_stack::transport::QpState::Err),
-            });
-        }
+        gone(&self.inner)?;
         let mut guard = self.sq.lock().unwrap_or_else(|e| e.into_inner());
         let (ring, scratch) = &mut *guard;
         let mut result = Ok(());
@@ -989,39 +953,50 @@ impl RemoteQp {
 
     /// `ibv_post_recv`.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
-        if self.inner.gone.load(Ordering::Acquire) {
-            return Err(PostFailure {
-                index: 0,
-                error: PostError::InvalidState(ferroce_stack::transport::QpState::Err),
-            });
-        }
-        let mut guard = self.rq.lock().unwrap_or_else(|e| e.into_inner());
-        let (ring, scratch) = &mut *guard;
-        let mut result = Ok(());
-        for (index, wr) in wrs.iter().enumerate() {
-            scratch.clear();
-            if slots::encode_recv(wr.wr_id, wr.sg_list, scratch).is_err() {
-                result = Err(PostFailure {
-                    index,
-                    error: PostError::TooManySges {
-                        got: wr.sg_list.len(),
-                        max: slots::MAX_SGE as u32,
-                    },
-                });
-                break;
-            }
-            if !push_all(ring, scratch) {
-                result = Err(PostFailure {
-                    index,
-                    error: PostError::QueueFull(self.caps.max_recv_wr),
-                });
-                break;
-            }
-        }
-        drop(guard);
-        self.inner.ring_if_asleep();
-        result
+        post_recvs(&self.inner, &self.rq, wrs, self.caps.max_recv_wr)
     }
+}
+
+/// The failure of every post once the service has gone.
+fn gone(inner: &Inner) -> Result<(), PostFailure> {
+    if inner.gone.load(Ordering::Acquire) {
+        return Err(PostFailure {
+            index: 0,
+            error: PostError::InvalidState(ferroce_stack::transport::QpState::Err),
+        });
+    }
+    Ok(())
+}
+
+/// `ibv_post_recv` into a receive ring (a QP's or an SRQ's) of `max` receives.
+fn post_recvs(
+    inner: &Inner,
+    ring: &Mutex<RingAndScratch>,
+    wrs: &[RecvWr<'_>],
+    max: u32,
+) -> Result<(), PostFailure> {
+    gone(inner)?;
+    let mut guard = ring.lock().unwrap_or_else(|e| e.into_inner());
+    let (ring, scratch) = &mut *guard;
+    let mut result = Ok(());
+    for (index, wr) in wrs.iter().enumerate() {
+        scratch.clear();
+        let error = if slots::encode_recv(wr.wr_id, wr.sg_list, scratch).is_err() {
+            PostError::TooManySges {
+                got: wr.sg_list.len(),
+                max: slots::MAX_SGE as u32,
+            }
+        } else if !push_all(ring, scratch) {
+            PostError::QueueFull(max)
+        } else {
+            continue;
+        };
+        result = Err(PostFailure { index, error });
+        break;
+    }
+    drop(guard);
+    inner.ring_if_asleep();
+    result
 }
 
 /// Pushes a request's slots, all or none.
