@@ -435,15 +435,7 @@ impl RemoteChannel {
 
     /// Waits up to `timeout` for an event: reads its count and names its CQ.
     pub fn wait_event(&self, timeout: std::time::Duration) -> Option<u32> {
-        let ts = rustix::event::Timespec {
-            tv_sec: timeout.as_secs() as i64,
-            tv_nsec: i64::from(timeout.subsec_nanos()),
-        };
-        let mut fds = [rustix::event::PollFd::new(
-            &self.fd,
-            rustix::event::PollFlags::IN,
-        )];
-        if rustix::event::poll(&mut fds, Some(&ts)).ok()? == 0 {
+        if !super::socket::readable(self.fd.as_fd(), timeout) {
             return None;
         }
         let mut b = [0u8; 8];

@@ -1159,41 +1159,18 @@ fn turn(
             }
             moved += 1;
         }
-        while !q.sends.is_empty() {
-            let wrs: SmallVec<[_; BURST]> = q.sends.iter().map(|w| w.as_wr()).collect();
-            match q.real.post_send(&wrs) {
-                Ok(()) => {
-                    shared
-                        .counters
-                        .wrs_forwarded
-                        .fetch_add(wrs.len() as u64, Ordering::Relaxed);
-                    drop(wrs);
-                    q.sends.clear();
-                }
-                Err(f) => {
-                    drop(wrs);
-                    shared
-                        .counters
-                        .wrs_forwarded
-                        .fetch_add(f.index as u64, Ordering::Relaxed);
-                    q.sends.drain(..f.index);
-                    if matches!(f.error, ferroce_stack::transport::PostError::QueueFull(_)) {
-                        break;
-                    }
-                    // Refused: the program learns it from a completion (a post through a
-                    // service cannot return the error; docs/service.md).
-                    if let Some(w) = q.sends.pop_front() {
-                        fail_send(
-                            cqs,
-                            q.send_cq,
-                            w.wr_id(),
-                            q.real.qpn(),
-                            WcStatus::LocQpOpErr,
-                        );
-                    }
-                }
-            }
-        }
+        let (real, send_cq) = (&q.real, q.send_cq);
+        drain_posts(
+            &mut q.sends,
+            &shared.counters.wrs_forwarded,
+            |sends| {
+                let wrs: SmallVec<[_; BURST]> = sends.iter().map(|w| w.as_wr()).collect();
+                real.post_send(&wrs)
+            },
+            // Refused: the program learns it from a completion (a post through a service
+            // cannot return the error; docs/service.md).
+            |w| fail_send(cqs, send_cq, w.wr_id(), real.qpn(), WcStatus::LocQpOpErr),
+        );
         while q.recvs.len() < BURST {
             let Some(h) = q.rq.pop().map_err(|_| "receive ring index")? else {
                 break;
@@ -1205,40 +1182,22 @@ fn turn(
             }
             moved += 1;
         }
-        while !q.recvs.is_empty() {
-            let wrs: SmallVec<[_; BURST]> = q
-                .recvs
-                .iter()
-                .map(|(id, sg)| ferroce_stack::transport::RecvWr {
-                    wr_id: *id,
-                    sg_list: sg,
-                })
-                .collect();
-            match q.real.post_recv(&wrs) {
-                Ok(()) => {
-                    shared
-                        .counters
-                        .wrs_forwarded
-                        .fetch_add(wrs.len() as u64, Ordering::Relaxed);
-                    drop(wrs);
-                    q.recvs.clear();
-                }
-                Err(f) => {
-                    drop(wrs);
-                    shared
-                        .counters
-                        .wrs_forwarded
-                        .fetch_add(f.index as u64, Ordering::Relaxed);
-                    q.recvs.drain(..f.index);
-                    if matches!(f.error, ferroce_stack::transport::PostError::QueueFull(_)) {
-                        break;
-                    }
-                    if let Some((id, _)) = q.recvs.pop_front() {
-                        fail_recv(cqs, q.recv_cq, id, q.real.qpn());
-                    }
-                }
-            }
-        }
+        let (real, recv_cq) = (&q.real, q.recv_cq);
+        drain_posts(
+            &mut q.recvs,
+            &shared.counters.wrs_forwarded,
+            |recvs| {
+                let wrs: SmallVec<[_; BURST]> = recvs
+                    .iter()
+                    .map(|(id, sg)| ferroce_stack::transport::RecvWr {
+                        wr_id: *id,
+                        sg_list: sg,
+                    })
+                    .collect();
+                real.post_recv(&wrs)
+            },
+            |(id, _)| fail_recv(cqs, recv_cq, id, real.qpn()),
+        );
     }
     for q in srqs.values_mut() {
         while q.recvs.len() < BURST {
@@ -1322,6 +1281,34 @@ fn notify(c: &ServedCq, solicited: bool) {
     if want && c.region.swap_word(armed, 0).is_some_and(|a| a != 0) {
         c.region.add_word(fired, 1);
         ch.ring();
+    }
+}
+
+/// Posts what waits in `queue` (a list at a time, with `post`) until it is empty or the
+/// queue it goes into is full; a request refused for another reason goes to `refused`.
+fn drain_posts<T>(
+    queue: &mut VecDeque<T>,
+    forwarded: &AtomicU64,
+    mut post: impl FnMut(&VecDeque<T>) -> Result<(), crate::PostFailure>,
+    mut refused: impl FnMut(T),
+) {
+    while !queue.is_empty() {
+        match post(queue) {
+            Ok(()) => {
+                forwarded.fetch_add(queue.len() as u64, Ordering::Relaxed);
+                queue.clear();
+            }
+            Err(f) => {
+                forwarded.fetch_add(f.index as u64, Ordering::Relaxed);
+                queue.drain(..f.index.min(queue.len()));
+                if matches!(f.error, ferroce_stack::transport::PostError::QueueFull(_)) {
+                    break;
+                }
+                if let Some(x) = queue.pop_front() {
+                    refused(x);
+                }
+            }
+        }
     }
 }
 

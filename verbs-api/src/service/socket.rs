@@ -250,25 +250,23 @@ impl Doorbell {
         let mut b = [0u8; 8];
         let _ = rustix::io::read(&self.fd, &mut b);
     }
-
-    /// Waits until it rings or `timeout` passes, and clears it.
-    pub fn wait(&self, timeout: std::time::Duration) {
-        let ts = rustix::event::Timespec {
-            tv_sec: timeout.as_secs() as i64,
-            tv_nsec: i64::from(timeout.subsec_nanos()),
-        };
-        let mut fds = [rustix::event::PollFd::new(
-            &self.fd,
-            rustix::event::PollFlags::IN,
-        )];
-        let _ = rustix::event::poll(&mut fds, Some(&ts));
-        let mut b = [0u8; 8];
-        let _ = rustix::io::read(&self.fd, &mut b);
-    }
 }
 
 impl AsFd for Doorbell {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
+}
+
+/// Waits up to `timeout` for `fd` to be readable: true when it is.
+pub(crate) fn readable(fd: BorrowedFd<'_>, timeout: std::time::Duration) -> bool {
+    let ts = rustix::event::Timespec {
+        tv_sec: timeout.as_secs() as i64,
+        tv_nsec: i64::from(timeout.subsec_nanos()),
+    };
+    let mut fds = [rustix::event::PollFd::new(
+        &fd,
+        rustix::event::PollFlags::IN,
+    )];
+    rustix::event::poll(&mut fds, Some(&ts)).is_ok_and(|n| n > 0)
 }
