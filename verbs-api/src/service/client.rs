@@ -730,6 +730,11 @@ impl RemoteCq {
             if solicited_only { 2 } else { 1 },
             Ordering::Release,
         );
+        // Pairs with the service's fence between pushing a completion and reading this
+        // word: either it sees the arming, or the program's next poll sees the completion
+        // (a Dekker pair: without both fences each side could read the other's old value,
+        // and the event would be lost).
+        fence(Ordering::SeqCst);
     }
 
     /// `ibv_poll_cq`: up to `max` completions appended to `out`. No system call.

@@ -1273,6 +1273,10 @@ fn turn(
 fn notify(c: &ServedCq, solicited: bool) {
     let Some(ch) = &c.channel else { return };
     let (armed, fired) = c.words;
+    // Pairs with the fence after the program arms: either this load sees the arming, or
+    // the program's next poll sees the completion just pushed (a Dekker pair: without both
+    // fences each side could read the other's old value and the event would be lost).
+    fence(Ordering::SeqCst);
     let want = match c.region.load_word(armed, Ordering::Acquire) {
         Some(1) => true,
         Some(2) => solicited,
