@@ -339,6 +339,28 @@ impl Context {
             .expect("the service refused a CQ")
     }
 
+    /// A CQ a service serves: its completions are stamped from `order` (shared by the
+    /// service's CQs) instead of the clock, so that completions of several CQs can be put
+    /// back in the order they were made ([`CompletionQueue::poll_one_stamped`]).
+    pub(crate) fn create_ordered_cq(
+        &self,
+        cqe: usize,
+        channel: Option<&CompletionChannel>,
+        order: Arc<std::sync::atomic::AtomicU64>,
+    ) -> CompletionQueue {
+        let mut shared = CqShared::new(
+            self.dev.next_id(),
+            cqe.max(1),
+            channel.map(|c| c.shared.clone()),
+        )
+        .with_events(self.dev.events.clone());
+        shared.order = Some(order);
+        CompletionQueue {
+            ctx: self.clone(),
+            shared: Arc::new(shared),
+        }
+    }
+
     /// `ibv_create_cq`, which only a service can refuse.
     pub fn try_create_cq(
         &self,
@@ -1308,6 +1330,12 @@ impl CompletionQueue {
         if self.shared.queue.is_empty() {
             self.ctx.dev.progress();
         }
+        self.shared.queue.pop()
+    }
+
+    /// One completion and its stamp, if one waits, without turning the engine (the
+    /// service's forwarder, which runs on the engine thread between turns).
+    pub(crate) fn take_stamped(&self) -> Option<(WorkCompletion, u64)> {
         self.shared.queue.pop()
     }
 

@@ -28,6 +28,11 @@ pub(crate) struct CqShared {
     pub(crate) events: EventSink,
     /// The service's CQ, on an attached context: completions come from its ring.
     pub(crate) remote: Option<crate::service::RemoteCq>,
+    /// Set on a CQ a service serves: a counter shared by the service's CQs, whose next
+    /// value each completion takes as its stamp instead of the clock, so the service can
+    /// hand a program its completions, and their events, in the order they were made across
+    /// its CQs (a program waiting on one channel for two CQs relies on it).
+    pub(crate) order: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 impl CqShared {
@@ -41,6 +46,7 @@ impl CqShared {
             overruns: AtomicUsize::new(0),
             events: EventSink::default(),
             remote: None,
+            order: None,
         }
     }
 
@@ -74,7 +80,11 @@ impl CqShared {
             return;
         }
         let solicited = wc.solicited || wc.status != ferroce_stack::transport::WcStatus::Success;
-        self.queue.push((wc, now));
+        let stamp = match &self.order {
+            Some(o) => o.fetch_add(1, Ordering::Relaxed),
+            None => now,
+        };
+        self.queue.push((wc, stamp));
         let fire = match self.armed.load(Ordering::Acquire) {
             1 => true,
             2 => solicited,

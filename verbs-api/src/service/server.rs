@@ -65,8 +65,9 @@ struct ServedCq {
     words: (usize, usize),
     /// The program's completion channel, when the CQ has one.
     channel: Option<Doorbell>,
-    /// Completions taken from the CQ that did not fit the ring yet.
-    held: VecDeque<WorkCompletion>,
+    /// Completions taken from the CQ that did not go into the ring yet, with their order
+    /// stamps.
+    held: VecDeque<(WorkCompletion, u64)>,
     /// QPs that use it.
     users: usize,
 }
@@ -154,6 +155,8 @@ struct Shared {
     /// QP number. Locked by the engine threads that raise events (with their engine held),
     /// so nothing takes an engine while holding it.
     routes: Mutex<Routes>,
+    /// Where every served CQ takes its completions' order stamps.
+    order: Arc<AtomicU64>,
 }
 
 /// A program's asynchronous events: a ring in its control page, and its eventfd.
@@ -274,6 +277,7 @@ impl Service {
             stop: AtomicBool::new(false),
             counters: ServiceCounters::default(),
             routes: Mutex::new(Routes::default()),
+            order: Arc::new(AtomicU64::new(1)),
         });
         for (i, d) in shared.devices.iter().enumerate() {
             let weak = Arc::downgrade(&shared);
@@ -282,7 +286,6 @@ impl Service {
         let forwarder = Arc::new(Forwarder {
             shared: Arc::downgrade(&shared),
             doorbell: shared.doorbell.clone(),
-            wcs: Mutex::new(Vec::with_capacity(BURST)),
         });
         if let Some(first) = shared.devices.first() {
             first.set_poller(forwarder);
@@ -663,7 +666,11 @@ fn handle(
                 let Ok(ring) = Producer::new(region.clone(), layout) else {
                     return (refuse(libc::ENOMEM, "ring"), Vec::new());
                 };
-                let real = ctx.create_cq(slots as usize, Some(&shared.channels[d as usize]));
+                let real = ctx.create_ordered_cq(
+                    slots as usize,
+                    Some(&shared.channels[d as usize]),
+                    shared.order.clone(),
+                );
                 real.req_notify(false);
                 let h = s.handle();
                 s.cqs.insert(
@@ -1033,7 +1040,6 @@ fn create_qp(
 struct Forwarder {
     shared: std::sync::Weak<Shared>,
     doorbell: Arc<Doorbell>,
-    wcs: Mutex<Vec<WorkCompletion>>,
 }
 
 impl Forwarder {
@@ -1049,7 +1055,6 @@ impl crate::slot::Poller for Forwarder {
         let Some((shared, sessions)) = self.sessions() else {
             return 0;
         };
-        let mut wcs = lock(&self.wcs);
         let mut moved = 0;
         for s in &sessions {
             let Ok(mut s) = s.try_lock() else {
@@ -1059,7 +1064,7 @@ impl crate::slot::Poller for Forwarder {
             if s.broken {
                 continue;
             }
-            match turn(&shared, &mut s, &mut wcs) {
+            match turn(&shared, &mut s) {
                 Ok(n) => moved += n,
                 Err(why) => {
                     tracing::warn!(
@@ -1130,11 +1135,7 @@ impl crate::slot::Poller for Forwarder {
 }
 
 /// One pass over a program's QPs and CQs: what moved, or why its rings are broken.
-fn turn(
-    shared: &Shared,
-    s: &mut Session,
-    wcs: &mut Vec<WorkCompletion>,
-) -> Result<usize, &'static str> {
+fn turn(shared: &Shared, s: &mut Session) -> Result<usize, &'static str> {
     let mut moved = 0;
     let Session { qps, cqs, srqs, .. } = s;
     for q in qps.values_mut() {
@@ -1231,38 +1232,47 @@ fn turn(
             }
         }
     }
+    // Completions go to the rings, and fire their channels, in the order the engine made
+    // them across the program's CQs: a program that waits on one channel for a send CQ and
+    // a receive CQ (perftest's latency tests with events) takes the first event for the
+    // first completion. First take what each ring has room for...
     for c in cqs.values_mut() {
-        loop {
-            while let Some(wc) = c.held.front() {
-                if !c
-                    .ring
-                    .push(&slots::encode_wc(wc))
-                    .map_err(|_| "completion ring index")?
-                {
-                    break;
-                }
-                let solicited = wc.solicited || wc.status != WcStatus::Success;
-                c.held.pop_front();
-                moved += 1;
-                shared
-                    .counters
-                    .wcs_forwarded
-                    .fetch_add(1, Ordering::Relaxed);
-                notify(c, solicited);
-            }
-            if !c.held.is_empty() {
+        let free = c.ring.free().map_err(|_| "completion ring index")? as usize;
+        let mut room = free.saturating_sub(c.held.len()).min(BURST);
+        while room > 0 {
+            let Some(wc) = c.real.take_stamped() else {
                 break;
-            }
-            let free = c.ring.free().map_err(|_| "completion ring index")? as usize;
-            if free == 0 {
-                break;
-            }
-            wcs.clear();
-            if c.real.poll(wcs, free.min(BURST)) == 0 {
-                break;
-            }
-            c.held.extend(wcs.drain(..));
+            };
+            c.held.push_back(wc);
+            room -= 1;
         }
+    }
+    // ...then hand them on oldest first.
+    loop {
+        let next = cqs
+            .iter()
+            .filter_map(|(h, c)| c.held.front().map(|(_, stamp)| (*stamp, *h)))
+            .min();
+        let Some((_, h)) = next else { break };
+        let c = cqs.get_mut(&h).expect("just found");
+        let Some((wc, _)) = c.held.front() else { break };
+        if !c
+            .ring
+            .push(&slots::encode_wc(wc))
+            .map_err(|_| "completion ring index")?
+        {
+            // This ring is full: the program has not polled. The others wait with it, so
+            // the order holds; the program's next poll makes room.
+            break;
+        }
+        let solicited = wc.solicited || wc.status != WcStatus::Success;
+        c.held.pop_front();
+        moved += 1;
+        shared
+            .counters
+            .wcs_forwarded
+            .fetch_add(1, Ordering::Relaxed);
+        notify(c, solicited);
     }
     Ok(moved)
 }
@@ -1333,7 +1343,8 @@ fn fail_send(cqs: &mut HashMap<Handle, ServedCq>, cq: Handle, wr_id: u64, qpn: Q
         let mut wc =
             WorkCompletion::of_request(wr_id, st, ferroce_stack::transport::WcOpcode::Send, 0);
         wc.qp_num = qpn;
-        c.held.push_back(wc);
+        // A refusal is the program's own doing, just now: ahead of what the engine made.
+        c.held.push_back((wc, 0));
     }
 }
 
@@ -1346,6 +1357,7 @@ fn fail_recv(cqs: &mut HashMap<Handle, ServedCq>, cq: Handle, wr_id: u64, qpn: Q
             0,
         );
         wc.qp_num = qpn;
-        c.held.push_back(wc);
+        // A refusal is the program's own doing, just now: ahead of what the engine made.
+        c.held.push_back((wc, 0));
     }
 }
