@@ -195,12 +195,19 @@ pub fn child_main() {
     println!("ready {}", me.qp.qpn().value());
     use std::io::Write as _;
     std::io::stdout().flush().unwrap();
-    // Its peer connects its side first, then says go.
+    // Its peer connects its side first, then says go (end of input: the test has gone).
     let mut go = String::new();
-    std::io::stdin().read_line(&mut go).unwrap();
+    if std::io::stdin().read_line(&mut go).unwrap_or(0) == 0 {
+        std::process::exit(0);
+    }
     let sge = [me.mr.sge(0, 4096)];
     let mut out = Vec::new();
     for i in 0u64.. {
+        // A test that failed before it killed this child leaves it to the service's end:
+        // the service lives in the test's process.
+        if me.client.is_gone() {
+            std::process::exit(0);
+        }
         let wr = SendWr::new(i, WrOpcode::Write, Payload::Sges(&sge)).remote(addr, rkey);
         let _ = me.qp.post_send(&[wr]);
         out.clear();
