@@ -80,6 +80,8 @@ struct World {
     /// A's disconnects to make: (when, connection).
     holding: Vec<(u64, ConnId)>,
     sent: [usize; 2],
+    /// The passive side's connections (its comm IDs) that a DREQ reached.
+    dreqs_at_b: Vec<ConnId>,
 }
 
 impl World {
@@ -97,6 +99,7 @@ impl World {
             hold: 0,
             holding: Vec::new(),
             sent: [0; 2],
+            dreqs_at_b: Vec::new(),
         }
     }
 
@@ -141,6 +144,13 @@ impl World {
             self.flight = later;
             for (_, to, mad) in due {
                 let from = peer(1 - to);
+                if to == B {
+                    if let Ok(m) = crate::wire::mad::CmMad::parse(&mad) {
+                        if let crate::wire::mad::CmMessage::Dreq(d) = m.msg {
+                            self.dreqs_at_b.push(d.remote_comm_id);
+                        }
+                    }
+                }
                 self.agents[to].handle(self.now, from, &mad).unwrap();
             }
             for s in [A, B] {
@@ -472,10 +482,22 @@ proptest! {
             let failed = matches!(mine.last(), Some(CmEvent::Unreachable { .. } | CmEvent::Rejected { .. }));
             prop_assert!(ok || failed, "seed {seed}: conn {c:#x} ended with {mine:?}");
         }
-        // The passive side: each connection it took ends in time wait's exit or an error.
+        // The passive side: each connection it took ends in time wait's exit or an error,
+        // unless every DREQ the active side sent for it was lost. The active side then gives
+        // up after its retries (time wait, then gone), and the passive side, which has no
+        // timer on an established connection (IBTA: it learns of the end from its QP), stays
+        // established: half-open, as a kernel CM would be. At 60 % loss that takes sixteen
+        // losses in a row (about 3e-4 per connection); seed 1772748188117489853 found it.
+        let mut half_open = 0;
         for e in &w.events[B] {
             if let CmEvent::Request { conn, .. } = e {
                 let last = w.events[B].iter().rev().find(|x| event_conn(x) == Some(*conn));
+                if matches!(last, Some(CmEvent::Established { .. }))
+                    && !w.dreqs_at_b.contains(conn)
+                {
+                    half_open += 1;
+                    continue;
+                }
                 prop_assert!(matches!(last, Some(CmEvent::TimewaitExit { .. } | CmEvent::ConnectError { .. })),
                     "seed {seed}: passive conn {conn:#x} ended with {last:?}");
                 // A REP that fails sixteen times over in a row (each try needs the REP and the
@@ -487,7 +509,8 @@ proptest! {
                 }
             }
         }
-        prop_assert_eq!(w.agents[A].connections() + w.agents[B].connections(), 0, "seed {}", seed);
+        prop_assert_eq!(w.agents[A].connections(), 0, "seed {}", seed);
+        prop_assert_eq!(w.agents[B].connections(), half_open, "seed {}", seed);
         if std::env::var_os("CM_TALLY").is_some() {
             let est = w.events[A].iter().filter(|e| matches!(e, CmEvent::Established { .. })).count();
             eprintln!("TALLY attempts {attempts} established {est} loss {loss:.2} dup {dup:.2} end {} sent {:?}", w.now, w.sent);
