@@ -433,6 +433,37 @@ impl OobStream {
         }
     }
 
+    /// Sends the last message's end: every byte written reached the peer, which then sees
+    /// the end of the stream. Pairs with [`Self::await_end`] on the other side, so neither
+    /// process leaves while the other still waits for an acknowledgement from it (over a
+    /// port's TCP, which ends with its process, that wait would last until its timeout).
+    pub fn finish(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::Kernel(s) => {
+                s.flush()?;
+                s.shutdown(std::net::Shutdown::Write)
+            }
+            Self::Port(s) => s.shutdown_write(Duration::from_secs(2)),
+        }
+    }
+
+    /// After the last message arrived: reads (and drops) until the peer's end of stream, or
+    /// `patience` passes. Never fails: the exchange is over either way.
+    pub fn await_end(&mut self, patience: Duration) {
+        let until = std::time::Instant::now() + patience;
+        let mut sink = [0u8; 64];
+        loop {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() || self.set_read_timeout(Some(left)).is_err() {
+                return;
+            }
+            match self.read(&mut sink) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    }
+
     /// True when a read would not wait: data arrived or the peer closed. Does not block.
     pub fn readable(&mut self) -> bool {
         match self {

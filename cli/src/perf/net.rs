@@ -201,7 +201,7 @@ pub(super) fn run(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
         let mine = crc_of(&me, a, iterations);
         stream.write_all(&mine.to_be_bytes())?;
         // The last message: out before the process ends (a port's TCP dies with it).
-        stream.flush()?;
+        stream.finish()?;
         msg[0] == b'D' && theirs == mine
     } else {
         let mine = crc_of(&me, a, out.iterations);
@@ -211,6 +211,8 @@ pub(super) fn run(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
         stream.write_all(&msg)?;
         let mut theirs = [0u8; 4];
         stream.read_exact(&mut theirs)?;
+        // Stay until the server knows its answer arrived.
+        stream.await_end(Duration::from_secs(5));
         u32::from_be_bytes(theirs) == mine
     };
     out.verified = verified && out.failed.is_none();

@@ -396,7 +396,11 @@ pub(super) fn run_net(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
         loop {
             me.qp.progress().map_err(sdr_err)?;
             match stream.read(&mut done) {
-                Ok(1) if done[0] == b'D' => break,
+                Ok(1) if done[0] == b'D' => {
+                    // Stay until the client knows its 'D' arrived.
+                    stream.await_end(Duration::from_secs(5));
+                    break;
+                }
                 Ok(0) => break,
                 _ if Instant::now() > until => break,
                 _ => {}
@@ -404,7 +408,7 @@ pub(super) fn run_net(a: &Args, mtu: Mtu) -> Result<ExitCode, Failure> {
         }
     } else {
         stream.write_all(b"D")?;
-        stream.flush()?;
+        stream.finish()?;
     }
     ctx.stop_engine_thread();
     let role = if a.server { "server" } else { "client" };

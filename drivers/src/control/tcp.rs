@@ -230,6 +230,29 @@ impl ControlStream {
         })
     }
 
+    /// Ends the sending half: waits until the peer acknowledged every byte written
+    /// ([`Write::flush`]), then sends FIN and waits up to `linger` for the peer to
+    /// acknowledge that too. A FIN comes after the last byte was acknowledged, so a peer
+    /// that reads to the end of the stream before it exits (as `TcpStream` readers do)
+    /// never takes its acknowledgement of our data with it: a port's TCP lives in its
+    /// process's engine, and a frame still in a ring when that process ends is lost.
+    /// Only the flush can fail; a FIN left unacknowledged after `linger` is not an error.
+    pub fn shutdown_write(&mut self, linger: Duration) -> io::Result<()> {
+        self.flush()?;
+        let h = self.handle;
+        self.control
+            .with(|s| s.sockets.get_mut::<Socket<'_>>(h).close());
+        let _ = self.control.wait(Some(linger), "closing", |s| {
+            let state = s.sockets.get::<Socket<'_>>(h).state();
+            matches!(
+                state,
+                State::FinWait2 | State::TimeWait | State::Closed | State::LastAck
+            )
+            .then_some(Ok(()))
+        });
+        Ok(())
+    }
+
     /// The peer's address.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         let h = self.handle;
