@@ -709,3 +709,133 @@ fn a_shared_receive_queue_through_the_service_feeds_its_qps() {
     }
     drop((sender, r1, ma, mb));
 }
+
+/// rdma_cm's exchange through a service: the port's one CM agent runs in the service, two
+/// programs share it. Each hears only of its own listeners and connections, may name only
+/// its own connections and QPs, and a program that goes has its connection ended on the wire
+/// (its peer sees the DREQ).
+#[test]
+fn the_connection_manager_through_a_service_connects_two_programs_and_keeps_them_apart() {
+    use ferroce_stack::wire::mad::{port_space, service_id, CmPath};
+    use ferroce_verbs::cm::*;
+    let svc = serve("cm");
+    let (client_a, client_b) = (
+        Client::connect(svc.socket()).unwrap(),
+        Client::connect(svc.socket()).unwrap(),
+    );
+    let ca = ferroce_verbs::Context::attach(&client_a, 0).unwrap();
+    let cb = ferroce_verbs::Context::attach(&client_b, 0).unwrap();
+    let (cma, cmb) = (ca.connection_manager(), cb.connection_manager());
+    let qp_of = |ctx: &ferroce_verbs::Context| {
+        let cq = ctx.try_create_cq(16, None).unwrap();
+        let pd = ctx.try_alloc_pd().unwrap();
+        let qp = pd
+            .create_qp(QpType::Rc, QpCaps::default(), &cq, &cq)
+            .unwrap();
+        (qp, cq, pd)
+    };
+    let (qa, _cqa, _pda) = qp_of(&ca);
+    let (qb, _cqb, _pdb) = qp_of(&cb);
+    let port = service_id(port_space::TCP, 7471);
+    cmb.listen(port).unwrap();
+    // The service is B's: A may not listen on it too.
+    let taken = cma.listen(port).unwrap_err();
+    assert_eq!(taken.errno(), libc::EADDRINUSE, "{taken}");
+    let me = cma.local_peer();
+    assert_eq!(me, cmb.local_peer());
+    let params = |qpn: u32| ConnectParams {
+        service_id: port,
+        qpn,
+        psn: 0x100,
+        responder_resources: 4,
+        initiator_depth: 4,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        path_mtu: 3,
+        transport_service_type: 0,
+        srq: false,
+        path: CmPath {
+            local_lid: 0xffff,
+            remote_lid: 0xffff,
+            local_gid: me.gid,
+            remote_gid: me.gid,
+            hop_limit: 64,
+            local_ack_timeout: 14,
+            ..CmPath::default()
+        },
+        response_timeout: 16,
+        max_cm_retries: 15,
+        private_data: b"hello b".to_vec(),
+    };
+    // A REQ naming B's QP is not A's to send.
+    let foreign = cma.connect(me, &params(qb.qpn().value())).unwrap_err();
+    assert_eq!(foreign.errno(), libc::EINVAL, "{foreign}");
+    let conn = cma.connect(me, &params(qa.qpn().value())).unwrap();
+    let next = |cm: &ConnectionManager| {
+        cm.next_event(Duration::from_secs(10))
+            .expect("an event within 10 s")
+    };
+    let CmEvent::Request {
+        conn: bc,
+        peer,
+        req,
+    } = next(&cmb)
+    else {
+        panic!("no request");
+    };
+    assert_eq!((peer, req.qpn, req.psn), (me, qa.qpn().value(), 0x100));
+    assert_eq!(&req.private_data[..7], b"hello b");
+    // A cannot answer B's request, nor end it.
+    let not_a = cma
+        .accept(
+            bc,
+            &AcceptParams {
+                qpn: qa.qpn().value(),
+                psn: 1,
+                responder_resources: 4,
+                initiator_depth: 4,
+                rnr_retry_count: 7,
+                srq: false,
+                private_data: Vec::new(),
+            },
+        )
+        .unwrap_err();
+    assert_eq!(not_a.errno(), libc::EINVAL, "{not_a}");
+    assert!(cma.disconnect(bc, &[]).is_err());
+    cmb.accept(
+        bc,
+        &AcceptParams {
+            qpn: qb.qpn().value(),
+            psn: 0x200,
+            responder_resources: 4,
+            initiator_depth: 4,
+            rnr_retry_count: 7,
+            srq: false,
+            private_data: b"hello a".to_vec(),
+        },
+    )
+    .unwrap();
+    let CmEvent::Reply { conn: c, rep } = next(&cma) else {
+        panic!("no reply");
+    };
+    assert_eq!((c, rep.qpn, rep.psn), (conn, qb.qpn().value(), 0x200));
+    assert_eq!(&rep.private_data[..7], b"hello a");
+    cma.ready_to_use(conn, &[]).unwrap();
+    assert_eq!(next(&cma), CmEvent::Established { conn });
+    assert_eq!(next(&cmb), CmEvent::Established { conn: bc });
+    // Neither heard the other's events.
+    assert_eq!(cma.try_next_event(), None);
+    assert_eq!(cmb.try_next_event(), None);
+    assert_eq!((cma.connections(), cmb.connections()), (1, 2));
+    // A goes without a word: the service ends its connection, and B hears the DREQ.
+    drop((qa, _cqa, _pda, cma, ca));
+    drop(client_a);
+    assert_eq!(next(&cmb), CmEvent::Disconnected { conn: bc });
+    assert_eq!(next(&cmb), CmEvent::TimewaitExit { conn: bc });
+    // B's listener is still B's: it stops, and the service may be listened on again.
+    cmb.stop_listening(port);
+    assert_eq!(cmb.connections(), 0);
+    let client_c = Client::connect(svc.socket()).unwrap();
+    let cc = ferroce_verbs::Context::attach(&client_c, 0).unwrap();
+    cc.connection_manager().listen(port).unwrap();
+}

@@ -9,9 +9,10 @@
 use std::ffi::{c_int, c_void};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 
-use ferroce_stack::cm::{reason, AcceptParams, CmError, ConnectParams, Peer};
+use ferroce_stack::cm::{reason, AcceptParams, ConnectParams, Peer};
 use ferroce_stack::wire::mad::{private_len, service_id, CmPath, CmaHeader, CMA_HEADER_LEN};
 use ferroce_stack::wire::MacAddr;
+use ferroce_verbs::cm::CmCallError;
 
 use super::event::{complete, queue, Channel, Raw};
 use super::{
@@ -623,11 +624,8 @@ fn request_private(cm: &CmId, s: &IdState, user: &[u8]) -> Vec<u8> {
 }
 
 /// The errno of a refused agent call.
-fn cm_errno(e: CmError) -> c_int {
-    match e {
-        CmError::InUse(_) => libc::EADDRINUSE,
-        _ => libc::EINVAL,
-    }
+fn cm_errno(e: CmCallError) -> c_int {
+    e.errno()
 }
 
 /// `rdma_connect`: a REQ (a SIDR_REQ for a UD id) with the id's QP and the program's

@@ -33,6 +33,7 @@ pub type ConnId = u32;
 /// Where a MAD goes (or came from): the peer port's GID and the next hop's MAC. The agent
 /// only echoes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Peer {
     /// The peer port's GID.
     pub gid: [u8; 16],
@@ -65,6 +66,7 @@ pub mod reason {
 
 /// What an active side asks for in its REQ.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ConnectParams {
     /// The service (rdma_cm: port space and port).
     pub service_id: u64,
@@ -98,6 +100,7 @@ pub struct ConnectParams {
 
 /// What a passive side answers in its REP.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct AcceptParams {
     /// The local QP.
     pub qpn: u32,
@@ -117,6 +120,7 @@ pub struct AcceptParams {
 
 /// A received REQ, as the consumer needs it to accept.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ReqInfo {
     /// The service asked for.
     pub service_id: u64,
@@ -146,6 +150,7 @@ pub struct ReqInfo {
 
 /// A received REP.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RepInfo {
     /// The peer's QP.
     pub qpn: u32,
@@ -165,6 +170,7 @@ pub struct RepInfo {
 
 /// What the agent tells its consumer.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum CmEvent {
     /// A REQ for a service listened on: answer with [`CmAgent::accept`] or
     /// [`CmAgent::reject`].

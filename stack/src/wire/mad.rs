@@ -215,6 +215,7 @@ const fn place(v: u8, at: u32, width: u32) -> u8 {
 
 /// A path as a REQ describes it (primary or alternate; 44 bytes, IBTA table 106).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct CmPath {
     /// The sender's port LID (RoCE: the permissive LID, 0xffff, as Linux sends).
     pub local_lid: u16,

@@ -20,19 +20,59 @@ pub use ferroce_stack::cm::{
 };
 
 use crate::engine::gsi::{CmShared, Gsi};
+use crate::service::client::Client;
+use crate::service::proto::{CmCall, Response};
+use crate::service::ServiceError;
 use crate::verbs::Context;
+
+/// Why a connection manager call failed: the agent refused it, or (attached to a service)
+/// the service did.
+#[derive(Debug, thiserror::Error)]
+pub enum CmCallError {
+    /// The agent in this process refused.
+    #[error(transparent)]
+    Cm(#[from] CmError),
+    /// The service refused (its agent's refusal, or a connection or QP not this
+    /// program's), or has gone.
+    #[error(transparent)]
+    Service(#[from] ServiceError),
+}
+
+impl CmCallError {
+    /// The errno librdmacm would set: `EADDRINUSE` for a service listened on, `EINVAL` for
+    /// the agent's other refusals (no such connection, not in that state, private data too
+    /// long); what the service said.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Self::Cm(CmError::InUse(_)) => libc::EADDRINUSE,
+            Self::Cm(_) => libc::EINVAL,
+            Self::Service(e) => e.errno(),
+        }
+    }
+}
 
 /// A device's connection manager (its first port). Clones share it.
 #[derive(Clone, Debug)]
 pub struct ConnectionManager {
     ctx: Context,
     shared: Arc<CmShared>,
+    /// Attached to a service: its agent does the work; the device's number there.
+    remote: Option<(Client, u32)>,
 }
 
 impl Context {
     /// The device's connection manager, started on first use: from then on its engine
     /// answers CM MADs on QP1 (before, they are dropped as for a QP that does not exist).
+    /// Attached to a service, it is the service's agent, which every program of the
+    /// service shares; this program hears only of its own listeners and connections.
     pub fn connection_manager(&self) -> ConnectionManager {
+        if let Some(r) = self.dev.remote.as_ref() {
+            return ConnectionManager {
+                ctx: self.clone(),
+                shared: r.client.cm_events(r.device),
+                remote: Some((r.client.clone(), r.device)),
+            };
+        }
         let slot = &self.dev.engines[0];
         let mut e = slot.lock();
         let core = e.core_mut();
@@ -55,6 +95,7 @@ impl Context {
         ConnectionManager {
             ctx: self.clone(),
             shared,
+            remote: None,
         }
     }
 }
@@ -74,10 +115,19 @@ impl ConnectionManager {
         out
     }
 
+    /// One call on the service's agent, when attached to one.
+    fn call(&self, call: impl FnOnce() -> CmCall) -> Option<Result<Response, CmCallError>> {
+        let (client, device) = self.remote.as_ref()?;
+        Some(client.cm_call(*device, call()).map_err(CmCallError::from))
+    }
+
     /// Waits until every MAD queued so far has gone to the port, at most `timeout`; false if
     /// some still wait then. For a process about to exit: the engine thread that sends them
-    /// ends with it.
+    /// ends with it. Attached to a service, the service sends them: true at once.
     pub fn flush(&self, timeout: Duration) -> bool {
+        if self.remote.is_some() {
+            return true;
+        }
         let until = std::time::Instant::now() + timeout;
         loop {
             if !self.with(|a, _| a.sending()) {
@@ -105,39 +155,86 @@ impl ConnectionManager {
     }
 
     /// Takes REQs and SIDR_REQs for `service_id`.
-    pub fn listen(&self, service_id: u64) -> Result<(), CmError> {
-        self.with(|a, _| a.listen(service_id))
+    pub fn listen(&self, service_id: u64) -> Result<(), CmCallError> {
+        if let Some(r) = self.call(|| CmCall::Listen(service_id)) {
+            return answered_ok(r);
+        }
+        Ok(self.with(|a, _| a.listen(service_id))?)
     }
 
     /// Stops taking requests for `service_id`.
     pub fn stop_listening(&self, service_id: u64) {
+        if self.call(|| CmCall::StopListening(service_id)).is_some() {
+            return;
+        }
         self.with(|a, _| a.stop_listening(service_id));
     }
 
     /// Sends a REQ; [`CmEvent::Reply`], [`CmEvent::Rejected`] or [`CmEvent::Unreachable`]
     /// follows.
-    pub fn connect(&self, peer: Peer, p: &ConnectParams) -> Result<ConnId, CmError> {
-        self.with(|a, now| a.connect(now, peer, p))
+    pub fn connect(&self, peer: Peer, p: &ConnectParams) -> Result<ConnId, CmCallError> {
+        let call = || CmCall::Connect {
+            peer,
+            params: p.clone(),
+        };
+        if let Some(r) = self.call(call) {
+            return answered_conn(r);
+        }
+        Ok(self.with(|a, now| a.connect(now, peer, p))?)
     }
 
     /// Answers a [`CmEvent::Request`] with a REP.
-    pub fn accept(&self, conn: ConnId, p: &AcceptParams) -> Result<(), CmError> {
-        self.with(|a, now| a.accept(now, conn, p))
+    pub fn accept(&self, conn: ConnId, p: &AcceptParams) -> Result<(), CmCallError> {
+        let call = || CmCall::Accept {
+            conn,
+            params: p.clone(),
+        };
+        if let Some(r) = self.call(call) {
+            return answered_ok(r);
+        }
+        Ok(self.with(|a, now| a.accept(now, conn, p))?)
     }
 
     /// Refuses a request (or a reply) with a REJ.
-    pub fn reject(&self, conn: ConnId, reason: u16, private_data: &[u8]) -> Result<(), CmError> {
-        self.with(|a, _| a.reject(conn, reason, private_data))
+    pub fn reject(
+        &self,
+        conn: ConnId,
+        reason: u16,
+        private_data: &[u8],
+    ) -> Result<(), CmCallError> {
+        let call = || CmCall::Reject {
+            conn,
+            reason,
+            private_data: private_data.to_vec(),
+        };
+        if let Some(r) = self.call(call) {
+            return answered_ok(r);
+        }
+        Ok(self.with(|a, _| a.reject(conn, reason, private_data))?)
     }
 
     /// Sends the RTU after a [`CmEvent::Reply`] (the QP is in RTS).
-    pub fn ready_to_use(&self, conn: ConnId, private_data: &[u8]) -> Result<(), CmError> {
-        self.with(|a, _| a.ready_to_use(conn, private_data))
+    pub fn ready_to_use(&self, conn: ConnId, private_data: &[u8]) -> Result<(), CmCallError> {
+        let call = || CmCall::ReadyToUse {
+            conn,
+            private_data: private_data.to_vec(),
+        };
+        if let Some(r) = self.call(call) {
+            return answered_ok(r);
+        }
+        Ok(self.with(|a, _| a.ready_to_use(conn, private_data))?)
     }
 
     /// Sends a DREQ (or ends a connection not yet made).
-    pub fn disconnect(&self, conn: ConnId, private_data: &[u8]) -> Result<(), CmError> {
-        self.with(|a, now| a.disconnect(now, conn, private_data))
+    pub fn disconnect(&self, conn: ConnId, private_data: &[u8]) -> Result<(), CmCallError> {
+        let call = || CmCall::Disconnect {
+            conn,
+            private_data: private_data.to_vec(),
+        };
+        if let Some(r) = self.call(call) {
+            return answered_ok(r);
+        }
+        Ok(self.with(|a, now| a.disconnect(now, conn, private_data))?)
     }
 
     /// Sends a SIDR_REQ for a UD service.
@@ -146,8 +243,16 @@ impl ConnectionManager {
         peer: Peer,
         service_id: u64,
         private_data: &[u8],
-    ) -> Result<ConnId, CmError> {
-        self.with(|a, now| a.sidr_request(now, peer, service_id, 20, 15, private_data))
+    ) -> Result<ConnId, CmCallError> {
+        let call = || CmCall::SidrRequest {
+            peer,
+            service_id,
+            private_data: private_data.to_vec(),
+        };
+        if let Some(r) = self.call(call) {
+            return answered_conn(r);
+        }
+        Ok(self.with(|a, now| a.sidr_request(now, peer, service_id, 20, 15, private_data))?)
     }
 
     /// Answers a [`CmEvent::SidrRequest`].
@@ -158,8 +263,18 @@ impl ConnectionManager {
         qpn: u32,
         qkey: u32,
         private_data: &[u8],
-    ) -> Result<(), CmError> {
-        self.with(|a, _| a.sidr_reply(conn, status, qpn, qkey, private_data))
+    ) -> Result<(), CmCallError> {
+        let call = || CmCall::SidrReply {
+            conn,
+            status,
+            qpn,
+            qkey,
+            private_data: private_data.to_vec(),
+        };
+        if let Some(r) = self.call(call) {
+            return answered_ok(r);
+        }
+        Ok(self.with(|a, _| a.sidr_reply(conn, status, qpn, qkey, private_data))?)
     }
 
     /// The next event, waiting up to `timeout`. On a simulated fabric nothing moves while
@@ -181,13 +296,40 @@ impl ConnectionManager {
 
     /// Sets who answers the MADs nothing of this agent claims (see [`Unclaimed`]): needed
     /// when several processes each run an agent on one interface, where every agent sees
-    /// every MAD.
+    /// every MAD. Attached to a service, its agent is the port's only one and answers them
+    /// all: the policy is not used.
     pub fn set_unclaimed_policy(&self, f: UnclaimedPolicy) {
+        if self.remote.is_some() {
+            return;
+        }
         self.with(|a, _| a.set_unclaimed_policy(f));
     }
 
-    /// Connections the agent holds (time wait included).
+    /// Connections the agent holds (time wait included); attached to a service, the
+    /// connections and listeners this program holds there.
     pub fn connections(&self) -> usize {
+        if let Some(r) = self.call(|| CmCall::Connections) {
+            return match r {
+                Ok(Response::Count(n)) => n as usize,
+                _ => 0,
+            };
+        }
         self.with(|a, _| a.connections())
+    }
+}
+
+/// A service's answer to a call that answers nothing.
+fn answered_ok(r: Result<Response, CmCallError>) -> Result<(), CmCallError> {
+    match r? {
+        Response::Ok => Ok(()),
+        _ => Err(ServiceError::Protocol("unexpected answer").into()),
+    }
+}
+
+/// A service's answer to a call that answers a connection ID.
+fn answered_conn(r: Result<Response, CmCallError>) -> Result<ConnId, CmCallError> {
+    match r? {
+        Response::CmConn(c) => Ok(c),
+        _ => Err(ServiceError::Protocol("unexpected answer").into()),
     }
 }

@@ -33,7 +33,7 @@ impl std::fmt::Debug for CmShared {
 }
 
 impl CmShared {
-    fn post(&self, e: CmEvent) {
+    pub(crate) fn post(&self, e: CmEvent) {
         self.events
             .lock()
             .unwrap_or_else(|e| e.into_inner())

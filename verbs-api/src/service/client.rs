@@ -3,6 +3,7 @@
 //! the service's doorbell only when the service sleeps; polling reads the CQ's ring. No
 //! engine, no port and no DPDK live in the program.
 
+use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
@@ -20,6 +21,7 @@ use super::proto::{
 use super::registry::{Pages, PagesError};
 use super::slots::{self, Slot, W};
 use super::socket::{Channel, Doorbell};
+use crate::engine::gsi::CmShared;
 use crate::error::PostFailure;
 
 /// What can go wrong talking to a service.
@@ -75,6 +77,8 @@ struct Inner {
     events: Mutex<Consumer<2>>,
     /// Who hears them: per device, the attached contexts' handlers.
     on_event: Mutex<Vec<(u32, EventHandler)>>,
+    /// Per device, the connection manager events of this program, once it used the CM.
+    cm: Mutex<HashMap<u32, Arc<CmShared>>>,
 }
 
 type EventHandler = Box<dyn Fn(crate::AsyncEvent) + Send + Sync>;
@@ -82,8 +86,13 @@ type EventHandler = Box<dyn Fn(crate::AsyncEvent) + Send + Sync>;
 impl Inner {
     /// Hands the events waiting in the page to their devices' handlers.
     fn deliver_events(&self) {
+        let mut cm_waiting = false;
         let mut ring = self.events.lock().unwrap_or_else(|e| e.into_inner());
         while let Ok(Some(w)) = ring.pop() {
+            if w == proto::CM_WAITING {
+                cm_waiting = true;
+                continue;
+            }
             let Some((device, e)) = proto::words_event(w) else {
                 continue;
             };
@@ -92,6 +101,36 @@ impl Inner {
                 if *d == device {
                     f(e);
                 }
+            }
+        }
+        drop(ring);
+        if cm_waiting {
+            self.take_cm_events();
+        }
+    }
+
+    /// Fetches the connection manager events waiting in the service and queues each for
+    /// its device's manager.
+    fn take_cm_events(&self) {
+        loop {
+            let Ok((Response::CmEvents { events, more }, _)) =
+                self.call(&Request::CmTakeEvents, &[])
+            else {
+                return;
+            };
+            for (device, e) in events {
+                let to = self
+                    .cm
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&device)
+                    .cloned();
+                if let Some(to) = to {
+                    to.post(e);
+                }
+            }
+            if !more {
+                return;
             }
         }
     }
@@ -260,6 +299,7 @@ impl Client {
             on_gone: Mutex::new(Vec::new()),
             events: Mutex::new(events),
             on_event: Mutex::new(Vec::new()),
+            cm: Mutex::new(HashMap::new()),
         });
         let weak = Arc::downgrade(&inner);
         std::thread::Builder::new()
@@ -287,6 +327,23 @@ impl Client {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((device, f));
+    }
+
+    /// Where the connection manager events of device `device` come for this program (the
+    /// same queue for every caller).
+    pub(crate) fn cm_events(&self, device: u32) -> Arc<CmShared> {
+        self.inner
+            .cm
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(device)
+            .or_default()
+            .clone()
+    }
+
+    /// A call on the service's connection manager for device `device`.
+    pub fn cm_call(&self, device: u32, call: proto::CmCall) -> Result<Response, ServiceError> {
+        Ok(self.inner.call(&Request::Cm { device, call }, &[])?.0)
     }
 
     /// Calls `f` once, on another thread, when the service goes (at once if it has).

@@ -6,6 +6,7 @@
 //! side, [`client`] the program's. docs/service.md says why the pieces are shaped so.
 
 pub mod client;
+mod cm_route;
 pub mod proto;
 mod registry;
 pub mod server;

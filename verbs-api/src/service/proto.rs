@@ -7,6 +7,7 @@
 
 use std::net::IpAddr;
 
+use ferroce_stack::cm::{AcceptParams, CmEvent, ConnId, ConnectParams, Peer};
 use ferroce_stack::transport::{
     Access, AddressVector, AttrMask, Mtu, QpAttr, QpCaps, QpState, QpType,
 };
@@ -15,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 /// The protocol's version: a program and a service of different versions refuse each other
 /// at [`Request::Hello`] rather than misread each other's rings.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// The largest datagram either side sends or accepts.
 pub const MAX_MESSAGE: usize = 4096;
@@ -155,6 +156,89 @@ pub enum Request {
         /// The QP.
         qp: Handle,
     },
+    /// A call on device `device`'s connection manager: the service's one agent on the port,
+    /// which every program shares. What comes back for this program's listeners and
+    /// connections waits for it in the service, announced on its event ring
+    /// ([`CM_WAITING`]), until it asks with [`Request::CmTakeEvents`].
+    Cm {
+        /// Which device.
+        device: u32,
+        /// What to do.
+        call: CmCall,
+    },
+    /// The connection manager events waiting for this program, oldest first.
+    CmTakeEvents,
+}
+
+/// A connection manager call ([`Request::Cm`]); a connection named must be the program's,
+/// and a QP number it sends must be one of its QPs on the device.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CmCall {
+    /// Take REQs and SIDR_REQs for a service ID.
+    Listen(u64),
+    /// Stop taking them.
+    StopListening(u64),
+    /// Send a REQ ([`Response::CmConn`]).
+    Connect {
+        /// Where to.
+        peer: Peer,
+        /// What it asks.
+        params: ConnectParams,
+    },
+    /// Answer a request with a REP.
+    Accept {
+        /// The connection.
+        conn: ConnId,
+        /// The answer.
+        params: AcceptParams,
+    },
+    /// Refuse a request (or a reply) with a REJ.
+    Reject {
+        /// The connection.
+        conn: ConnId,
+        /// IBTA table 109.
+        reason: u16,
+        /// Its private data.
+        private_data: Vec<u8>,
+    },
+    /// Send the RTU.
+    ReadyToUse {
+        /// The connection.
+        conn: ConnId,
+        /// Its private data.
+        private_data: Vec<u8>,
+    },
+    /// Send a DREQ (or end a connection not yet made).
+    Disconnect {
+        /// The connection.
+        conn: ConnId,
+        /// Its private data.
+        private_data: Vec<u8>,
+    },
+    /// Send a SIDR_REQ ([`Response::CmConn`]).
+    SidrRequest {
+        /// Where to.
+        peer: Peer,
+        /// The UD service.
+        service_id: u64,
+        /// Its private data.
+        private_data: Vec<u8>,
+    },
+    /// Answer a SIDR_REQ.
+    SidrReply {
+        /// The request.
+        conn: ConnId,
+        /// 0 valid; else IBTA table 121's reason.
+        status: u8,
+        /// The serving UD QP (the program's).
+        qpn: u32,
+        /// Its Q_Key.
+        qkey: u32,
+        /// Its private data.
+        private_data: Vec<u8>,
+    },
+    /// How many connections the program holds here ([`Response::Count`]).
+    Connections,
 }
 
 /// What the service answers, one per request, in order.
@@ -225,6 +309,17 @@ pub enum Response {
     },
     /// To [`Request::QuerySrq`]: size, elements per receive, armed limit.
     SrqAttr(u32, u32, u32),
+    /// To [`CmCall::Connect`] and [`CmCall::SidrRequest`]: the connection's ID.
+    CmConn(ConnId),
+    /// To [`Request::CmTakeEvents`]: `(device, event)` pairs, and whether more wait.
+    CmEvents {
+        /// The events, oldest first.
+        events: Vec<(u32, CmEvent)>,
+        /// More wait than one answer holds.
+        more: bool,
+    },
+    /// A number.
+    Count(u64),
     /// To [`Request::ModifySrq`], refused: a limit above the size (`(limit, size)`) or a
     /// size below the receives waiting (`(size, waiting)`).
     SrqRefused {
@@ -586,6 +681,11 @@ pub fn words_event(w: [u64; 2]) -> Option<(u32, crate::AsyncEvent)> {
     };
     Some((((w[0] >> 8) & 0xff) as u32, e))
 }
+
+/// The event ring's entry that says connection manager events wait for the program
+/// ([`Request::CmTakeEvents`]). The service writes one until the program has asked, so the
+/// ring never fills with them.
+pub const CM_WAITING: [u64; 2] = [8, 0];
 
 /// Encodes a message for one datagram.
 pub fn encode<T: Serialize>(msg: &T) -> Vec<u8> {

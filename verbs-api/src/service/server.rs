@@ -21,6 +21,7 @@ use ferroce_stack::transport::{
 use ferroce_stack::wire::Qpn;
 use smallvec::SmallVec;
 
+use super::cm_route::CmRoutes;
 use super::proto::{
     self, DeviceFacts, Handle, PortFacts, Request, Response, WireCaps, MAX_MESSAGE, PAGE, SLEEPING,
 };
@@ -166,10 +167,13 @@ struct EventOut {
 }
 
 impl EventOut {
-    fn send(&self, words: [u64; 2]) {
-        if lock(&self.ring).push(&words).unwrap_or(false) {
+    /// Queues an event and wakes the program; false when its ring was full.
+    fn send(&self, words: [u64; 2]) -> bool {
+        let sent = lock(&self.ring).push(&words).unwrap_or(false);
+        if sent {
             self.bell.ring();
         }
+        sent
     }
 }
 
@@ -365,6 +369,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 struct Conn {
     chan: Arc<Channel>,
     session: Option<Arc<Mutex<Session>>>,
+    /// Names the program in the connection manager's routes.
+    sid: u64,
 }
 
 /// The control thread: one for every program, so that a program costs the service no thread
@@ -375,14 +381,20 @@ fn control(shared: &Arc<Shared>, listener: &Listener) {
     use rustix::event::{PollFd, PollFlags};
     let mut conns: Vec<Conn> = Vec::new();
     let mut buf = Box::new([0u8; MAX_MESSAGE]);
+    let Ok(mut cm) = CmRoutes::new(shared.devices.len()) else {
+        tracing::error!("no eventfd for the connection manager: not serving");
+        return;
+    };
+    let mut sids = 0u64;
     let tick = rustix::event::Timespec {
         tv_sec: 0,
         tv_nsec: 50_000_000,
     };
     while !shared.stop.load(Ordering::Acquire) {
-        let (listening, readable) = {
-            let mut fds = Vec::with_capacity(conns.len() + 1);
+        let (listening, cm_events, readable) = {
+            let mut fds = Vec::with_capacity(conns.len() + 2);
             fds.push(PollFd::new(listener, PollFlags::IN));
+            fds.push(PollFd::new(cm.fd(), PollFlags::IN));
             for c in &conns {
                 fds.push(PollFd::new(&*c.chan, PollFlags::IN));
             }
@@ -398,35 +410,42 @@ fn control(shared: &Arc<Shared>, listener: &Listener) {
             let ready = |f: &PollFd<'_>| !f.revents().is_empty();
             (
                 ready(&fds[0]),
-                fds[1..].iter().map(ready).collect::<Vec<_>>(),
+                ready(&fds[1]),
+                fds[2..].iter().map(ready).collect::<Vec<_>>(),
             )
         };
+        if cm_events {
+            cm.pump();
+        }
         let mut gone = Vec::new();
         for (i, c) in conns.iter_mut().enumerate() {
-            if readable[i] && !serve_message(shared, c, &mut buf) {
+            if readable[i] && !serve_message(shared, &mut cm, c, &mut buf) {
                 gone.push(i);
             }
         }
         for i in gone.into_iter().rev() {
             let c = conns.swap_remove(i);
-            detach(shared, c);
+            detach(shared, &mut cm, c);
         }
         if listening {
             while let Ok(Some(chan)) = listener.accept_nonblocking() {
+                sids += 1;
                 conns.push(Conn {
                     chan: Arc::new(chan),
                     session: None,
+                    sid: sids,
                 });
             }
         }
     }
     for c in conns {
-        detach(shared, c);
+        detach(shared, &mut cm, c);
     }
 }
 
-/// A program's connection ends: its objects go.
-fn detach(shared: &Shared, c: Conn) {
+/// A program's connection ends: its connections end on the wire, and its objects go.
+fn detach(shared: &Shared, cm: &mut CmRoutes, c: Conn) {
+    cm.leave(c.sid);
     c.chan.shutdown();
     if let Some(session) = c.session {
         lock(&shared.sessions).retain(|s| !Arc::ptr_eq(s, &session));
@@ -439,7 +458,12 @@ fn detach(shared: &Shared, c: Conn) {
 
 /// Takes one message from a program whose socket is readable and answers it: false when
 /// the connection is over (closed, broken, or a message that cannot be decoded).
-fn serve_message(shared: &Shared, c: &mut Conn, buf: &mut [u8; MAX_MESSAGE]) -> bool {
+fn serve_message(
+    shared: &Shared,
+    cm: &mut CmRoutes,
+    c: &mut Conn,
+    buf: &mut [u8; MAX_MESSAGE],
+) -> bool {
     let (n, fds) = match c.chan.try_recv(buf) {
         Ok(Some(Some(m))) => m,
         Ok(Some(None)) => return true, // nothing after all
@@ -469,7 +493,24 @@ fn serve_message(shared: &Shared, c: &mut Conn, buf: &mut [u8; MAX_MESSAGE]) -> 
     }
     let (resp, out) = {
         let mut s = lock(session);
-        handle(shared, &mut s, req, fds)
+        match req {
+            Request::Cm { device, call } => {
+                let events = s.events.clone();
+                let signal = move || -> Box<dyn Fn() -> bool + Send> {
+                    Box::new(move || events.send(proto::CM_WAITING))
+                };
+                let owns_qp = |qpn: u32| {
+                    s.qps.values().any(|q| {
+                        q.real.qpn().value() == qpn
+                            && s.pds.get(&q.pd).map(|p| p.0) == Some(device as usize)
+                    })
+                };
+                let r = cm.call(&shared.devices, c.sid, signal, device, call, owns_qp);
+                (r, Vec::new())
+            }
+            Request::CmTakeEvents => (cm.take(c.sid), Vec::new()),
+            req => handle(shared, &mut s, req, fds),
+        }
     };
     if matches!(resp, Response::Error { .. }) {
         shared
@@ -588,6 +629,8 @@ fn handle(
     let device = |d: u32| shared.devices.get(d as usize);
     let r = match req {
         Request::Hello { .. } => refuse(libc::EPROTO, "hello twice"),
+        // Carried by the control thread's connection manager routes before this.
+        Request::Cm { .. } | Request::CmTakeEvents => refuse(libc::EPROTO, "not here"),
         Request::QueryDevice { device: d } => match device(d) {
             None => refuse(libc::ENODEV, format!("no device {d}")),
             Some(ctx) => {
