@@ -64,6 +64,10 @@ impl ServiceError {
 }
 
 struct Inner {
+    /// The process that attached. A child of fork inherits the connection but is not that
+    /// program: it never speaks on the socket (the replies would go to whichever process
+    /// reads first) and never shuts it down (that would end its parent's session).
+    pid: u32,
     chan: Mutex<Channel>,
     doorbell: Doorbell,
     page: Region,
@@ -151,6 +155,9 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        if self.pid != std::process::id() {
+            return;
+        }
         self.closing.store(true, Ordering::Release);
         self.chan
             .lock()
@@ -203,7 +210,7 @@ impl Inner {
         req: &Request,
         fds: &[std::os::fd::BorrowedFd<'_>],
     ) -> Result<(Response, Vec<std::os::fd::OwnedFd>), ServiceError> {
-        if self.gone.load(Ordering::Acquire) {
+        if self.gone.load(Ordering::Acquire) || self.pid != std::process::id() {
             return Err(ServiceError::Gone);
         }
         let chan = self.chan.lock().unwrap_or_else(|e| e.into_inner());
@@ -290,6 +297,7 @@ impl Client {
             proto::EVENTS,
         )?;
         let inner = Arc::new(Inner {
+            pid: std::process::id(),
             chan: Mutex::new(chan),
             doorbell,
             page,
@@ -316,6 +324,12 @@ impl Client {
     /// True once the service has gone (every verb fails).
     pub fn is_gone(&self) -> bool {
         self.inner.gone.load(Ordering::Acquire)
+    }
+
+    /// True in the process that attached; false in a child of fork, for which the
+    /// connection is its parent's and every call fails: it attaches anew.
+    pub fn is_own(&self) -> bool {
+        self.inner.pid == std::process::id()
     }
 
     /// Calls `f`, on another thread, with each asynchronous event the service raises on
