@@ -1823,10 +1823,6 @@ impl QueuePair {
         }
         for (index, wr) in wrs.iter().enumerate() {
             let fail = |error| PostFailure { index, error };
-            match sh.state() {
-                QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
-                s => return Err(fail(PostError::InvalidState(s))),
-            }
             check_send(sh, wr).map_err(fail)?;
             if !QpShared::reserve(&sh.sq_used, sh.caps.max_send_wr) {
                 return Err(fail(PostError::QueueFull(sh.caps.max_send_wr)));
@@ -1843,12 +1839,6 @@ impl QueuePair {
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
         let sh = &self.shared;
         if let Some(r) = &sh.remote {
-            if sh.has_srq && !wrs.is_empty() {
-                return Err(PostFailure {
-                    index: 0,
-                    error: PostError::UsesSrq,
-                });
-            }
             return r.post_recv(wrs);
         }
         // As in `post_send`.
@@ -1867,18 +1857,8 @@ impl QueuePair {
         }
         for (index, wr) in wrs.iter().enumerate() {
             let fail = |error| PostFailure { index, error };
-            if sh.state() == QpState::Reset {
-                return Err(fail(PostError::InvalidState(QpState::Reset)));
-            }
-            if sh.has_srq {
-                return Err(fail(PostError::UsesSrq));
-            }
-            if wr.sg_list.len() > sh.caps.max_recv_sge as usize {
-                return Err(fail(PostError::TooManySges {
-                    got: wr.sg_list.len(),
-                    max: sh.caps.max_recv_sge,
-                }));
-            }
+            ferroce_stack::transport::check_recv(sh.state(), &sh.caps, sh.has_srq, wr)
+                .map_err(fail)?;
             if !QpShared::reserve(&sh.rq_used, sh.caps.max_recv_wr) {
                 return Err(fail(PostError::QueueFull(sh.caps.max_recv_wr)));
             }
@@ -1902,42 +1882,24 @@ impl Drop for QueuePair {
     }
 }
 
-/// The checks `post_send` makes before queuing (the engine's QP repeats them).
+/// The checks `post_send` makes before queuing (the engine's QP repeats them): the QP's
+/// own (`ferroce_stack::transport::check_send`), but for the local operations (memory
+/// window binds, local invalidates), which the engine carries out itself on any connected
+/// QP.
 fn check_send(sh: &QpShared, wr: &SendWr<'_>) -> Result<(), PostError> {
-    use ferroce_stack::transport::{Payload, WrOpcode};
-    let t = sh.qp_type;
-    let ok = match t {
-        _ if wr.opcode.is_local() => t != QpType::Ud,
-        QpType::Rc => true,
-        QpType::Uc => !wr.opcode.is_read_or_atomic() && wr.opcode != WrOpcode::SendWithInv,
-        QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
-    };
-    if !ok {
+    if !wr.opcode.is_local() {
+        return ferroce_stack::transport::check_send(sh.state(), sh.qp_type, &sh.caps, wr)
+            .map(|_| ());
+    }
+    match sh.state() {
+        QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
+        s => return Err(PostError::InvalidState(s)),
+    }
+    if sh.qp_type == QpType::Ud {
         return Err(PostError::UnsupportedOpcode {
             opcode: wr.opcode,
-            qp_type: t,
+            qp_type: sh.qp_type,
         });
     }
-    if (t == QpType::Ud) != wr.ud.is_some() {
-        return Err(PostError::Destination);
-    }
-    match wr.payload {
-        // An ATOMIC WRITE's 8 bytes travel in the request whatever the inline size.
-        Payload::Inline(b)
-            if b.len() > sh.caps.max_inline_data as usize
-                && wr.opcode != ferroce_stack::transport::WrOpcode::AtomicWrite =>
-        {
-            Err(PostError::InlineTooLong {
-                got: b.len(),
-                max: sh.caps.max_inline_data,
-            })
-        }
-        Payload::Sges(s) if s.len() > sh.caps.max_send_sge as usize => {
-            Err(PostError::TooManySges {
-                got: s.len(),
-                max: sh.caps.max_send_sge,
-            })
-        }
-        _ => Ok(()),
-    }
+    Ok(())
 }

@@ -839,3 +839,80 @@ fn the_connection_manager_through_a_service_connects_two_programs_and_keeps_them
     let cc = ferroce_verbs::Context::attach(&client_c, 0).unwrap();
     cc.connection_manager().listen(port).unwrap();
 }
+
+/// What the QP would refuse at post time is refused at post time through a service too, the
+/// same error for the same WR: a send before RTS, a receive in RESET, more elements than
+/// the caps, and a receive past `max_recv_wr` outstanding (the service counts the receives
+/// it retires, so the room comes back as they complete).
+#[test]
+fn posts_the_qp_would_refuse_are_refused_at_post_time() {
+    use ferroce_stack::transport::PostError;
+    let svc = serve("refuse");
+    let a = Program::new(&svc);
+    let b = Program::new(&svc);
+    let caps = b.qp.caps();
+    let sge = [a.mr.sge(0, 64)];
+    let send = SendWr::new(1, WrOpcode::Send, Payload::Sges(&sge));
+    let e = a.qp.post_send(&[send]).unwrap_err();
+    assert_eq!(
+        (e.index, e.error),
+        (0, PostError::InvalidState(QpState::Reset))
+    );
+    let rsge = [b.mr.sge(0, 64)];
+    let recv = |id| RecvWr {
+        wr_id: id,
+        sg_list: &rsge,
+    };
+    let e = b.qp.post_recv(&[recv(0)]).unwrap_err();
+    assert_eq!(e.error, PostError::InvalidState(QpState::Reset));
+    a.connect(&b);
+    b.connect(&a);
+    let many: Vec<_> = (0..caps.max_recv_sge as usize + 1)
+        .map(|i| b.mr.sge(i * 8, 8))
+        .collect();
+    let e =
+        b.qp.post_recv(&[
+            recv(1),
+            RecvWr {
+                wr_id: 2,
+                sg_list: &many,
+            },
+        ])
+        .unwrap_err();
+    assert_eq!(
+        (e.index, e.error),
+        (
+            1,
+            PostError::TooManySges {
+                got: many.len(),
+                max: caps.max_recv_sge
+            }
+        )
+    );
+    // One receive is outstanding (wr 1): the queue takes max_recv_wr - 1 more, then no more.
+    let fill: Vec<_> = (0..u64::from(caps.max_recv_wr))
+        .map(|i| recv(10 + i))
+        .collect();
+    let e = b.qp.post_recv(&fill).unwrap_err();
+    assert_eq!(
+        (e.index, e.error),
+        (
+            caps.max_recv_wr as usize - 1,
+            PostError::QueueFull(caps.max_recv_wr)
+        )
+    );
+    // Two SENDs consume two receives: room for exactly two again.
+    for id in [100, 101] {
+        a.qp.post_send(&[SendWr::new(id, WrOpcode::Send, Payload::Sges(&sge))])
+            .unwrap();
+    }
+    assert!(a.wait(2).iter().all(|w| w.status == WcStatus::Success));
+    assert!(b.wait(2).iter().all(|w| w.status == WcStatus::Success));
+    let e =
+        b.qp.post_recv(&[recv(200), recv(201), recv(202)])
+            .unwrap_err();
+    assert_eq!(
+        (e.index, e.error),
+        (2, PostError::QueueFull(caps.max_recv_wr))
+    );
+}

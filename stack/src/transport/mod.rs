@@ -56,8 +56,8 @@ pub use notify::NpConfig;
 pub use path::{Ecmp, Path, PathSelector};
 pub use qp::failover::LocalPort;
 pub use qp::{
-    bring_up, AddressVector, ErrorCause, Mtu, PathControlStats, Policies, Qp, QpAttr, QpCaps,
-    QpConfig, SendRecord,
+    bring_up, check_recv, check_send, AddressVector, ErrorCause, Mtu, PathControlStats, Policies,
+    Qp, QpAttr, QpCaps, QpConfig, SendRecord,
 };
 pub use recovery::{
     Arrivals, Delivery, Feedback, GoBackN, LossReport, OutOfOrder, Recovery, Retransmit, SendWindow,

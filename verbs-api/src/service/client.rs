@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use ferroce_drivers::shm::{self, Consumer, Producer, Region, RingLayout};
 use ferroce_stack::transport::{
-    Access, AttrMask, PostError, QpAttr, QpCaps, QpType, RecvWr, SendWr, WorkCompletion,
+    Access, AttrMask, PostError, QpAttr, QpCaps, QpState, QpType, RecvWr, SendWr, WorkCompletion,
 };
 use ferroce_stack::wire::Qpn;
 
@@ -684,8 +684,9 @@ impl RemotePd {
             .pop()
             .ok_or(ServiceError::Protocol("QP without its rings"))?;
         let sq_bytes = RingLayout::bytes::<W>(sq_slots).next_multiple_of(64);
-        let need = sq_bytes + RingLayout::bytes::<W>(rq_slots);
+        let need = proto::qp_region(sq_slots, rq_slots);
         let region = Arc::new(Region::from_fd(fd, need)?);
+        let words = (region.clone(), proto::qp_words(sq_slots, rq_slots));
         let sq = Producer::new(
             region.clone(),
             RingLayout {
@@ -706,6 +707,10 @@ impl RemotePd {
             qpn: Qpn::new(qpn),
             qp_type,
             caps: caps.into(),
+            srq: srq.is_some(),
+            state: std::sync::atomic::AtomicU8::new(0),
+            words,
+            recvs_posted: AtomicU64::new(0),
             sq: Mutex::new((sq, Vec::new())),
             rq: Mutex::new((rq, Vec::new())),
         })
@@ -939,6 +944,17 @@ pub struct RemoteQp {
     qpn: Qpn,
     qp_type: QpType,
     caps: QpCaps,
+    /// It takes receives from a shared receive queue.
+    srq: bool,
+    /// Its state as this program last set or read it (an index into [`QpState::ALL`]):
+    /// posts are checked against it as the QP would check them, so what the QP would refuse
+    /// fails at post time here too. The service may have moved it to ERR since (a
+    /// transport error), which posting accepts anyway.
+    state: std::sync::atomic::AtomicU8,
+    /// Its region, and where the service counts the receives it retired in it.
+    words: (Arc<Region>, usize),
+    /// Receives posted: with those retired, how many are outstanding.
+    recvs_posted: AtomicU64,
     sq: Mutex<RingAndScratch>,
     rq: Mutex<RingAndScratch>,
 }
@@ -964,7 +980,11 @@ impl RemoteQp {
             attr: WireQpAttr::from(*attr),
             mask: mask.0,
         };
-        self.inner.call(&req, &[]).map(|_| ())
+        self.inner.call(&req, &[])?;
+        if mask.contains(AttrMask::STATE) {
+            self.set_state(attr.qp_state);
+        }
+        Ok(())
     }
 
     /// `ibv_query_qp`.
@@ -975,15 +995,31 @@ impl RemoteQp {
             .0
         {
             Response::QpAttr(a) => {
-                QpAttr::try_from(a).map_err(|_| ServiceError::Protocol("QueryQp"))
+                let a = QpAttr::try_from(a).map_err(|_| ServiceError::Protocol("QueryQp"))?;
+                self.set_state(a.qp_state);
+                Ok(a)
             }
             _ => Err(ServiceError::Protocol("QueryQp")),
         }
     }
 
-    /// `ibv_post_send`: each WR into the send ring; the first that does not fit stops the
-    /// list. A WR the QP refuses later (its state, a bad opcode for its type) completes
-    /// with an error instead of failing here.
+    fn set_state(&self, s: QpState) {
+        let i = QpState::ALL.iter().position(|&x| x == s).unwrap_or(0);
+        self.state.store(i as u8, Ordering::Relaxed);
+    }
+
+    /// Its state as this program last set or read it.
+    pub fn state(&self) -> QpState {
+        QpState::ALL
+            .get(usize::from(self.state.load(Ordering::Relaxed)))
+            .copied()
+            .unwrap_or(QpState::Reset)
+    }
+
+    /// `ibv_post_send`: each WR into the send ring; the first that the QP would refuse (its
+    /// state, an opcode its type lacks, more elements or inline bytes than its caps) or that
+    /// does not fit stops the list, as on the QP itself. What only the service can see (a
+    /// key of another PD) completes with an error instead.
     pub fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), PostFailure> {
         self.post_sends(wrs.iter())
     }
@@ -996,8 +1032,15 @@ impl RemoteQp {
         let mut guard = self.sq.lock().unwrap_or_else(|e| e.into_inner());
         let (ring, scratch) = &mut *guard;
         let mut result = Ok(());
+        let state = self.state();
         for (index, wr) in wrs.enumerate() {
             let fail = |error| PostFailure { index, error };
+            if let Err(e) =
+                ferroce_stack::transport::check_send(state, self.qp_type, &self.caps, wr)
+            {
+                result = Err(fail(e));
+                break;
+            }
             scratch.clear();
             if let Err(e) = slots::encode_send(wr, scratch) {
                 result = Err(fail(match e {
@@ -1021,7 +1064,34 @@ impl RemoteQp {
 
     /// `ibv_post_recv`.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
-        post_recvs(&self.inner, &self.rq, wrs, self.caps.max_recv_wr)
+        let state = self.state();
+        let refused = wrs.iter().enumerate().find_map(|(index, wr)| {
+            ferroce_stack::transport::check_recv(state, &self.caps, self.srq, wr)
+                .err()
+                .map(|error| PostFailure { index, error })
+        });
+        // As ibv_post_recv: the WRs before a refused one are posted.
+        let ok = refused.as_ref().map_or(wrs.len(), |f| f.index);
+        // No more outstanding than the queue holds (ENOMEM past it, as the QP says).
+        let (region, at) = &self.words;
+        let retired = region.load_word(*at, Ordering::Acquire).unwrap_or(0);
+        let outstanding = self
+            .recvs_posted
+            .load(Ordering::Relaxed)
+            .saturating_sub(retired);
+        let room = u64::from(self.caps.max_recv_wr).saturating_sub(outstanding) as usize;
+        let n = ok.min(room);
+        let posted = post_recvs(&self.inner, &self.rq, &wrs[..n], self.caps.max_recv_wr);
+        let done = posted.as_ref().map_or_else(|f| f.index, |()| n);
+        self.recvs_posted.fetch_add(done as u64, Ordering::Relaxed);
+        posted?;
+        if n < ok {
+            return Err(PostFailure {
+                index: n,
+                error: PostError::QueueFull(self.caps.max_recv_wr),
+            });
+        }
+        refused.map_or(Ok(()), Err)
     }
 }
 

@@ -631,6 +631,22 @@ pub const fn cq_region(slots: u32) -> usize {
     cq_words(slots).1 + 64
 }
 
+/// Where a QP's word "receives retired" sits in its region, after its send ring of
+/// `sq_slots` and its receive ring of `rq_slots`: the service stores there how many of the
+/// QP's receives it has completed into the program's CQ (successful or not), so the program
+/// knows how many are outstanding and refuses a receive past `max_recv_wr` at post time, as
+/// the QP itself would.
+pub const fn qp_words(sq_slots: u32, rq_slots: u32) -> usize {
+    use ferroce_drivers::shm::RingLayout;
+    RingLayout::bytes::<{ super::slots::W }>(sq_slots).next_multiple_of(64)
+        + RingLayout::bytes::<{ super::slots::W }>(rq_slots).next_multiple_of(64)
+}
+
+/// A QP region's size.
+pub const fn qp_region(sq_slots: u32, rq_slots: u32) -> usize {
+    qp_words(sq_slots, rq_slots) + 64
+}
+
 /// Byte offset of the sleeping flag in a program's control page.
 pub const SLEEPING: usize = 0;
 /// Size of a program's control page.

@@ -87,6 +87,10 @@ struct ServedQp {
     srq: Option<Handle>,
     /// The MAC and address its packets leave from (port 1's until a modify names another).
     port: (ferroce_stack::wire::MacAddr, std::net::IpAddr),
+    /// Its region and where the word "receives retired" is in it ([`proto::qp_words`]).
+    words: (Arc<Region>, usize),
+    /// Its receives completed into the program's CQ so far.
+    recvs_retired: u64,
 }
 
 struct ServedSrq {
@@ -117,6 +121,8 @@ struct Session {
     mrs: HashMap<Handle, ServedMr>,
     cqs: HashMap<Handle, ServedCq>,
     qps: HashMap<Handle, ServedQp>,
+    /// Its QPs by number: whose receive a completion retires.
+    by_qpn: HashMap<u32, Handle>,
     srqs: HashMap<Handle, ServedSrq>,
     next: Handle,
     /// The program broke its rings: the forwarder skips it until the control thread drops
@@ -133,6 +139,7 @@ impl Session {
     /// Everything, in the order that keeps the engine from reaching freed memory.
     fn clear(&mut self) {
         self.qps.clear();
+        self.by_qpn.clear();
         self.srqs.clear();
         self.cqs.clear();
         self.mrs.clear();
@@ -585,6 +592,7 @@ fn hello(shared: &Shared, c: &mut Conn, req: Request, mut fds: Vec<OwnedFd>) -> 
         mrs: HashMap::new(),
         cqs: HashMap::new(),
         qps: HashMap::new(),
+        by_qpn: HashMap::new(),
         srqs: HashMap::new(),
         next: 0,
         broken: false,
@@ -821,6 +829,7 @@ fn handle(
             None => no_such("QP", qp),
             Some(q) => {
                 lock(&shared.routes).qps.remove(&q.real.qpn().value());
+                s.by_qpn.remove(&q.real.qpn().value());
                 for c in [q.send_cq, q.recv_cq] {
                     if let Some(c) = s.cqs.get_mut(&c) {
                         c.users -= 1;
@@ -913,7 +922,7 @@ fn create_srq(s: &mut Session, pd: Handle, max_wr: u32, max_sge: u32) -> (Respon
         return (refuse(libc::ENOMEM, "too many objects"), Vec::new());
     }
     let slots = (max_wr * (1 + slots::MAX_EXTRA as u32)).next_power_of_two();
-    let (region, layouts) = match ring_region(&[slots]) {
+    let (region, layouts) = match ring_region(&[slots], 0) {
         Ok(r) => r,
         Err(e) => return (refuse(libc::ENOMEM, e), Vec::new()),
     };
@@ -948,15 +957,15 @@ fn ctx_port(ctx: &Context, port: u8) -> (ferroce_stack::wire::MacAddr, std::net:
     )
 }
 
-/// A region holding rings of `slots` entries each, one after another.
-fn ring_region(slots: &[u32]) -> Result<(Arc<Region>, Vec<RingLayout>), String> {
+/// A region holding rings of `slots` entries each, one after another, then `extra` bytes.
+fn ring_region(slots: &[u32], extra: usize) -> Result<(Arc<Region>, Vec<RingLayout>), String> {
     let mut layouts = Vec::new();
     let mut at = 0usize;
     for &cap in slots {
         layouts.push(RingLayout { offset: at, cap });
         at += RingLayout::bytes::<W>(cap).next_multiple_of(64);
     }
-    let region = Region::new(c"ferroce-ring", at).map_err(|e| e.to_string())?;
+    let region = Region::new(c"ferroce-ring", at + extra).map_err(|e| e.to_string())?;
     Ok((Arc::new(region), layouts))
 }
 
@@ -1010,7 +1019,7 @@ fn create_qp(
     let per = 1 + slots::MAX_EXTRA as u32;
     let sq_slots = (caps.max_send_wr.max(1) * per).next_power_of_two();
     let rq_slots = (caps.max_recv_wr.max(1) * per).next_power_of_two();
-    let (region, layouts) = match ring_region(&[sq_slots, rq_slots]) {
+    let (region, layouts) = match ring_region(&[sq_slots, rq_slots], 64) {
         Ok(r) => r,
         Err(e) => return (refuse(libc::ENOMEM, e), Vec::new()),
     };
@@ -1051,8 +1060,11 @@ fn create_qp(
             recv_cq,
             srq,
             port: (ctx_port(&shared.devices[*dev], 1)),
+            words: (region.clone(), proto::qp_words(sq_slots, rq_slots)),
+            recvs_retired: 0,
         },
     );
+    s.by_qpn.insert(qpn, h);
     for c in [send_cq, recv_cq] {
         if let Some(c) = s.cqs.get_mut(&c) {
             c.users += 1;
@@ -1180,7 +1192,13 @@ impl crate::slot::Poller for Forwarder {
 /// One pass over a program's QPs and CQs: what moved, or why its rings are broken.
 fn turn(shared: &Shared, s: &mut Session) -> Result<usize, &'static str> {
     let mut moved = 0;
-    let Session { qps, cqs, srqs, .. } = s;
+    let Session {
+        qps,
+        cqs,
+        srqs,
+        by_qpn,
+        ..
+    } = s;
     for q in qps.values_mut() {
         // Take what the program posted.
         while q.sends.len() < BURST {
@@ -1309,6 +1327,18 @@ fn turn(shared: &Shared, s: &mut Session) -> Result<usize, &'static str> {
             break;
         }
         let solicited = wc.solicited || wc.status != WcStatus::Success;
+        if matches!(
+            wc.opcode,
+            ferroce_stack::transport::WcOpcode::Recv
+                | ferroce_stack::transport::WcOpcode::RecvRdmaWithImm
+        ) {
+            // The receive's slot in the QP's queue is free again: say so to the program.
+            if let Some(q) = by_qpn.get(&wc.qp_num.value()).and_then(|h| qps.get_mut(h)) {
+                q.recvs_retired += 1;
+                let (region, at) = &q.words;
+                region.store_word(*at, q.recvs_retired, Ordering::Release);
+            }
+        }
         c.held.pop_front();
         moved += 1;
         shared

@@ -751,69 +751,106 @@ impl Qp {
     }
 }
 
+/// What `ibv_post_send` refuses of `wr` on a QP of type `t` in `state` with `caps`, before
+/// it looks at how full the queue is; the message's length when it is accepted. One home
+/// for the rules: a QP here and a program posting to a QP in another process (through
+/// `ferroce serve`, which must refuse at post time what the QP would) both ask it.
+pub fn check_send(
+    state: QpState,
+    t: QpType,
+    caps: &QpCaps,
+    wr: &SendWr<'_>,
+) -> Result<u64, PostError> {
+    match state {
+        QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
+        s => return Err(PostError::InvalidState(s)),
+    }
+    let supported = !wr.opcode.is_local()
+        && match t {
+            QpType::Rc => true,
+            QpType::Uc => {
+                !wr.opcode.is_read_or_atomic()
+                    && !matches!(wr.opcode, WrOpcode::SendWithInv | WrOpcode::AtomicWrite)
+            }
+            QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
+        };
+    if !supported {
+        return Err(PostError::UnsupportedOpcode {
+            opcode: wr.opcode,
+            qp_type: t,
+        });
+    }
+    if (t == QpType::Ud) != wr.ud.is_some() {
+        return Err(PostError::Destination);
+    }
+    let len = match wr.payload {
+        Payload::Inline(bytes) => {
+            // An ATOMIC WRITE's 8 bytes travel in the request whatever the inline size.
+            let fits =
+                bytes.len() <= caps.max_inline_data as usize || wr.opcode == WrOpcode::AtomicWrite;
+            if !fits || wr.opcode.is_read_or_atomic() {
+                return Err(PostError::InlineTooLong {
+                    got: bytes.len(),
+                    max: caps.max_inline_data,
+                });
+            }
+            bytes.len() as u64
+        }
+        Payload::Sges(sges) => {
+            if sges.len() > caps.max_send_sge as usize {
+                return Err(PostError::TooManySges {
+                    got: sges.len(),
+                    max: caps.max_send_sge,
+                });
+            }
+            super::sg::total_len(sges)
+        }
+    };
+    if (wr.opcode.is_atomic() || wr.opcode == WrOpcode::AtomicWrite) && len != 8 {
+        return Err(PostError::AtomicLength);
+    }
+    if len > 1 << 31 {
+        return Err(PostError::MessageTooLong(len));
+    }
+    Ok(len)
+}
+
+/// What `ibv_post_recv` refuses of `wr` on a QP in `state` with `caps` (taking receives
+/// from a shared receive queue when `srq`), before it looks at how full the queue is; see
+/// [`check_send`].
+pub fn check_recv(
+    state: QpState,
+    caps: &QpCaps,
+    srq: bool,
+    wr: &RecvWr<'_>,
+) -> Result<(), PostError> {
+    if state == QpState::Reset {
+        return Err(PostError::InvalidState(state));
+    }
+    if srq {
+        return Err(PostError::UsesSrq);
+    }
+    if wr.sg_list.len() > caps.max_recv_sge as usize {
+        return Err(PostError::TooManySges {
+            got: wr.sg_list.len(),
+            max: caps.max_recv_sge,
+        });
+    }
+    Ok(())
+}
+
 /// Work requests in, completions out.
 impl Qp {
     /// Posts a send WR (`ibv_post_send` for one WR; the verbs layer walks chains).
     pub fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
-        match self.cx.state {
-            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
-            s => return Err(PostError::InvalidState(s)),
-        }
-        let t = self.cx.qp_type;
-        let supported = !wr.opcode.is_local()
-            && match t {
-                QpType::Rc => true,
-                QpType::Uc => {
-                    !wr.opcode.is_read_or_atomic()
-                        && !matches!(wr.opcode, WrOpcode::SendWithInv | WrOpcode::AtomicWrite)
-                }
-                QpType::Ud => matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm),
-            };
-        if !supported {
-            return Err(PostError::UnsupportedOpcode {
-                opcode: wr.opcode,
-                qp_type: t,
-            });
-        }
-        if (t == QpType::Ud) != wr.ud.is_some() {
-            return Err(PostError::Destination);
-        }
+        let len = check_send(self.cx.state, self.cx.qp_type, &self.cx.caps, wr)?;
         if self.send_queue_len() >= self.cx.caps.max_send_wr as usize {
             return Err(PostError::QueueFull(self.cx.caps.max_send_wr));
         }
-        let (data, len) = match wr.payload {
-            Payload::Inline(bytes) => {
-                // An ATOMIC WRITE's 8 bytes travel in the request whatever the inline size.
-                let fits = bytes.len() <= self.cx.caps.max_inline_data as usize
-                    || wr.opcode == WrOpcode::AtomicWrite;
-                if !fits || wr.opcode.is_read_or_atomic() {
-                    return Err(PostError::InlineTooLong {
-                        got: bytes.len(),
-                        max: self.cx.caps.max_inline_data,
-                    });
-                }
-                (
-                    WqeData::Inline(SmallVec::from_slice(bytes)),
-                    bytes.len() as u64,
-                )
-            }
-            Payload::Sges(sges) => {
-                if sges.len() > self.cx.caps.max_send_sge as usize {
-                    return Err(PostError::TooManySges {
-                        got: sges.len(),
-                        max: self.cx.caps.max_send_sge,
-                    });
-                }
-                let len = super::sg::total_len(sges);
-                (WqeData::Sges(SmallVec::from_slice(sges)), len)
-            }
+        let data = match wr.payload {
+            Payload::Inline(bytes) => WqeData::Inline(SmallVec::from_slice(bytes)),
+            Payload::Sges(sges) => WqeData::Sges(SmallVec::from_slice(sges)),
         };
-        if (wr.opcode.is_atomic() || wr.opcode == WrOpcode::AtomicWrite) && len != 8 {
-            return Err(PostError::AtomicLength);
-        }
-        if len > 1 << 31 {
-            return Err(PostError::MessageTooLong(len));
-        }
         let wqe = SendWqe {
             wr_id: wr.wr_id,
             op: wr.opcode,
@@ -840,18 +877,7 @@ impl Qp {
 
     /// Posts a receive WR.
     pub fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
-        if self.cx.state == QpState::Reset {
-            return Err(PostError::InvalidState(self.cx.state));
-        }
-        if self.resp.srq.is_some() {
-            return Err(PostError::UsesSrq);
-        }
-        if wr.sg_list.len() > self.cx.caps.max_recv_sge as usize {
-            return Err(PostError::TooManySges {
-                got: wr.sg_list.len(),
-                max: self.cx.caps.max_recv_sge,
-            });
-        }
+        check_recv(self.cx.state, &self.cx.caps, self.resp.srq.is_some(), wr)?;
         if self.resp.rq.len() >= self.cx.caps.max_recv_wr as usize {
             return Err(PostError::QueueFull(self.cx.caps.max_recv_wr));
         }
