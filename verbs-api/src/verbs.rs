@@ -681,11 +681,26 @@ impl ProtectionDomain {
         send_cq: &CompletionQueue,
         recv_cq: &CompletionQueue,
     ) -> Result<RawQueuePair, VerbsError> {
-        self.local("a raw packet QP")?;
         if !Arc::ptr_eq(&send_cq.ctx.dev, &self.ctx.dev)
             || !Arc::ptr_eq(&recv_cq.ctx.dev, &self.ctx.dev)
         {
             return Err(VerbsError::WrongDevice("a CQ"));
+        }
+        if let Some(pd) = &self.remote {
+            let (Some(scq), Some(rcq)) = (&send_cq.shared.remote, &recv_cq.shared.remote) else {
+                return Err(VerbsError::WrongDevice("a CQ"));
+            };
+            let qp = pd
+                .create_raw_qp(caps, scq, rcq, self.ctx.dev.eth_mtu + 18)
+                .map_err(service_error)?;
+            let mut shared = QpShared::new(qp.qpn().value(), QpType::Ud, qp.caps());
+            shared.events = self.ctx.dev.events.clone();
+            shared.remote = Some(qp);
+            return Ok(RawQueuePair {
+                ctx: self.ctx.clone(),
+                shared: Arc::new(shared),
+                eth_mtu: self.ctx.dev.eth_mtu,
+            });
         }
         let qpn = self.ctx.dev.next_qpn();
         let shared = Arc::new(QpShared::new(qpn, QpType::Ud, caps));
@@ -915,11 +930,15 @@ pub struct RawQueuePair {
 pub struct Flow {
     ctx: Context,
     id: u64,
+    /// The service's, on an attached context (it goes with this).
+    remote: Option<crate::service::RemoteFlow>,
 }
 
 impl Drop for Flow {
     fn drop(&mut self) {
-        self.ctx.dev.engine().core_mut().detach_flow(self.id);
+        if self.remote.is_none() {
+            self.ctx.dev.engine().core_mut().detach_flow(self.id);
+        }
     }
 }
 
@@ -931,7 +950,10 @@ impl RawQueuePair {
 
     /// Its state.
     pub fn state(&self) -> QpState {
-        self.shared.state()
+        match &self.shared.remote {
+            Some(r) => r.state(),
+            None => self.shared.state(),
+        }
     }
 
     /// Its capabilities.
@@ -955,6 +977,18 @@ impl RawQueuePair {
 
     /// `ibv_modify_qp`: to `state`, INIT on port `port_num` (from 1).
     pub fn modify(&self, state: QpState, port_num: Option<u8>) -> Result<(), VerbsError> {
+        if let Some(r) = &self.shared.remote {
+            let mut mask = AttrMask::STATE;
+            if port_num.is_some() {
+                mask = mask.with(AttrMask::PORT);
+            }
+            let attr = QpAttr {
+                qp_state: state,
+                port_num: port_num.unwrap_or(1),
+                ..QpAttr::default()
+            };
+            return r.modify(&attr, mask).map_err(service_error);
+        }
         let port = match port_num {
             Some(p) => Some(self.ctx.port_index(p)? as u8),
             None => None,
@@ -975,17 +1009,26 @@ impl RawQueuePair {
     /// `ibv_modify_wq` of a work queue (or an RSS QP): ready (receiving, as RTS), or back
     /// to RESET, or ERR (flushing its receives).
     pub fn set_wq_state(&self, state: QpState) -> Result<(), VerbsError> {
+        if self.shared.remote.is_some() {
+            return Err(VerbsError::NotThroughService("a work queue"));
+        }
         self.with(|raw, _, now| raw.force_state(state, now))
     }
 
     /// Its port (from 1).
     pub fn port_num(&self) -> Result<u8, VerbsError> {
+        if let Some(r) = &self.shared.remote {
+            return Ok(r.port_num());
+        }
         self.with(|raw, _, _| raw.port() + 1)
     }
 
     /// `ibv_post_send`: each WR a SEND whose gather list (or inline data) is a whole
     /// Ethernet frame, read now.
     pub fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), PostFailure> {
+        if let Some(r) = &self.shared.remote {
+            return r.post_send(wrs);
+        }
         let max = self.eth_mtu + 18;
         let r = self.with(|raw, mem, _| {
             for (index, wr) in wrs.iter().enumerate() {
@@ -1016,6 +1059,9 @@ impl RawQueuePair {
 
     /// `ibv_post_recv`: buffers for whole received frames.
     pub fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
+        if let Some(r) = &self.shared.remote {
+            return r.post_recv(wrs);
+        }
         let r = self.with(|raw, _, _| {
             for (index, wr) in wrs.iter().enumerate() {
                 raw.post_recv(wr.wr_id, wr.sg_list)
@@ -1032,6 +1078,14 @@ impl RawQueuePair {
     /// `ibv_create_flow`: frames arriving on the QP's port that match `rule` (and no rule
     /// attached before it) come to this QP.
     pub fn create_flow(&self, rule: crate::engine::raw::FlowRule) -> Result<Flow, VerbsError> {
+        if let Some(r) = &self.shared.remote {
+            let flow = r.create_flow(rule).map_err(service_error)?;
+            return Ok(Flow {
+                ctx: self.ctx.clone(),
+                id: 0,
+                remote: Some(flow),
+            });
+        }
         let id = self.ctx.dev.engines[0]
             .lock()
             .core_mut()
@@ -1040,13 +1094,17 @@ impl RawQueuePair {
         Ok(Flow {
             ctx: self.ctx.clone(),
             id,
+            remote: None,
         })
     }
 }
 
 impl Drop for RawQueuePair {
     fn drop(&mut self) {
-        self.ctx.dev.engine().core_mut().remove_raw(self.shared.qpn);
+        // A service's goes with the shared part, which holds it.
+        if self.shared.remote.is_none() {
+            self.ctx.dev.engine().core_mut().remove_raw(self.shared.qpn);
+        }
     }
 }
 

@@ -916,3 +916,98 @@ fn posts_the_qp_would_refuse_are_refused_at_post_time() {
         (2, PostError::QueueFull(caps.max_recv_wr))
     );
 }
+
+/// A raw packet QP and a flow rule through a service: a frame one raw QP sends to the port
+/// (a loop device hands it back) reaches the raw QP whose rule matches its Ethertype, in the
+/// program's own buffer; one another rule does not match stays away; a frame shorter than an
+/// Ethernet header is refused at post time.
+#[test]
+fn raw_frames_and_flow_rules_through_a_service() {
+    use ferroce_stack::transport::PostError;
+    use ferroce_verbs::{FlowRule, FlowSpec};
+    let svc = serve("raw");
+    let client = Client::connect(svc.socket()).unwrap();
+    let ctx = ferroce_verbs::Context::attach(&client, 0).unwrap();
+    let cq = ctx.try_create_cq(64, None).unwrap();
+    let pd = ctx.try_alloc_pd().unwrap();
+    let mut tx = Buf::new(4096);
+    let mut rx = Buf::new(8192);
+    // SAFETY: both buffers outlive their registrations (dropped after them at the end of
+    // the test) and no other thread touches them.
+    let (mtx, mrx) = unsafe {
+        (
+            pd.reg_mr(tx.ptr(), 4096, Access::LOCAL_WRITE).unwrap(),
+            pd.reg_mr(rx.ptr(), 8192, Access::LOCAL_WRITE).unwrap(),
+        )
+    };
+    let raw = |ty: u16| {
+        let q = pd.create_raw_qp(QpCaps::default(), &cq, &cq).unwrap();
+        q.modify(QpState::Init, Some(1)).unwrap();
+        q.modify(QpState::Rtr, None).unwrap();
+        q.modify(QpState::Rts, None).unwrap();
+        let flow = q
+            .create_flow(FlowRule {
+                specs: vec![FlowSpec::Eth {
+                    dst: [0; 6],
+                    dst_mask: [0; 6],
+                    src: [0; 6],
+                    src_mask: [0; 6],
+                    ether_type: ty,
+                    ether_type_mask: 0xffff,
+                    vlan_tag: 0,
+                    vlan_mask: 0,
+                }],
+            })
+            .unwrap();
+        (q, flow)
+    };
+    let (sender, _f1) = raw(0x88b6);
+    let (receiver, _f2) = raw(0x88b5);
+    assert_eq!(
+        (receiver.state(), receiver.port_num().unwrap()),
+        (QpState::Rts, 1)
+    );
+    for (id, at) in [(1u64, 0usize), (2, 4096)] {
+        receiver
+            .post_recv(&[RecvWr {
+                wr_id: id,
+                sg_list: &[mrx.sge(at, 4096)],
+            }])
+            .unwrap();
+    }
+    let mac = ctx.port_mac(1).unwrap().0;
+    let mut frame = Vec::new();
+    frame.extend_from_slice(&mac);
+    frame.extend_from_slice(&mac);
+    frame.extend_from_slice(&[0x88, 0xb5]);
+    frame.extend((0..100u8).map(|i| i ^ 0xa5));
+    for (i, b) in frame.iter().enumerate() {
+        tx.set(i, *b);
+    }
+    let sge = [mtx.sge(0, frame.len())];
+    let send = SendWr::new(7, WrOpcode::Send, Payload::Sges(&sge))
+        .flags(ferroce_stack::transport::SendFlags::SIGNALED);
+    sender.post_send(&[send]).unwrap();
+    let mut got = Vec::new();
+    let until = Instant::now() + Duration::from_secs(10);
+    while got.len() < 2 {
+        cq.poll(&mut got, 2);
+        assert!(Instant::now() < until, "{got:?}");
+    }
+    got.sort_by_key(|w| w.wr_id);
+    assert_eq!(
+        (got[0].wr_id, got[0].status, got[0].qp_num),
+        (1, WcStatus::Success, receiver.qpn())
+    );
+    assert_eq!(got[0].byte_len as usize, frame.len());
+    assert_eq!((got[1].wr_id, got[1].status), (7, WcStatus::Success));
+    assert_eq!(rx.range(0..frame.len()), &frame[..]);
+    // The second receive waits: the sender's own rule (another Ethertype) took nothing.
+    assert!(rx.range(4096..4096 + frame.len()).iter().all(|&b| b == 0));
+    let short = [mtx.sge(0, 10)];
+    let e = sender
+        .post_send(&[SendWr::new(8, WrOpcode::Send, Payload::Sges(&short))])
+        .unwrap_err();
+    assert_eq!(e.error, PostError::FrameLength(10));
+    drop((_f1, _f2, sender, receiver, mtx, mrx));
+}

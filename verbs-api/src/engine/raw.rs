@@ -22,7 +22,7 @@ use super::shared::{state_code, CqShared, QpShared};
 
 /// One match of a flow rule (libibverbs' `ibv_flow_spec_*`): each field is compared under
 /// its mask; a zero mask matches anything.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum FlowSpec {
     /// The Ethernet header (`IBV_FLOW_SPEC_ETH`); `vlan_tag` is the 802.1Q TCI.
     Eth {
@@ -203,7 +203,7 @@ impl FlowSpec {
 }
 
 /// A flow rule: every spec must match (an empty rule matches every frame).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FlowRule {
     /// The specs, all of which a frame must match.
     pub specs: Vec<FlowSpec>,

@@ -661,11 +661,43 @@ impl RemotePd {
         recv_cq: &RemoteCq,
         srq: Option<&RemoteSrq>,
     ) -> Result<RemoteQp, ServiceError> {
+        self.create_qp_of(qp_type.into(), caps, send_cq, recv_cq, srq, 0)
+    }
+
+    /// `ibv_create_qp` with `IBV_QPT_RAW_PACKET` (the service allows it a program running
+    /// as root only): frames of up to `max_frame` bytes in, frames out, through the same
+    /// rings.
+    pub fn create_raw_qp(
+        &self,
+        caps: QpCaps,
+        send_cq: &RemoteCq,
+        recv_cq: &RemoteCq,
+        max_frame: usize,
+    ) -> Result<RemoteQp, ServiceError> {
+        self.create_qp_of(
+            proto::WireQpType::Raw,
+            caps,
+            send_cq,
+            recv_cq,
+            None,
+            max_frame,
+        )
+    }
+
+    fn create_qp_of(
+        &self,
+        wire_type: proto::WireQpType,
+        caps: QpCaps,
+        send_cq: &RemoteCq,
+        recv_cq: &RemoteCq,
+        srq: Option<&RemoteSrq>,
+        max_frame: usize,
+    ) -> Result<RemoteQp, ServiceError> {
         let req = Request::CreateQp {
             pd: self.handle,
             send_cq: send_cq.handle,
             recv_cq: recv_cq.handle,
-            qp_type: qp_type.into(),
+            qp_type: wire_type,
             caps: caps.into(),
             srq: srq.map(|q| q.handle),
         };
@@ -705,7 +737,10 @@ impl RemotePd {
             inner: self.inner.clone(),
             handle,
             qpn: Qpn::new(qpn),
-            qp_type,
+            qp_type: wire_type.into(),
+            raw: wire_type == proto::WireQpType::Raw,
+            max_frame,
+            port: std::sync::atomic::AtomicU8::new(1),
             caps: caps.into(),
             srq: srq.is_some(),
             state: std::sync::atomic::AtomicU8::new(0),
@@ -943,6 +978,12 @@ pub struct RemoteQp {
     handle: Handle,
     qpn: Qpn,
     qp_type: QpType,
+    /// A raw packet QP (its `qp_type` is UD's).
+    raw: bool,
+    /// A raw QP's longest frame.
+    max_frame: usize,
+    /// Its port (from 1) as this program last set it.
+    port: std::sync::atomic::AtomicU8,
     caps: QpCaps,
     /// It takes receives from a shared receive queue.
     srq: bool,
@@ -984,7 +1025,38 @@ impl RemoteQp {
         if mask.contains(AttrMask::STATE) {
             self.set_state(attr.qp_state);
         }
+        if mask.contains(AttrMask::PORT) {
+            self.port.store(attr.port_num, Ordering::Relaxed);
+        }
         Ok(())
+    }
+
+    /// True for a raw packet QP.
+    pub fn is_raw(&self) -> bool {
+        self.raw
+    }
+
+    /// Its port (from 1), as this program last set it.
+    pub fn port_num(&self) -> u8 {
+        self.port.load(Ordering::Relaxed)
+    }
+
+    /// `ibv_create_flow` on a raw packet QP: frames on its port that match `rule` come to it.
+    pub fn create_flow(
+        &self,
+        rule: crate::engine::raw::FlowRule,
+    ) -> Result<RemoteFlow, ServiceError> {
+        let req = Request::CreateFlow {
+            qp: self.handle,
+            rule,
+        };
+        match self.inner.call(&req, &[])?.0 {
+            Response::Created { handle } => Ok(RemoteFlow {
+                inner: self.inner.clone(),
+                handle,
+            }),
+            _ => Err(ServiceError::Protocol("CreateFlow")),
+        }
     }
 
     /// `ibv_query_qp`.
@@ -1035,9 +1107,13 @@ impl RemoteQp {
         let state = self.state();
         for (index, wr) in wrs.enumerate() {
             let fail = |error| PostFailure { index, error };
-            if let Err(e) =
+            let checked = if self.raw {
+                check_raw_send(state, &self.caps, wr, self.max_frame)
+            } else {
                 ferroce_stack::transport::check_send(state, self.qp_type, &self.caps, wr)
-            {
+                    .map(|_| ())
+            };
+            if let Err(e) = checked {
                 result = Err(fail(e));
                 break;
             }
@@ -1092,6 +1168,63 @@ impl RemoteQp {
             });
         }
         refused.map_or(Ok(()), Err)
+    }
+}
+
+/// What a raw packet QP refuses at post time (as `engine::raw` does): a send before RTS,
+/// anything but a SEND, more elements than its caps, a frame shorter than an Ethernet header
+/// or longer than the port's frames.
+fn check_raw_send(
+    state: QpState,
+    caps: &QpCaps,
+    wr: &SendWr<'_>,
+    max_frame: usize,
+) -> Result<(), PostError> {
+    use ferroce_stack::transport::{Payload, WrOpcode};
+    if state != QpState::Rts {
+        return Err(PostError::InvalidState(state));
+    }
+    if wr.opcode != WrOpcode::Send {
+        return Err(PostError::UnsupportedOpcode {
+            opcode: wr.opcode,
+            qp_type: QpType::Ud,
+        });
+    }
+    let len = match wr.payload {
+        Payload::Inline(b) => b.len(),
+        Payload::Sges(sges) => {
+            if sges.len() > caps.max_send_sge as usize {
+                return Err(PostError::TooManySges {
+                    got: sges.len(),
+                    max: caps.max_send_sge,
+                });
+            }
+            sges.iter().map(|s| s.length as usize).sum()
+        }
+    };
+    if !(14..=max_frame).contains(&len) {
+        return Err(PostError::FrameLength(len));
+    }
+    Ok(())
+}
+
+/// A flow rule of a raw QP in the service; dropping it destroys it.
+pub struct RemoteFlow {
+    inner: Arc<Inner>,
+    handle: Handle,
+}
+
+impl std::fmt::Debug for RemoteFlow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteFlow")
+            .field("handle", &self.handle)
+            .finish()
+    }
+}
+
+impl Drop for RemoteFlow {
+    fn drop(&mut self) {
+        destroy(&self.inner, Request::DestroyFlow { flow: self.handle });
     }
 }
 

@@ -14,7 +14,8 @@ pub mod slots;
 pub mod socket;
 
 pub use client::{
-    Client, RemoteChannel, RemoteCq, RemoteMr, RemotePd, RemoteQp, RemoteSrq, ServiceError,
+    Client, RemoteChannel, RemoteCq, RemoteFlow, RemoteMr, RemotePd, RemoteQp, RemoteSrq,
+    ServiceError,
 };
 pub use server::{ServeError, Service, ServiceCounters};
 

@@ -156,6 +156,18 @@ pub enum Request {
         /// The QP.
         qp: Handle,
     },
+    /// `ibv_create_flow` on a raw packet QP.
+    CreateFlow {
+        /// The raw QP.
+        qp: Handle,
+        /// What its frames match.
+        rule: crate::engine::raw::FlowRule,
+    },
+    /// `ibv_destroy_flow`.
+    DestroyFlow {
+        /// The flow.
+        flow: Handle,
+    },
     /// A call on device `device`'s connection manager: the service's one agent on the port,
     /// which every program shares. What comes back for this program's listeners and
     /// connections waits for it in the service, announced on its event ring
@@ -366,14 +378,19 @@ pub enum WireQpType {
     Uc,
     /// Unreliable datagram.
     Ud,
+    /// A raw packet QP (`IBV_QPT_RAW_PACKET`): whole Ethernet frames, received through flow
+    /// rules ([`Request::CreateFlow`]). Only a program running as root may make one, as the
+    /// kernel asks `CAP_NET_RAW` of it: its frames go out as it wrote them.
+    Raw,
 }
 
 impl From<WireQpType> for QpType {
+    /// A raw QP's is UD's (a datagram per frame), as its QP shares say.
     fn from(t: WireQpType) -> Self {
         match t {
             WireQpType::Rc => Self::Rc,
             WireQpType::Uc => Self::Uc,
-            WireQpType::Ud => Self::Ud,
+            WireQpType::Ud | WireQpType::Raw => Self::Ud,
         }
     }
 }

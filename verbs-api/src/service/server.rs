@@ -29,7 +29,7 @@ use super::slots::{self, Slot, W};
 use super::socket::{Channel, Doorbell, Listener};
 use crate::verbs::{
     CompletionChannel, CompletionQueue, Context, MemoryRegion, PortState, ProtectionDomain,
-    QueuePair,
+    QueuePair, RawQueuePair,
 };
 
 /// Largest CQ and queue depth a program may ask for.
@@ -73,8 +73,43 @@ struct ServedCq {
     users: usize,
 }
 
+/// A served QP: an RDMA QP, or a raw packet QP.
+enum Real {
+    Rdma(QueuePair),
+    Raw(RawQueuePair),
+}
+
+impl Real {
+    fn qpn(&self) -> Qpn {
+        match self {
+            Self::Rdma(q) => q.qpn(),
+            Self::Raw(q) => q.qpn(),
+        }
+    }
+
+    fn post_send(
+        &self,
+        wrs: &[ferroce_stack::transport::SendWr<'_>],
+    ) -> Result<(), crate::PostFailure> {
+        match self {
+            Self::Rdma(q) => q.post_send(wrs),
+            Self::Raw(q) => q.post_send(wrs),
+        }
+    }
+
+    fn post_recv(
+        &self,
+        wrs: &[ferroce_stack::transport::RecvWr<'_>],
+    ) -> Result<(), crate::PostFailure> {
+        match self {
+            Self::Rdma(q) => q.post_recv(wrs),
+            Self::Raw(q) => q.post_recv(wrs),
+        }
+    }
+}
+
 struct ServedQp {
-    real: QueuePair,
+    real: Real,
     pd: Handle,
     sq: Consumer<W>,
     rq: Consumer<W>,
@@ -87,10 +122,13 @@ struct ServedQp {
     srq: Option<Handle>,
     /// The MAC and address its packets leave from (port 1's until a modify names another).
     port: (ferroce_stack::wire::MacAddr, std::net::IpAddr),
-    /// Its region and where the word "receives retired" is in it ([`proto::qp_words`]).
-    words: (Arc<Region>, usize),
-    /// Its receives completed into the program's CQ so far.
-    recvs_retired: u64,
+}
+
+/// Where a QP's receives retired are counted for the program ([`proto::qp_words`]).
+struct Retired {
+    region: Arc<Region>,
+    at: usize,
+    count: u64,
 }
 
 struct ServedSrq {
@@ -121,8 +159,12 @@ struct Session {
     mrs: HashMap<Handle, ServedMr>,
     cqs: HashMap<Handle, ServedCq>,
     qps: HashMap<Handle, ServedQp>,
-    /// Its QPs by number: whose receive a completion retires.
-    by_qpn: HashMap<u32, Handle>,
+    /// Per QP number, where its receives retired are counted.
+    retired: HashMap<u32, Retired>,
+    /// Its flow rules, with their raw QPs.
+    flows: HashMap<Handle, (Handle, crate::verbs::Flow)>,
+    /// The program's user: a raw packet QP is root's only.
+    uid: u32,
     srqs: HashMap<Handle, ServedSrq>,
     next: Handle,
     /// The program broke its rings: the forwarder skips it until the control thread drops
@@ -138,8 +180,9 @@ impl Session {
 
     /// Everything, in the order that keeps the engine from reaching freed memory.
     fn clear(&mut self) {
+        self.flows.clear();
         self.qps.clear();
-        self.by_qpn.clear();
+        self.retired.clear();
         self.srqs.clear();
         self.cqs.clear();
         self.mrs.clear();
@@ -592,7 +635,9 @@ fn hello(shared: &Shared, c: &mut Conn, req: Request, mut fds: Vec<OwnedFd>) -> 
         mrs: HashMap::new(),
         cqs: HashMap::new(),
         qps: HashMap::new(),
-        by_qpn: HashMap::new(),
+        retired: HashMap::new(),
+        flows: HashMap::new(),
+        uid: rustix::net::sockopt::socket_peercred(&*c.chan).map_or(u32::MAX, |u| u.uid.as_raw()),
         srqs: HashMap::new(),
         next: 0,
         broken: false,
@@ -637,6 +682,23 @@ fn handle(
     let device = |d: u32| shared.devices.get(d as usize);
     let r = match req {
         Request::Hello { .. } => refuse(libc::EPROTO, "hello twice"),
+        Request::CreateFlow { qp, rule } => match s.qps.get(&qp).map(|q| &q.real) {
+            Some(Real::Raw(r)) if s.flows.len() < MAX_OBJECTS => match r.create_flow(rule) {
+                Ok(flow) => {
+                    let h = s.handle();
+                    s.flows.insert(h, (qp, flow));
+                    Response::Created { handle: h }
+                }
+                Err(e) => refuse(libc::EINVAL, e.to_string()),
+            },
+            Some(Real::Raw(_)) => refuse(libc::ENOMEM, "too many flows"),
+            Some(Real::Rdma(_)) => refuse(libc::EINVAL, "a flow steers frames to a raw packet QP"),
+            None => no_such("QP", qp),
+        },
+        Request::DestroyFlow { flow } => match s.flows.remove(&flow) {
+            Some(_) => Response::Ok,
+            None => no_such("flow", flow),
+        },
         // Carried by the control thread's connection manager routes before this.
         Request::Cm { .. } | Request::CmTakeEvents => refuse(libc::EPROTO, "not here"),
         Request::QueryDevice { device: d } => match device(d) {
@@ -811,7 +873,19 @@ fn handle(
                     // is the port's, whatever the program wrote.
                     a.ah_attr.smac = q.port.0;
                     a.ah_attr.src = q.port.1;
-                    match q.real.modify(&a, mask) {
+                    let port = mask
+                        .contains(ferroce_stack::transport::AttrMask::PORT)
+                        .then_some(a.port_num);
+                    let done = match &q.real {
+                        Real::Rdma(r) => r.modify(&a, mask),
+                        Real::Raw(r)
+                            if mask.contains(ferroce_stack::transport::AttrMask::STATE) =>
+                        {
+                            r.modify(a.qp_state, port)
+                        }
+                        Real::Raw(_) => Ok(()),
+                    };
+                    match done {
                         Ok(()) => Response::Ok,
                         Err(e) => refuse(libc::EINVAL, e.to_string()),
                     }
@@ -820,16 +894,28 @@ fn handle(
         },
         Request::QueryQp { qp } => match s.qps.get(&qp) {
             None => no_such("QP", qp),
-            Some(q) => match q.real.query() {
-                Ok(a) => Response::QpAttr(a.into()),
-                Err(e) => refuse(libc::EINVAL, e.to_string()),
+            Some(q) => match &q.real {
+                Real::Rdma(r) => match r.query() {
+                    Ok(a) => Response::QpAttr(a.into()),
+                    Err(e) => refuse(libc::EINVAL, e.to_string()),
+                },
+                // A raw QP has a state and a port, nothing else.
+                Real::Raw(r) => Response::QpAttr(
+                    QpAttr {
+                        qp_state: r.state(),
+                        port_num: r.port_num().unwrap_or(1),
+                        ..QpAttr::default()
+                    }
+                    .into(),
+                ),
             },
         },
         Request::DestroyQp { qp } => match s.qps.remove(&qp) {
             None => no_such("QP", qp),
             Some(q) => {
                 lock(&shared.routes).qps.remove(&q.real.qpn().value());
-                s.by_qpn.remove(&q.real.qpn().value());
+                s.retired.remove(&q.real.qpn().value());
+                s.flows.retain(|_, (on, _)| *on != qp);
                 for c in [q.send_cq, q.recv_cq] {
                     if let Some(c) = s.cqs.get_mut(&c) {
                         c.users -= 1;
@@ -1034,9 +1120,27 @@ fn create_qp(
         Some(Some(q)) => Some(&q.real),
         None => None,
     };
-    let made = match srq_obj {
-        Some(q) => pdo.create_qp_with_srq(qp_type.into(), caps, &scq.real, &rcq.real, q),
-        None => pdo.create_qp(qp_type.into(), caps, &scq.real, &rcq.real),
+    let made = match (qp_type, srq_obj) {
+        (proto::WireQpType::Raw, _) if s.uid != 0 => {
+            let why = "a raw packet QP sends frames as the program wrote them: only a program \
+                       running as root may make one (the kernel asks CAP_NET_RAW)";
+            return (refuse(libc::EPERM, why), Vec::new());
+        }
+        (proto::WireQpType::Raw, Some(_)) => {
+            return (
+                refuse(libc::EINVAL, "a raw packet QP has no SRQ"),
+                Vec::new(),
+            )
+        }
+        (proto::WireQpType::Raw, None) => {
+            pdo.create_raw_qp(caps, &scq.real, &rcq.real).map(Real::Raw)
+        }
+        (_, Some(q)) => pdo
+            .create_qp_with_srq(qp_type.into(), caps, &scq.real, &rcq.real, q)
+            .map(Real::Rdma),
+        (_, None) => pdo
+            .create_qp(qp_type.into(), caps, &scq.real, &rcq.real)
+            .map(Real::Rdma),
     };
     let real = match made {
         Ok(q) => q,
@@ -1060,11 +1164,16 @@ fn create_qp(
             recv_cq,
             srq,
             port: (ctx_port(&shared.devices[*dev], 1)),
-            words: (region.clone(), proto::qp_words(sq_slots, rq_slots)),
-            recvs_retired: 0,
         },
     );
-    s.by_qpn.insert(qpn, h);
+    s.retired.insert(
+        qpn,
+        Retired {
+            region: region.clone(),
+            at: proto::qp_words(sq_slots, rq_slots),
+            count: 0,
+        },
+    );
     for c in [send_cq, recv_cq] {
         if let Some(c) = s.cqs.get_mut(&c) {
             c.users += 1;
@@ -1196,7 +1305,7 @@ fn turn(shared: &Shared, s: &mut Session) -> Result<usize, &'static str> {
         qps,
         cqs,
         srqs,
-        by_qpn,
+        retired,
         ..
     } = s;
     for q in qps.values_mut() {
@@ -1333,10 +1442,9 @@ fn turn(shared: &Shared, s: &mut Session) -> Result<usize, &'static str> {
                 | ferroce_stack::transport::WcOpcode::RecvRdmaWithImm
         ) {
             // The receive's slot in the QP's queue is free again: say so to the program.
-            if let Some(q) = by_qpn.get(&wc.qp_num.value()).and_then(|h| qps.get_mut(h)) {
-                q.recvs_retired += 1;
-                let (region, at) = &q.words;
-                region.store_word(*at, q.recvs_retired, Ordering::Release);
+            if let Some(r) = retired.get_mut(&wc.qp_num.value()) {
+                r.count += 1;
+                r.region.store_word(r.at, r.count, Ordering::Release);
             }
         }
         c.held.pop_front();
