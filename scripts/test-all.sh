@@ -149,8 +149,13 @@ scripts/scheme-veth.sh
 step "rdma-core's own test suite (python3-pyverbs, rdma-core 44) on the drop-in, veth in a namespace"
 /usr/bin/python3 scripts/rdma-core-tests.py --json target/rdma-core-tests.json
 
-step "ferroce serve: unmodified pingpongs and perftest through a service (AF_PACKET, DPDK net_af_packet with the mlx5 PMD loaded, DPDK memif), the drop-in as a thin client"
+step "ferroce serve: unmodified pingpongs, perftest and rdma_cm programs through a service (AF_PACKET, DPDK net_af_packet with the mlx5 PMD loaded, DPDK memif), the drop-ins as thin clients"
 scripts/service-test.sh
+
+step "rdma-core's own tests through a service (the modules it carries whole; docs/service.md has the full table)"
+/usr/bin/python3 scripts/rdma-core-tests.py --lib target/ibverbs-thin --service "target/$FERROCE_PROFILE/ferroce" \
+  test_addr test_atomic test_cq_events test_cqex test_device test_flow test_fork test_parent_domain \
+  test_pd test_qp test_rdmacm test_relaxed_ordering test_shared_pd
 
 step "wire cross-check with tshark and scapy"
 SCAPY_PYTHON="$venv/bin/python" FERROCE_BIN=$bin scripts/check-vectors.sh

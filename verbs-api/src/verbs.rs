@@ -165,14 +165,25 @@ impl Context {
         Arc::ptr_eq(&self.dev, &other.dev)
     }
 
-    /// `ibv_query_device`.
+    /// `ibv_query_device`. Attached to a service, the service's limits: what its rings
+    /// carry ([`service::proto::MAX_DEPTH`](crate::service::proto::MAX_DEPTH) entries,
+    /// [`service::slots::MAX_SGE`](crate::service::slots::MAX_SGE) elements per request).
     pub fn query_device(&self) -> DeviceAttr {
+        let attached = self.dev.remote.is_some();
         DeviceAttr {
             vendor_id: 0,
             max_qp: 1 << 16,
             max_qp_wr: 1 << 15,
-            max_sge: 30,
-            max_cqe: 1 << 22,
+            max_sge: if attached {
+                crate::service::slots::MAX_SGE as u32
+            } else {
+                30
+            },
+            max_cqe: if attached {
+                crate::service::proto::MAX_DEPTH
+            } else {
+                1 << 22
+            },
             max_mr_size: 1 << 40,
             max_qp_rd_atom: 16,
             phys_port_cnt: self.dev.ports.len() as u8,

@@ -21,6 +21,10 @@ pub const VERSION: u32 = 2;
 /// The largest datagram either side sends or accepts.
 pub const MAX_MESSAGE: usize = 4096;
 
+/// Largest CQ and queue depth a program may ask a service for (an attached context's
+/// `max_cqe` and `max_qp_wr`).
+pub const MAX_DEPTH: u32 = 1 << 15;
+
 /// Most descriptors one datagram carries.
 pub const MAX_FDS: usize = ferroce_drivers::shm::MAX_PIECES;
 

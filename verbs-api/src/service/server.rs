@@ -23,7 +23,8 @@ use smallvec::SmallVec;
 
 use super::cm_route::CmRoutes;
 use super::proto::{
-    self, DeviceFacts, Handle, PortFacts, Request, Response, WireCaps, MAX_MESSAGE, PAGE, SLEEPING,
+    self, DeviceFacts, Handle, PortFacts, Request, Response, WireCaps, MAX_DEPTH, MAX_MESSAGE,
+    PAGE, SLEEPING,
 };
 use super::slots::{self, Slot, W};
 use super::socket::{Channel, Doorbell, Listener};
@@ -32,8 +33,6 @@ use crate::verbs::{
     QueuePair, RawQueuePair,
 };
 
-/// Largest CQ and queue depth a program may ask for.
-const MAX_DEPTH: u32 = 1 << 15;
 /// Objects of each kind one program may hold.
 const MAX_OBJECTS: usize = 1 << 14;
 /// Requests the forwarder moves from one ring per turn.
