@@ -156,18 +156,23 @@ cm_suite() {
   cm_pair "ib_write_bw -R" "$ss" "$cs" "$ns" "ib_write_bw -R -F -n 2000" "ib_write_bw -R -F -n 2000 $a"
 }
 
-# The DPDK engines poll without sleeping, beside the programs, on two cores: a shorter list
-# there (every kind of QP, each data operation once, events, latency).
+# The DPDK engines poll without sleeping, beside the programs, on two cores: the same
+# programs with fewer iterations there.
 short_suite() { # SERVER_SOCK CLIENT_SOCK ADDR
   pair rc "$@" ibv_rc_pingpong -g 0 -n 500
   pair rc-events "$@" ibv_rc_pingpong -e -g 0 -n 500
+  pair uc "$@" ibv_uc_pingpong -g 0 -n 500
   pair ud "$@" ibv_ud_pingpong -g 0 -n 200
   pair srq "$@" ibv_srq_pingpong -g 0 -n 200
   pair write "$@" ib_write_bw -x 0 -n 1000
   pair read "$@" ib_read_bw -x 0 -n 1000
+  pair send "$@" ib_send_bw -x 0 -n 1000
   pair atomic "$@" ib_atomic_bw -x 0 -n 1000
   pair write4 "$@" ib_write_bw -x 0 -q 4 -n 1000
+  pair writelat "$@" ib_write_lat -x 0 -n 1000
   pair sendlat-events "$@" ib_send_lat -e -x 0 -n 1000
+  pair readlat "$@" ib_read_lat -x 0 -n 1000
+  pair atomiclat "$@" ib_atomic_lat -x 0 -n 1000
 }
 suite() { # SERVER_SOCK CLIENT_SOCK ADDR
   pair rc "$@" ibv_rc_pingpong -g 0 -n 500
@@ -285,10 +290,16 @@ mpair() { # NAME PROGRAM ARGS...: server through memif-s, client through memif-c
   echo "ok: $* over memif"
 }
 mpair m-rc ibv_rc_pingpong -g 0 -n 500
+mpair m-ud ibv_ud_pingpong -g 0 -n 200
 mpair m-write ib_write_bw -x 0 -n 2000
 mpair m-read ib_read_bw -x 0 -n 2000
 mpair m-send ib_send_bw -x 0 -n 2000
+mpair m-atomic ib_atomic_bw -x 0 -n 1000
+mpair m-write4 ib_write_bw -x 0 -q 4 -n 1000
 mpair m-lat ib_write_lat -x 0 -n 2000
+mpair m-sendlat ib_send_lat -x 0 -n 1000
+mpair m-readlat ib_read_lat -x 0 -n 1000
+mpair m-atomiclat ib_atomic_lat -x 0 -n 1000
 cm_suite "$logs/memif-s.sock" "$logs/memif-c.sock" a 10.78.0.2
 stop memif-c
 stop memif-s

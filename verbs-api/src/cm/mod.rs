@@ -8,6 +8,7 @@
 //! program's event channel installs).
 
 mod offer;
+pub(crate) mod queue;
 
 pub use offer::{Offer, MAX_OFFERED, OFFER_LEN};
 
@@ -19,11 +20,12 @@ pub use ferroce_stack::cm::{
     Unclaimed, UnclaimedPolicy,
 };
 
-use crate::engine::gsi::{CmShared, Gsi};
+use crate::engine::gsi::Gsi;
 use crate::service::client::Client;
 use crate::service::proto::{CmCall, Response};
 use crate::service::ServiceError;
 use crate::verbs::Context;
+use queue::CmShared;
 
 /// Why a connection manager call failed: the agent refused it, or (attached to a service)
 /// the service did.

@@ -6,62 +6,17 @@
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::Arc;
 
-use ferroce_stack::cm::{CmAgent, CmEvent, Peer};
+use ferroce_stack::cm::{CmAgent, Peer};
+
+use crate::cm::queue::CmShared;
 
 use crate::verbs::Gid;
 use ferroce_stack::wire::mad::{mad_repr, MAD_LEN};
 use ferroce_stack::wire::{
     Ecn, EthernetRepr, IpRepr, Ipv4Repr, Ipv6Repr, MacAddr, Psn, RocePacket, ETHERTYPE_IPV4,
 };
-
-/// A device's CM events on their way to the consumer, and what wakes it.
-#[derive(Default)]
-pub(crate) struct CmShared {
-    events: Mutex<VecDeque<CmEvent>>,
-    ready: Condvar,
-    /// Called after each event is queued (the librdmacm shim makes its channel's fd
-    /// readable with it).
-    pub(crate) notify: OnceLock<Box<dyn Fn() + Send + Sync>>,
-}
-
-impl std::fmt::Debug for CmShared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CmShared").finish_non_exhaustive()
-    }
-}
-
-impl CmShared {
-    pub(crate) fn post(&self, e: CmEvent) {
-        self.events
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(e);
-        self.ready.notify_all();
-        if let Some(f) = self.notify.get() {
-            f();
-        }
-    }
-
-    /// The next event, waiting up to `timeout` for one.
-    pub(crate) fn wait(&self, timeout: std::time::Duration) -> Option<CmEvent> {
-        let q = self.events.lock().unwrap_or_else(|e| e.into_inner());
-        let (mut q, _) = self
-            .ready
-            .wait_timeout_while(q, timeout, |q| q.is_empty())
-            .unwrap_or_else(|e| e.into_inner());
-        q.pop_front()
-    }
-
-    /// The next event, if one waits.
-    pub(crate) fn try_next(&self) -> Option<CmEvent> {
-        self.events
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front()
-    }
-}
 
 /// The GSI of an engine: the agent, what arrived for it, how its MADs leave.
 pub(crate) struct Gsi {

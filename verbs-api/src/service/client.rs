@@ -21,7 +21,7 @@ use super::proto::{
 use super::registry::{Pages, PagesError};
 use super::slots::{self, Slot, W};
 use super::socket::{Channel, Doorbell};
-use crate::engine::gsi::CmShared;
+use crate::cm::queue::CmShared;
 use crate::error::PostFailure;
 
 /// What can go wrong talking to a service.
