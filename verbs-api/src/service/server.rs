@@ -1425,27 +1425,32 @@ fn turn(shared: &Shared, s: &mut Session) -> Result<usize, &'static str> {
         let Some((_, h)) = next else { break };
         let c = cqs.get_mut(&h).expect("just found");
         let Some((wc, _)) = c.held.front() else { break };
-        if !c
-            .ring
-            .push(&slots::encode_wc(wc))
-            .map_err(|_| "completion ring index")?
-        {
+        if c.ring.free().map_err(|_| "completion ring index")? == 0 {
             // This ring is full: the program has not polled. The others wait with it, so
             // the order holds; the program's next poll makes room.
             break;
         }
-        let solicited = wc.solicited || wc.status != WcStatus::Success;
         if matches!(
             wc.opcode,
             ferroce_stack::transport::WcOpcode::Recv
                 | ferroce_stack::transport::WcOpcode::RecvRdmaWithImm
         ) {
-            // The receive's slot in the QP's queue is free again: say so to the program.
+            // The receive's slot in the QP's queue is free again: say so to the program,
+            // before the completion shows (the push below releases this store with it), so
+            // a program that reposts as soon as it polls finds the room there.
             if let Some(r) = retired.get_mut(&wc.qp_num.value()) {
                 r.count += 1;
                 r.region.store_word(r.at, r.count, Ordering::Release);
             }
         }
+        if !c
+            .ring
+            .push(&slots::encode_wc(wc))
+            .map_err(|_| "completion ring index")?
+        {
+            return Err("completion ring full after it had room");
+        }
+        let solicited = wc.solicited || wc.status != WcStatus::Success;
         c.held.pop_front();
         moved += 1;
         shared
