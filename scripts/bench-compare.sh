@@ -11,7 +11,8 @@
 # machine's speed falls on both alike). Each benchmark's figure per side is the median over
 # rounds of criterion's median; HEAD/BASE is the ratio of speeds (above 1: HEAD is faster).
 # Lines a benchmark prints itself of the form "<what>: <N> bytes ..." (the idle QP footprint)
-# are compared too.
+# are compared too. Last, a column of instructions per message from scripts/instructions.sh
+# for both commits (callgrind: a count that does not drift; skipped without valgrind).
 #
 #   -r ROUNDS   rounds (default 5)
 #   -b BENCH    a bench target of the root package; repeatable (default: transport)
@@ -173,3 +174,20 @@ for what in sorted(set(bm) | set(hm)):
     ratio = f"{h / b:>10.3f}" if b else ""
     print(f"{what:<44} {b:>9} B    {h:>9} B    {ratio}")
 EOF
+
+# Instructions per message, both sides: the figure that does not drift.
+if command -v valgrind >/dev/null; then
+  scripts/instructions.sh --json "$out/instructions-base.json" "$base_rev" >/dev/null
+  scripts/instructions.sh --json "$out/instructions-head.json" "$head_rev" >/dev/null
+  python3 - "$out/instructions-base.json" "$out/instructions-head.json" <<'EOF'
+import json, sys
+b, h = (json.load(open(f)) for f in sys.argv[1:3])
+print()
+print("instructions (callgrind; HEAD/BASE below 1: HEAD runs fewer)")
+rows = [("64 B RC WRITE, both ends, per message", "write64"), ("64 B RC SEND, both ends, per message", "send64"),
+        ("64 B RC READ, both ends, per message", "read64"), ("1 MiB WRITE at 4 KiB MTU, per KiB", "write1m")]
+for what, k in rows:
+    print(f"{what:<44} {b[k]['total']:>9.1f}      {h[k]['total']:>9.1f}      {h[k]['total'] / b[k]['total']:>10.3f}")
+print(f"{'an ACK received, per ACK':<44} {b['ack_received']:>9.1f}      {h['ack_received']:>9.1f}      {h['ack_received'] / b['ack_received']:>10.3f}")
+EOF
+fi

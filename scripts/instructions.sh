@@ -33,8 +33,10 @@ else
   tree=$root/target/bench-compare/tree-${sha:0:12}
   [ -d "$tree" ] || git worktree add -q --detach "$tree" "$sha" >&2
   desc="$rev ($(git rev-parse --short "$sha"))"
-  # An older commit without the example measures with this one's (public API only).
-  cp -n examples/instructions.rs "$tree/examples/instructions.rs"
+  # An older commit without the example measures with this one's (public API only), so
+  # both sides of a comparison run the same program.
+  git cat-file -e "$sha:examples/instructions.rs" 2>/dev/null ||
+    cp examples/instructions.rs "$tree/examples/instructions.rs"
 fi
 (cd "$tree" && CARGO_TARGET_DIR=$tree/target cargo build -q --release --example instructions)
 exe=$tree/target/release/examples/instructions
@@ -48,9 +50,16 @@ count() {
     { cat "$out.err" >&2; exit 1; }
   local total acks
   total=$(awk '/^summary:/ { print $2 }' "$out.cg")
-  acks=$(callgrind_annotate --inclusive=yes "$out.cg" 2>/dev/null |
-    awk '/requester_receives/ && !found { gsub(",", "", $1); print $1; found = 1 }')
-  echo "$case $n $total ${acks:-0} $(cat "$out.json")"
+  # The four steps' inclusive costs, in the order the table wants them.
+  local steps
+  steps=$(callgrind_annotate --inclusive=yes "$out.cg" 2>/dev/null | awk '
+    /instructions::(requester_sends|responder_receives|responder_sends|requester_receives) / {
+      for (i = 1; i <= NF; i++) if ($i ~ /instructions::/) { f = $i; sub(/.*instructions::/, "", f); sub(/ .*/, "", f) }
+      gsub(",", "", $1)
+      if (!(f in cost)) cost[f] = $1
+    }
+    END { printf "%d %d %d %d", cost["requester_sends"], cost["responder_receives"], cost["responder_sends"], cost["requester_receives"] }')
+  echo "$case $n $total $steps $(cat "$out.json")"
 }
 
 {
@@ -66,33 +75,36 @@ python3 - "$desc" "$json" "$work/counts" <<'PY'
 import json, sys
 desc, out, counts = sys.argv[1], sys.argv[2], sys.argv[3]
 runs = {}
+STEPS = ["requester_sends", "responder_receives", "responder_sends", "requester_receives"]
 for line in open(counts):
-    case, n, total, acks, js = line.split(" ", 4)
-    runs.setdefault(case, []).append((int(n), int(total), int(acks), json.loads(js)))
+    f = line.split(" ", 7)
+    case, n, total = f[0], int(f[1]), int(f[2])
+    steps = dict(zip(STEPS, map(int, f[3:7])))
+    runs.setdefault(case, []).append((n, total, steps, json.loads(f[7])))
 fig = {}
 def per(case, unit):
-    (n1, t1, a1, j1), (n2, t2, a2, j2) = sorted(runs[case])
-    return (t2 - t1) / ((n2 - n1) * unit), (a2 - a1), (j2["frames_b_to_a"] - j1["frames_b_to_a"])
-fig["write64_per_message"], ack_instr, acks = per("write64", 1)
-fig["ack_received"] = ack_instr / acks
-messages = sorted(runs["write64"])[1][0] - sorted(runs["write64"])[0][0]
-fig["acks_per_message_write64"] = acks / messages
-fig["ack_received_per_message"] = ack_instr / messages
-fig["send64_per_message"], _, _ = per("send64", 1)
-fig["read64_per_message"], _, _ = per("read64", 1)
-fig["write1m_per_kib"], _, _ = per("write1m", 1024)
+    """Instructions per unit over the difference of the two runs, the total and each step."""
+    (n1, t1, s1, j1), (n2, t2, s2, j2) = sorted(runs[case], key=lambda r: r[0])
+    d = (n2 - n1) * unit
+    return (t2 - t1) / d, {k: (s2[k] - s1[k]) / d for k in STEPS}, (j1, j2)
+for case, unit in [("write64", 1), ("send64", 1), ("read64", 1), ("write1m", 1024)]:
+    total, steps, js = per(case, unit)
+    fig[case] = {"total": total, **steps}
+    if case == "write64":
+        (j1, j2) = js
+        messages = sorted(runs[case], key=lambda r: r[0])
+        acks = j2["frames_b_to_a"] - j1["frames_b_to_a"]
+        n = messages[1][0] - messages[0][0]
+        fig["ack_received"] = steps["requester_receives"] * n / acks
+        fig["acks_per_write64"] = acks / n
 print(f"instructions (callgrind), {desc}")
-rows = [
-    ("64 B RC WRITE, both ends, per message", "write64_per_message"),
-    ("64 B RC SEND, both ends, per message", "send64_per_message"),
-    ("64 B RC READ, both ends, per message", "read64_per_message"),
-    ("an ACK received (requester), per ACK", "ack_received"),
-    ("  the same, per 64 B WRITE it acknowledges", "ack_received_per_message"),
-    ("1 MiB WRITE at 4 KiB MTU, per KiB", "write1m_per_kib"),
-]
-for what, k in rows:
-    print(f"  {what:<42} {fig[k]:>10.1f}")
-print(f"  ({fig['acks_per_message_write64']:.3f} ACKs per 64 B WRITE)")
+print(f"  {'per message (1 MiB WRITE: per KiB)':<36} {'total':>8} {'req. sends':>11} {'resp. rx':>9} {'resp. sends':>12} {'req. rx':>8}")
+names = {"write64": "64 B RC WRITE, both ends", "send64": "64 B RC SEND, both ends",
+         "read64": "64 B RC READ, both ends", "write1m": "1 MiB WRITE at 4 KiB MTU, per KiB"}
+for case in ["write64", "send64", "read64", "write1m"]:
+    x = fig[case]
+    print(f"  {names[case]:<36} {x['total']:>8.1f} " + " ".join(f"{x[k]:>{w}.1f}" for k, w in zip(STEPS, [11, 9, 12, 8])))
+print(f"  an ACK received (requester), per ACK: {fig['ack_received']:.1f} ({fig['acks_per_write64']:.4f} ACKs per 64 B WRITE)")
 if out:
     json.dump({"commit": desc, **fig}, open(out, "w"), indent=1)
 PY
