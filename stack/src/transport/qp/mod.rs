@@ -347,6 +347,10 @@ pub(crate) struct Extensions {
     pub(crate) tm_fins: VecDeque<[u8; super::tm::TMH_LEN + super::tm::RVH_LEN]>,
     /// Requests of the QP's own in the send queue (not the program's to count).
     pub(crate) tm_queued: usize,
+    /// What the SRQ's tag matching made of the message the responder is taking (`None`:
+    /// no message, or an untagged one): here rather than in the responder, which every QP
+    /// carries, because only a QP on a tag matching SRQ ever has one.
+    pub(crate) tm_taken: Option<super::tm::Taken>,
 }
 
 crate::counter_set! {

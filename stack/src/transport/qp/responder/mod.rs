@@ -195,8 +195,6 @@ pub(crate) struct Responder {
     atomics: VecDeque<(Psn, u64)>,
     /// Placement delivery only (boxed: Go-Back-N QPs carry a pointer, not the state).
     pub(crate) ooo: Option<Box<Ooo>>,
-    /// Where the SEND in progress goes on a tag matching SRQ, when not an ordinary receive.
-    tm: Option<Box<Taken>>,
 }
 
 impl Responder {
@@ -227,7 +225,6 @@ impl Responder {
             replies: VecDeque::new(),
             atomics: VecDeque::new(),
             ooo: None,
-            tm: None,
         }
     }
 
@@ -603,22 +600,21 @@ impl Responder {
         if starts {
             // A receive left from a message UC dropped goes back first (tag matching is RC
             // only, so such a receive is an ordinary one).
-            if self.tm.is_none() {
+            if take_tm(cx).is_none() {
                 self.return_recv();
             }
-            self.tm = None;
             self.cur_recv = match &self.srq {
                 Some(srq) => match srq.take_message(pkt.payload) {
                     Some((w, Taken::Plain)) => Some(w),
                     Some((w, t)) => {
-                        self.tm = Some(Box::new(t));
+                        cx.ext.get_or_insert_with(Default::default).tm_taken = Some(t);
                         Some(w)
                     }
                     None => None,
                 },
                 None => self.rq.pop_front(),
             };
-            if matches!(self.tm.as_deref(), Some(Taken::Rndv { .. })) {
+            if matches!(tm_of(cx), Some(Taken::Rndv { .. })) {
                 return self.start_rendezvous(cx, pkt, mem, last);
             }
         }
@@ -637,7 +633,7 @@ impl Responder {
             return Err(Fault::NoReceive);
         };
         // A matched eager message lands without its tag matching header.
-        let (data, at) = match self.tm.as_deref() {
+        let (data, at) = match tm_of(cx) {
             Some(Taken::Eager { .. }) => {
                 let skip = (TMH_LEN as u32).saturating_sub(offset) as usize;
                 let at = (offset as usize + skip - TMH_LEN) as u64;
@@ -689,7 +685,7 @@ impl Responder {
         let Some(w) = self.cur_recv.take() else {
             return Err(Fault::NoReceive);
         };
-        let (opcode, byte_len, tag) = match self.tm.take().map(|t| *t) {
+        let (opcode, byte_len, tag) = match take_tm(cx) {
             None | Some(Taken::Plain | Taken::Rndv { .. }) => (WcOpcode::Recv, offset, 0),
             Some(Taken::NoTag) => (WcOpcode::TmNoTag, offset, 0),
             Some(Taken::Unexpected) => (WcOpcode::TmRecv, offset, 0),
@@ -727,7 +723,7 @@ impl Responder {
         last: bool,
     ) -> Result<(), Fault> {
         let (Some(w), Some(Taken::Rndv { tag, app_ctx, read })) =
-            (self.cur_recv.take(), self.tm.take().map(|t| *t))
+            (self.cur_recv.take(), take_tm(cx))
         else {
             return Err(Fault::NoReceive);
         };
@@ -1231,4 +1227,14 @@ impl Responder {
         wc.solicited = pkt.repr.bth.solicited;
         cx.completions.push_back(wc);
     }
+}
+
+/// What tag matching made of the message being taken, if anything.
+fn tm_of(cx: &QpContext) -> Option<&Taken> {
+    cx.ext.as_deref().and_then(|e| e.tm_taken.as_ref())
+}
+
+/// Takes what tag matching made of the message being taken.
+fn take_tm(cx: &mut QpContext) -> Option<Taken> {
+    cx.ext.as_deref_mut().and_then(|e| e.tm_taken.take())
 }
