@@ -138,8 +138,8 @@ impl Loopback {
         while let Some(len) = from.poll_transmit(now, buf, from_mem) {
             n += 1;
             *bytes += len as u64;
-            match RoceRepr::parse(&buf[..len], Checks::ALL) {
-                Ok(pkt) => to.handle_packet(now, &pkt, to_mem),
+            match &RoceRepr::parse(&buf[..len], Checks::ALL) {
+                Ok(pkt) => to.handle_packet(now, pkt, to_mem),
                 Err(_) => *malformed += 1,
             }
         }

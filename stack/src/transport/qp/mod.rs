@@ -932,12 +932,13 @@ impl Qp {
         frame: &[u8],
         mem: &mut MrTable,
     ) -> Result<(), crate::wire::Error> {
-        match RoceRepr::parse(frame, Checks::ALL) {
+        // By reference: binding the packet by value moved it out of the result (a memcpy).
+        match &RoceRepr::parse(frame, Checks::ALL) {
             Ok(pkt) => {
-                self.handle_packet(now, &pkt, mem);
+                self.handle_packet(now, pkt, mem);
                 Ok(())
             }
-            Err(e) => {
+            &Err(e) => {
                 if let Some(m) = RoceRepr::attribute(frame, Checks::ALL, e) {
                     if m.bth.dest_qpn == self.cx.qpn {
                         self.handle_malformed(now, &m);
@@ -951,6 +952,7 @@ impl Qp {
     /// Handles one received packet addressed to this QP (the caller demultiplexed on the
     /// BTH destination QP and checked the ICRC). Anything that does not belong is counted
     /// and dropped; no input panics.
+    #[inline]
     pub fn handle_packet(&mut self, now: u64, pkt: &RocePacket<'_>, mem: &mut MrTable) {
         self.cx.counters.rx_packets += 1;
         self.cx.counters.rx_bytes += pkt.frame_len() as u64;
