@@ -616,3 +616,56 @@ fn a_go_back_n_rewind_restarts_with_a_small_window_and_widens_on_acks() {
     let done = std::iter::from_fn(|| r.lo.a.poll_completion()).count();
     assert_eq!(done, 10);
 }
+
+/// A gather list the requester may not read fails its WR with a local protection error
+/// before any of its packets leaves, flushes the WRs behind it, and moves an RC QP to ERR:
+/// whether the requester checks it when it first takes the WR (a multi-packet message, a
+/// READ's local buffer) or when it gathers the one packet of a short message.
+#[test]
+fn a_gather_list_the_requester_may_not_read_fails_before_any_packet_leaves() {
+    for (len, op) in [
+        (64u32, WrOpcode::Write),
+        (64, WrOpcode::Send),
+        (3000, WrOpcode::Write),
+        (64, WrOpcode::Read),
+        // Past the region's end by one byte: the key is good, the range is not.
+        (65537, WrOpcode::Write),
+    ] {
+        let mut r = rig(default_attr());
+        let good = write(&r, 1, 0, 64).flags(SendFlags::SIGNALED);
+        r.lo.a.post_send(&good).unwrap();
+        let bad_key = if len > 65536 {
+            r.ka.lkey
+        } else {
+            r.ka.lkey ^ 0x0100_0000
+        };
+        let sge = [Sge {
+            addr: 0,
+            length: len.min(65537),
+            lkey: bad_key,
+        }];
+        let mut wr = SendWr::new(2, op, Payload::Sges(&sge)).flags(SendFlags::SIGNALED);
+        if op != WrOpcode::Send {
+            wr = wr.remote(0, r.kb.rkey);
+        }
+        r.lo.a.post_send(&wr).unwrap();
+        let behind = write(&r, 3, 0, 64).flags(SendFlags::SIGNALED);
+        r.lo.a.post_send(&behind).unwrap();
+        let sent = frames_from_a(&mut r);
+        assert_eq!(sent.len(), 1, "{op:?} {len}: only the good WRITE leaves");
+        let mut wcs = Vec::new();
+        while let Some(c) = r.lo.a.poll_completion() {
+            wcs.push((c.wr_id, c.status));
+        }
+        assert_eq!(
+            wcs,
+            [
+                (1, WcStatus::WrFlushErr),
+                (2, WcStatus::LocProtErr),
+                (3, WcStatus::WrFlushErr)
+            ],
+            "{op:?} {len}"
+        );
+        assert_eq!(r.lo.a.state(), QpState::Err, "{op:?} {len}");
+    }
+}

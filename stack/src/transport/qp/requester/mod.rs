@@ -495,8 +495,16 @@ impl Requester {
             } else {
                 Access::NONE
             };
+            // An RC message of one packet that carries its data is gathered whole by its
+            // emit, whose failure is this same send queue error (the QP goes to ERR either
+            // way), so the check is left to it: one key lookup per message saved. Others are
+            // checked here, before any of their packets leaves: a READ's or atomic's local
+            // buffer is written only when the response comes, a longer message's later
+            // packets are gathered later, and UC and UD go on sending after SQE.
+            let checked_by_emit =
+                rc && !w.op.is_read_or_atomic() && (1..=cx.mtu()).contains(&w.len);
             if let WqeData::Sges(s) = &w.data {
-                if sg::check(mem, cx.pd, s, needed).is_err() {
+                if !checked_by_emit && sg::check(mem, cx.pd, s, needed).is_err() {
                     let at = self.cur;
                     self.send_queue_error(cx, at, WcStatus::LocProtErr);
                     return None;
