@@ -496,6 +496,10 @@ impl Slab {
 pub struct MrTable {
     regions: Slab,
     key_state: u64,
+    /// A memory window was ever entered: until then no key is a window's, and a responder's
+    /// check that a type 2 window is its QP's ([`window_allows`](Self::window_allows)) costs
+    /// no lookup.
+    has_windows: bool,
 }
 
 impl MrTable {
@@ -504,6 +508,7 @@ impl MrTable {
         Self {
             regions: Slab::default(),
             key_state: seed,
+            has_windows: false,
         }
     }
 
@@ -769,6 +774,7 @@ impl MrTable {
         if self.regions.contains(share.keys.lkey) {
             return false;
         }
+        self.has_windows |= share.window.is_some();
         self.regions.insert(
             share.keys.lkey,
             Region {
@@ -797,6 +803,7 @@ impl MrTable {
     /// key.
     pub fn alloc_window(&mut self, pd: PdId, type2: bool) -> Result<u32, RegisterError> {
         let key = self.next_key().ok_or(RegisterError::TooMany)?;
+        self.has_windows = true;
         self.regions.insert(
             key,
             Region {
@@ -925,6 +932,9 @@ impl MrTable {
     /// True when a request on QP `qpn` may use `key`: any key but a type 2 window's, which
     /// only the QP it is bound to may use (IBTA type 2B).
     pub fn window_allows(&self, key: u32, qpn: u32) -> bool {
+        if !self.has_windows {
+            return true;
+        }
         match self.regions.get(key).and_then(|r| r.window) {
             Some(Window {
                 type2: true, qp, ..
