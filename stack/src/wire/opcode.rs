@@ -185,6 +185,9 @@ pub struct OpcodeInfo {
     pub transport: Transport,
     /// Extension headers between the BTH and the payload.
     pub headers: Headers,
+    /// Their bytes ([`Headers::len`], worked out once here: every frame built or parsed
+    /// asks, several times).
+    pub header_len: u8,
     /// Whether a payload (possibly empty) may follow the headers.
     pub payload: bool,
     /// Where the packet sits in its message.
@@ -211,6 +214,7 @@ macro_rules! opcodes {
                         name: stringify!($konst),
                         transport: transport_of(op),
                         headers: Headers::NONE $(.with(Headers::$h))*,
+                        header_len: (Headers::NONE $(.with(Headers::$h))*).len() as u8,
                         payload: $payload,
                         position: Position::$pos,
                         kind: Kind::$kind,
@@ -544,5 +548,19 @@ mod tests {
             [0x0d, 0x0e, 0x0f, 0x10, 0x11, 0x12, 0xd1].map(Opcode),
             "READ responses, ACKNOWLEDGE, ATOMIC ACKNOWLEDGE, SR_ACKNOWLEDGE"
         );
+    }
+
+    /// The header length kept in the table is what the headers add up to, for every opcode.
+    #[test]
+    fn every_opcodes_header_len_is_its_headers_bytes() {
+        for op in 0..=255u8 {
+            if let Ok(info) = Opcode(op).info() {
+                assert_eq!(
+                    usize::from(info.header_len),
+                    info.headers.len(),
+                    "{op:#04x}"
+                );
+            }
+        }
     }
 }

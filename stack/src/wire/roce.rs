@@ -12,7 +12,7 @@ use super::ext::{
 };
 use super::icrc::{self, ICRC_LEN};
 use super::ip::{IpRepr, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr};
-use super::opcode::{Headers, Position};
+use super::opcode::{Headers, OpcodeInfo, Position};
 use super::udp::{UdpPacket, UdpRepr, ROCEV2_PORT, UDP_LEN};
 
 /// Which integrity checks the receive path performs. Drivers whose NIC already verified a
@@ -202,7 +202,7 @@ impl RoceRepr {
         let bth = BthRepr::parse(&BthPacket::new_unchecked(roce))?;
         let info = bth.opcode.info()?;
         let body = &roce[BTH_LEN..];
-        let hdr_len = info.headers.len();
+        let hdr_len = usize::from(info.header_len);
         need(body, hdr_len, Layer::ExtHeaders)?;
         let ext = parse_ext(info.headers, &body[..hdr_len]);
 
@@ -287,7 +287,11 @@ impl RoceRepr {
     /// Bytes of all headers, Ethernet through the last extension header. An opcode ferroce
     /// does not speak counts no extension headers.
     pub fn header_len(&self) -> usize {
-        let ext = self.bth.opcode.info().map_or(0, |i| i.headers.len());
+        let ext = self
+            .bth
+            .opcode
+            .info()
+            .map_or(0, |i| usize::from(i.header_len));
         self.eth.header_len() + self.ip.header_len() + UDP_LEN + BTH_LEN + ext
     }
 
@@ -302,8 +306,9 @@ impl RoceRepr {
     /// registered memory). The BTH pad count is derived from `payload_len`, the lengths and
     /// checksums are computed, and the ICRC is appended. No allocation.
     pub fn emit(&self, buf: &mut [u8], emit_payload: impl FnOnce(&mut [u8])) -> Result<usize> {
-        let total = self.buffer_len();
-        let head = self.emit_headers(buf, total)?;
+        let info = self.bth.opcode.info()?;
+        let total = self.frame_len_with(info);
+        let head = self.emit_headers(buf, total, total, info)?;
         let buf = &mut buf[..total];
         let eth_len = self.eth.header_len();
         let pad_at = head + self.payload_len;
@@ -327,7 +332,9 @@ impl RoceRepr {
         tail: &mut [u8; 7],
         icrc_payload: impl FnOnce(&mut icrc::IcrcState),
     ) -> Result<(usize, usize)> {
-        let n = self.emit_headers(head, self.header_len())?;
+        let info = self.bth.opcode.info()?;
+        let total = self.frame_len_with(info);
+        let n = self.emit_headers(head, self.header_len(), total, info)?;
         let eth_len = self.eth.header_len();
         let mut crc =
             icrc::IcrcState::start(&head[eth_len - icrc::LRH_STAND_IN..n], self.ip.version());
@@ -339,18 +346,34 @@ impl RoceRepr {
         Ok((n, pad + ICRC_LEN))
     }
 
-    /// Writes every header (lengths and checksums for a payload of `payload_len` bytes) into
-    /// the front of `buf`, after checking it holds the `needed` bytes the caller will write;
-    /// returns where the payload starts.
-    fn emit_headers(&self, buf: &mut [u8], needed: usize) -> Result<usize> {
+    /// [`buffer_len`](Self::buffer_len) with the opcode's facts at hand.
+    fn frame_len_with(&self, info: &OpcodeInfo) -> usize {
+        self.eth.header_len()
+            + self.ip.header_len()
+            + UDP_LEN
+            + BTH_LEN
+            + usize::from(info.header_len)
+            + self.payload_len
+            + usize::from(pad_for(self.payload_len))
+            + ICRC_LEN
+    }
+
+    /// Writes every header (lengths and checksums for a frame of `total` bytes, `info` being
+    /// its opcode's) into the front of `buf`, after checking it holds the `needed` bytes the
+    /// caller will write; returns where the payload starts.
+    fn emit_headers(
+        &self,
+        buf: &mut [u8],
+        needed: usize,
+        total: usize,
+        info: &OpcodeInfo,
+    ) -> Result<usize> {
         if buf.len() < needed {
             return Err(Error::BufferTooSmall {
                 needed,
                 available: buf.len(),
             });
         }
-        let info = self.bth.opcode.info()?;
-        let total = self.buffer_len();
         let eth_len = self.eth.header_len();
         let ip_hlen = self.ip.header_len();
         let udp_payload = total - eth_len - ip_hlen - UDP_LEN;
@@ -381,7 +404,7 @@ impl RoceRepr {
         let mut bth = self.bth;
         bth.pad_count = pad_for(self.payload_len);
         bth.emit(&mut BthPacket::new_unchecked(&mut *roce));
-        let hdr_len = info.headers.len();
+        let hdr_len = usize::from(info.header_len);
         emit_ext(
             info.headers,
             &self.ext,
