@@ -289,15 +289,26 @@ impl Requester {
         (self.cur, self.cur_pkt) = self.locate(psn).unwrap_or((self.assigned, 0));
     }
 
-    /// Removes the front WQE (acknowledged or failed), keeping the cursor on the same WQE.
-    fn pop_front(&mut self) -> Option<SendWqe> {
-        let w = self.sq.pop_front()?;
+    /// Completes the front WQE (acknowledged) with `len` bytes and drops it where it lies:
+    /// popping it moved its 152 bytes out only to drop them, once per message.
+    fn retire_front(&mut self, cx: &mut QpContext, len: impl FnOnce(&SendWqe) -> u32) {
+        let Some(w) = self.sq.front() else {
+            return;
+        };
+        cx.push_send_completion(w, WcStatus::Success, len(w));
+        let (rd, cons) = (w.op.is_read_or_atomic(), w.op.consumes_recv());
+        self.forget_front(rd, cons);
+        self.sq.pop_front();
+    }
+
+    /// The bookkeeping of the front WQE leaving: what it held in flight, and the cursor.
+    fn forget_front(&mut self, read_or_atomic: bool, consumes_recv: bool) {
         if self.assigned > 0 {
             self.assigned -= 1;
-            if w.op.is_read_or_atomic() {
+            if read_or_atomic {
                 self.rd_atomic_inflight = self.rd_atomic_inflight.saturating_sub(1);
             }
-            if w.op.consumes_recv() {
+            if consumes_recv {
                 self.consumers_inflight = self.consumers_inflight.saturating_sub(1);
             }
         }
@@ -306,6 +317,12 @@ impl Requester {
         } else {
             self.cur_pkt = 0;
         }
+    }
+
+    /// Removes the front WQE (acknowledged or failed), keeping the cursor on the same WQE.
+    fn pop_front(&mut self) -> Option<SendWqe> {
+        let w = self.sq.pop_front()?;
+        self.forget_front(w.op.is_read_or_atomic(), w.op.consumes_recv());
         Some(w)
     }
 }
@@ -908,20 +925,14 @@ impl Requester {
                 if una != end {
                     break;
                 }
-                if let Some(w) = self.pop_front() {
-                    let len = if w.op.is_atomic() { 8 } else { w.len };
-                    cx.push_send_completion(&w, WcStatus::Success, len);
-                }
+                self.retire_front(cx, |w| if w.op.is_atomic() { 8 } else { w.len });
                 continue;
             }
             let last = w.last_psn();
             if last.before(limit) {
                 self.una = last.add(1);
                 moved = true;
-                if let Some(w) = self.pop_front() {
-                    let len = w.len;
-                    cx.push_send_completion(&w, WcStatus::Success, len);
-                }
+                self.retire_front(cx, |w| w.len);
                 continue;
             }
             if self.una.before(limit) {
