@@ -1041,15 +1041,11 @@ impl RawQueuePair {
             return r.post_send(wrs);
         }
         let max = self.eth_mtu + 18;
+        let (state, caps) = (self.state(), self.shared.caps);
         let r = self.with(|raw, mem, _| {
             for (index, wr) in wrs.iter().enumerate() {
                 let fail = |error| PostFailure { index, error };
-                if wr.opcode != ferroce_stack::transport::WrOpcode::Send {
-                    return Err(fail(PostError::UnsupportedOpcode {
-                        opcode: wr.opcode,
-                        qp_type: QpType::Ud,
-                    }));
-                }
+                crate::engine::raw::check_send(state, &caps, wr, max).map_err(fail)?;
                 let signaled = wr
                     .flags
                     .contains(ferroce_stack::transport::SendFlags::SIGNALED);

@@ -219,6 +219,45 @@ impl FlowRule {
     }
 }
 
+/// What a raw packet QP refuses of `wr` at post time, before it looks at its queue: anything
+/// but a SEND, a send before RTS, more elements than its caps, a frame shorter than an
+/// Ethernet header or longer than `max_frame`. One home for the rules: the verbs API asks
+/// before it hands a WR to the engine, and a service's client asks before the WR goes into
+/// the ring.
+pub(crate) fn check_send(
+    state: QpState,
+    caps: &ferroce_stack::transport::QpCaps,
+    wr: &ferroce_stack::transport::SendWr<'_>,
+    max_frame: usize,
+) -> Result<(), PostError> {
+    use ferroce_stack::transport::{Payload, QpType, WrOpcode};
+    if wr.opcode != WrOpcode::Send {
+        return Err(PostError::UnsupportedOpcode {
+            opcode: wr.opcode,
+            qp_type: QpType::Ud,
+        });
+    }
+    if state != QpState::Rts {
+        return Err(PostError::InvalidState(state));
+    }
+    let len = match wr.payload {
+        Payload::Inline(b) => b.len(),
+        Payload::Sges(sges) => {
+            if sges.len() > caps.max_send_sge as usize {
+                return Err(PostError::TooManySges {
+                    got: sges.len(),
+                    max: caps.max_send_sge,
+                });
+            }
+            sges.iter().map(|s| s.length as usize).sum()
+        }
+    };
+    if !(14..=max_frame).contains(&len) {
+        return Err(PostError::FrameLength(len));
+    }
+    Ok(())
+}
+
 /// A frame a raw QP will send, read out of registered memory at post time.
 struct RawSend {
     wr_id: u64,

@@ -1108,7 +1108,7 @@ impl RemoteQp {
         for (index, wr) in wrs.enumerate() {
             let fail = |error| PostFailure { index, error };
             let checked = if self.raw {
-                check_raw_send(state, &self.caps, wr, self.max_frame)
+                crate::engine::raw::check_send(state, &self.caps, wr, self.max_frame)
             } else {
                 ferroce_stack::transport::check_send(state, self.qp_type, &self.caps, wr)
                     .map(|_| ())
@@ -1169,43 +1169,6 @@ impl RemoteQp {
         }
         refused.map_or(Ok(()), Err)
     }
-}
-
-/// What a raw packet QP refuses at post time (as `engine::raw` does): a send before RTS,
-/// anything but a SEND, more elements than its caps, a frame shorter than an Ethernet header
-/// or longer than the port's frames.
-fn check_raw_send(
-    state: QpState,
-    caps: &QpCaps,
-    wr: &SendWr<'_>,
-    max_frame: usize,
-) -> Result<(), PostError> {
-    use ferroce_stack::transport::{Payload, WrOpcode};
-    if state != QpState::Rts {
-        return Err(PostError::InvalidState(state));
-    }
-    if wr.opcode != WrOpcode::Send {
-        return Err(PostError::UnsupportedOpcode {
-            opcode: wr.opcode,
-            qp_type: QpType::Ud,
-        });
-    }
-    let len = match wr.payload {
-        Payload::Inline(b) => b.len(),
-        Payload::Sges(sges) => {
-            if sges.len() > caps.max_send_sge as usize {
-                return Err(PostError::TooManySges {
-                    got: sges.len(),
-                    max: caps.max_send_sge,
-                });
-            }
-            sges.iter().map(|s| s.length as usize).sum()
-        }
-    };
-    if !(14..=max_frame).contains(&len) {
-        return Err(PostError::FrameLength(len));
-    }
-    Ok(())
 }
 
 /// A flow rule of a raw QP in the service; dropping it destroys it.
