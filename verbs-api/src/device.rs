@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::JoinHandle;
 
 use ferroce_drivers::sim::{Fabric, Idle};
@@ -104,10 +104,26 @@ pub(crate) struct Device {
     /// Set on a device of a service (`ferroce serve`): its objects live there, and this
     /// device's own engine (over a plug, never started) carries nothing.
     pub(crate) remote: Option<crate::service::client::RemoteDevice>,
+    /// Each QP's packets when the balancer last looked (see [`Device::rebalance`]).
+    balance: Mutex<hashbrown::HashMap<u32, u64>>,
+    /// [`Device::balance_interval`] in ns; 0: never.
+    balance_every_ns: std::sync::atomic::AtomicU64,
 }
 
 /// Destroyed QPs whose counters a device keeps for its exports.
 pub(crate) const RETIRED_KEPT: usize = 64;
+
+/// How much busier than the idlest engine the busiest must be before a QP moves (see
+/// [`Device::rebalance`]).
+pub(crate) const BALANCE_RATIO: f64 = 1.5;
+
+/// The least difference, in packets per interval, between the busiest and the idlest engine
+/// for a move: below it, the load is too light to matter.
+pub(crate) const BALANCE_MIN_PACKETS: u64 = 1000;
+
+/// How often a multi-engine device's first engine thread evens its engines' load, unless
+/// told otherwise.
+pub(crate) const BALANCE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Device {
     pub(crate) fn new<P: Port + Send + 'static>(
@@ -166,6 +182,8 @@ impl Device {
             looped: std::sync::OnceLock::new(),
             retired: Mutex::new(std::collections::VecDeque::new()),
             remote: None,
+            balance: Mutex::new(hashbrown::HashMap::new()),
+            balance_every_ns: std::sync::atomic::AtomicU64::new(BALANCE_EVERY.as_nanos() as u64),
         })
     }
 
@@ -273,14 +291,100 @@ impl Device {
             });
         }
         let from = self.homes.owner(qpn);
+        if from == to {
+            return Ok(());
+        }
         let taken = self.engines[from].lock().core_mut().take_qp(qpn);
         let taken = taken.ok_or(crate::error::VerbsError::NoSuchQp(qpn))?;
         // Entered before the QP arrives: a post in between finds it on neither engine and
         // queues in its inbox, which the arrival rings for.
         self.homes.set(qpn, to);
-        self.engines[to].lock().core_mut().insert_qp(taken);
+        self.homes.left(from);
+        self.homes.arrived(to);
+        let mut engine = self.engines[to].lock();
+        engine.core_mut().insert_qp(taken, to);
+        drop(engine);
         self.engines[to].idle.wake();
         Ok(())
+    }
+
+    /// Evens the engines' load: each engine's QPs' packets since the last call are its
+    /// load (which also steers [`place_qp`](Self::place_qp)), and when the busiest engine
+    /// carried more than [`BALANCE_RATIO`] times the idlest's (and at least
+    /// [`BALANCE_MIN_PACKETS`] more), the one QP of the busiest whose move brings the two
+    /// closest together moves to the idlest. One move per call, so a QP that fills an
+    /// engine alone is not thrown back and forth; calls come every
+    /// [`balance interval`](Self::set_balance_interval) from the first engine's thread, or
+    /// from a program ([`Context::rebalance`](crate::Context::rebalance)). The move made:
+    /// (QP, from, to).
+    pub(crate) fn rebalance(&self) -> Option<(u32, usize, usize)> {
+        let engines = self.engines.len();
+        if engines < 2 || self.remote.is_some() {
+            return None;
+        }
+        let mut last = self.balance.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut seen = hashbrown::HashMap::new();
+        let mut load = vec![0u64; engines];
+        let mut qps: Vec<Vec<(u32, u64)>> = vec![Vec::new(); engines];
+        for (e, slot) in self.engines.iter().enumerate() {
+            let counters = slot.lock().core().qp_counters_all();
+            for (qpn, c) in counters {
+                let packets = c.tx_packets + c.rx_packets;
+                let delta = packets.saturating_sub(last.get(&qpn).copied().unwrap_or(0));
+                seen.insert(qpn, packets);
+                load[e] += delta;
+                qps[e].push((qpn, delta));
+            }
+        }
+        *last = seen;
+        drop(last);
+        self.homes.set_load(&load);
+        let busiest = (0..engines).max_by_key(|&e| load[e])?;
+        let idlest = (0..engines).min_by_key(|&e| load[e])?;
+        let (hi, lo) = (load[busiest], load[idlest]);
+        if hi < lo.saturating_add(BALANCE_MIN_PACKETS) || (hi as f64) < BALANCE_RATIO * lo as f64 {
+            return None;
+        }
+        // The QP whose packets come closest to half the gap; only a move that lowers the
+        // busier of the two engines is made.
+        let half = (hi - lo) / 2;
+        let (qpn, d) = qps[busiest]
+            .iter()
+            .copied()
+            .filter(|&(qpn, d)| d > 0 && qpn != ferroce_stack::wire::mad::GSI_QPN)
+            .min_by_key(|&(_, d)| d.abs_diff(half))?;
+        if (lo + d).max(hi - d) >= hi {
+            return None;
+        }
+        self.move_qp(qpn, idlest).ok()?;
+        tracing::debug!(
+            qpn,
+            from = busiest,
+            to = idlest,
+            packets = d,
+            "qp moved to even the engines' load"
+        );
+        Some((qpn, busiest, idlest))
+    }
+
+    /// How often the first engine's thread evens the engines' load (see
+    /// [`rebalance`](Self::rebalance)); `None` stops it.
+    pub(crate) fn set_balance_interval(&self, every: Option<std::time::Duration>) {
+        let ns = every.map_or(0, |d| d.as_nanos().clamp(1, u64::MAX as u128) as u64);
+        self.balance_every_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// The balance interval, if any.
+    pub(crate) fn balance_interval(&self) -> Option<std::time::Duration> {
+        match self.balance_every_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(std::time::Duration::from_nanos(ns)),
+        }
+    }
+
+    /// The QPs on each engine.
+    pub(crate) fn engine_qp_counts(&self) -> Vec<usize> {
+        self.homes.qp_counts()
     }
 
     /// Destroys QP `qpn`: out of its engine and the engine table (and loopback's).
@@ -294,7 +398,11 @@ impl Device {
             e.core_mut().remove_qp(qpn);
             last
         };
+        let engine = self.homes.owner(qpn);
         self.homes.forget(qpn);
+        if last.is_some() {
+            self.homes.left(engine);
+        }
         if let Some(c) = last {
             let mut r = self.retired.lock().unwrap_or_else(|p| p.into_inner());
             if r.len() == RETIRED_KEPT {
@@ -478,6 +586,31 @@ impl Device {
         }
     }
 
+    /// A number for a new QP, and the engine it is to live on: the least-loaded one (see
+    /// [`QpEngines::place`]), counted there. The number is drawn so that the engine is the
+    /// one it starts on; when other threads take the numbers that would be (it is drawn a
+    /// few times at most), the QP is entered in the table instead.
+    pub(crate) fn place_qp(&self) -> (u32, usize) {
+        let engines = self.homes.len();
+        if engines == 1 {
+            self.homes.arrived(0);
+            return (self.next_qpn(), 0);
+        }
+        let engine = self.homes.place();
+        let mut qpn = self.next_qpn();
+        for _ in 0..4 * engines {
+            if self.homes.starts_on(qpn, engine) {
+                break;
+            }
+            qpn = self.next_qpn();
+        }
+        if !self.homes.starts_on(qpn, engine) {
+            self.homes.set(qpn, engine);
+        }
+        self.homes.arrived(engine);
+        (qpn, engine)
+    }
+
     pub(crate) fn next_id(&self) -> u32 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
@@ -504,6 +637,49 @@ impl Device {
                 true
             }
         }
+    }
+}
+
+/// A poll of a CQ on a multi-engine device turns the engines of the CQ's QPs every time and
+/// the others on every this-many-th poll of the thread: a frame that receive-side scaling put
+/// on another engine's queue reaches the QP when that engine hands it on, and a thread that
+/// polls only its own engines' CQs (one per core) keeps off the others' cache lines.
+const OTHER_ENGINES_EVERY: u32 = 64;
+
+impl Device {
+    /// [`progress`](Self::progress) for a poll of `cq`: see [`OTHER_ENGINES_EVERY`].
+    pub(crate) fn progress_for(&self, cq: &crate::engine::CqShared) -> bool {
+        let mask = cq.engines.load(Ordering::Relaxed);
+        if self.engines.len() == 1 || mask == 0 || self.sim.is_some() {
+            return self.progress();
+        }
+        thread_local! {
+            static POLLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+        }
+        let others = POLLS.with(|n| {
+            let v = n.get().wrapping_add(1);
+            n.set(v);
+            v.is_multiple_of(OTHER_ENGINES_EVERY)
+        });
+        let threaded = self.threaded.load(Ordering::Acquire);
+        for (i, slot) in self.engines.iter().enumerate() {
+            let mine = mask & (1 << i.min(63)) != 0;
+            match (mine, threaded) {
+                (_, true) if mine || others => {
+                    slot.turn_if_free();
+                }
+                (true, false) => {
+                    slot.lock().poll();
+                }
+                (false, false) if others => {
+                    if let Some(mut e) = slot.try_lock() {
+                        e.poll();
+                    }
+                }
+                _ => {}
+            }
+        }
+        true
     }
 }
 

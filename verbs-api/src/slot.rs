@@ -153,6 +153,9 @@ enum Bedtime {
 /// runs with it, the others under 60 µs.
 const WOKEN_SLICE: Duration = Duration::from_micros(100);
 
+/// Turns of an engine thread between calls of its periodic work (see [`EngineSlot::run`]).
+const EVERY_TURNS: u32 = 1024;
+
 /// How long an engine thread sleeps when another thread holds its engine (see
 /// [`EngineSlot::run`]).
 const BUSY_SLEEP: Duration = Duration::from_micros(200);
@@ -264,7 +267,10 @@ impl EngineSlot {
     /// frame arrives, the next QP deadline, or another thread's wakeup. A port without a
     /// descriptor (DPDK), or an engine that shares its port's queues with others, is polled
     /// without sleeping (yielding when idle).
-    pub(crate) fn run(&self, stop: &AtomicBool, shares_port: bool) {
+    ///
+    /// `every` is called every [`EVERY_TURNS`] turns and after each sleep, outside the
+    /// engine's lock (the first engine's thread evens its device's load there).
+    pub(crate) fn run(&self, stop: &AtomicBool, shares_port: bool, every: &mut dyn FnMut()) {
         // Every port's descriptor, and the wakeup's: a multi-port engine sleeps on all.
         let fds: Option<Vec<_>> = {
             let e = self.lock();
@@ -288,7 +294,12 @@ impl EngineSlot {
             let _ = ferroce_drivers::wait::request_short_slice(WOKEN_SLICE);
         }
         let mut idle = 0u32;
+        let mut turns = 0u32;
         while !stop.load(Ordering::Acquire) {
+            turns = turns.wrapping_add(1);
+            if turns.is_multiple_of(EVERY_TURNS) {
+                every();
+            }
             // Never wait for the lock: a thread holding it is turning the engine, doing what
             // this thread would (and a blocked engine thread costs the holder a futex wake).
             let mut work = self.try_lock().map_or(0, |mut e| e.poll());
@@ -348,6 +359,7 @@ impl EngineSlot {
                 let missed = bounded && !woken && e.poll() > 0;
                 e.core_mut().count_sleep(missed);
             }
+            every();
             idle = 0;
         }
         self.idle.sleeper.store(false, Ordering::Release);

@@ -1,5 +1,6 @@
 //! Engine threads: one per engine of a device, each turning its engine until told to stop,
-//! pinned to a CPU when the device names cores.
+//! pinned to a CPU when the device names cores. The first engine's thread of a multi-engine
+//! device also evens the engines' load now and then (`Device::rebalance`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -44,7 +45,23 @@ pub(crate) fn start(dev: &Arc<Device>) -> Result<(), VerbsError> {
             let _ = ready.send(Ok(()));
             let slot = &dev.engines[index];
             slot.lock().port_mut().thread_started();
-            slot.run(&flag, dev.engines.len() > 1);
+            let mut every: Box<dyn FnMut()> = if index == 0 && dev.engines.len() > 1 {
+                let mut next = std::time::Instant::now();
+                let dev = dev.clone();
+                Box::new(move || {
+                    let Some(interval) = dev.balance_interval() else {
+                        return;
+                    };
+                    let now = std::time::Instant::now();
+                    if now >= next {
+                        next = now + interval;
+                        dev.rebalance();
+                    }
+                })
+            } else {
+                Box::new(|| {})
+            };
+            slot.run(&flag, dev.engines.len() > 1, &mut *every);
             slot.lock().port_mut().thread_stopped();
         });
         match spawned {

@@ -443,6 +443,30 @@ impl Context {
         self.dev.progress()
     }
 
+    /// Evens the load of a multi-engine device's engines once (see [`set_balance_interval`]
+    /// (Self::set_balance_interval) for when it happens by itself): when the busiest engine's
+    /// QPs carried more than 1.5 times the packets of the idlest's since the last call, the
+    /// QP whose move brings them closest together moves to the idlest, with everything it
+    /// holds. The move made, as (QPN, from, to).
+    pub fn rebalance(&self) -> Option<(Qpn, usize, usize)> {
+        self.dev
+            .rebalance()
+            .map(|(qpn, from, to)| (Qpn::new(qpn), from, to))
+    }
+
+    /// How often the engine threads of a multi-engine device even its engines' load (every
+    /// 100 ms unless set; `None`: never, as for a program that places its QPs itself).
+    pub fn set_balance_interval(&self, every: Option<std::time::Duration>) {
+        self.dev.set_balance_interval(every);
+    }
+
+    /// How many QPs live on each engine of the device. A new QP goes to the engine whose
+    /// QPs carried the fewest packets in the last balance interval, then to the one with the
+    /// fewest QPs.
+    pub fn engine_qp_counts(&self) -> Vec<usize> {
+        self.dev.engine_qp_counts()
+    }
+
     /// Hands the loop to an engine thread: from now on posts and polls never run the engine
     /// on the caller's thread. Not for simulated devices, whose virtual clock the caller
     /// drives.
@@ -901,7 +925,7 @@ impl ProtectionDomain {
         if self.remote.is_some() {
             return self.create_remote(qp_type, caps, send_cq, recv_cq, None);
         }
-        let qpn = self.ctx.dev.next_qpn();
+        let (qpn, engine) = self.ctx.dev.place_qp();
         let mut config = QpConfig::new(Qpn::new(qpn), qp_type, self.id);
         config.caps = caps;
         let has_srq = srq.is_some();
@@ -914,6 +938,8 @@ impl ProtectionDomain {
         shared.has_srq = has_srq;
         shared.events = self.ctx.dev.events.clone();
         let shared = Arc::new(shared);
+        send_cq.shared.serves_engine(engine);
+        recv_cq.shared.serves_engine(engine);
         self.ctx.dev.slot(qpn).lock().core_mut().add_qp(
             qp,
             shared.clone(),
@@ -1364,7 +1390,7 @@ impl CompletionQueue {
             return r.poll(out, max);
         }
         if self.shared.queue.is_empty() {
-            self.ctx.dev.progress();
+            self.ctx.dev.progress_for(&self.shared);
         }
         let mut n = 0;
         while n < max {
@@ -1393,7 +1419,7 @@ impl CompletionQueue {
             return one.pop().map(|wc| (wc, self.ctx.now()));
         }
         if self.shared.queue.is_empty() {
-            self.ctx.dev.progress();
+            self.ctx.dev.progress_for(&self.shared);
         }
         self.shared.queue.pop()
     }

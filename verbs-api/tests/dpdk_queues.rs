@@ -141,13 +141,22 @@ fn mad_on_another_engines_queue(ctx: &Context, queues: u32) {
 
     let pd = ctx.alloc_pd();
     let cq = ctx.create_cq(64, None);
-    let ud = (0..queues * 2)
+    // Kept while they are looked through: a QP dropped frees its engine's place for the next.
+    let mut uds: Vec<QueuePair> = (0..queues)
         .map(|_| {
             pd.create_qp(QpType::Ud, QpCaps::default(), &cq, &cq)
                 .unwrap()
         })
-        .find(|q| q.qpn().value() % queues != 0)
+        .collect();
+    let at = uds
+        .iter()
+        .position(|q| q.engine() != 0)
         .expect("a UD QP on an engine other than the first");
+    assert_eq!(
+        uds[at].engine(),
+        uds[at].qpn().value() as usize % queues as usize
+    );
+    let ud = uds.swap_remove(at);
     for (state, mask) in [
         (
             QpState::Init,

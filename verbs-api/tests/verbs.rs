@@ -538,6 +538,161 @@ fn a_qp_moved_between_engines_mid_transfer_loses_nothing() {
     ));
 }
 
+/// QPs go to the least-loaded engine, and the balancer moves one off an engine busier than
+/// the others: four RC pairs between two-engine devices alternate between the engines;
+/// SENDs on the two pairs of engine 0 only make it the busiest of each device, and
+/// `rebalance` in the middle of the stream moves one QP of each device to engine 1 with its
+/// requests and ACKs on their way. Every SEND arrives once, in order, with its payload.
+#[test]
+fn the_balancer_moves_a_qp_off_a_busy_engine_and_loses_nothing() {
+    let (ca, cb) = pipe_pair_queues(4200, 2);
+    let pairs: Vec<(End, End)> = (0..4)
+        .map(|_| {
+            let (a, b) = (end(&ca, 1 << 20, QpType::Rc), end(&cb, 1 << 20, QpType::Rc));
+            wire(&a, &b);
+            (a, b)
+        })
+        .collect();
+    let engines = |side: fn(&(End, End)) -> &End| -> Vec<usize> {
+        pairs.iter().map(|p| side(p).qp.engine()).collect()
+    };
+    assert_eq!(engines(|p| &p.0), [0, 1, 0, 1]);
+    assert_eq!(engines(|p| &p.1), [0, 1, 0, 1]);
+    assert_eq!(ca.engine_qp_counts(), [2, 2]);
+    // Nothing carried yet: nothing to even.
+    assert_eq!(ca.rebalance(), None);
+    assert_eq!(cb.rebalance(), None);
+
+    let busy = [&pairs[0], &pairs[2]];
+    let n = 800u64;
+    let data: Vec<u8> = (0..n as u32 * 256).map(|i| (i * 13 + 5) as u8).collect();
+    for (k, (a, b)) in busy.iter().enumerate() {
+        assert!(a.mr.write(0, &data));
+        for i in 0..n {
+            b.qp.post_recv(&[RecvWr {
+                wr_id: i,
+                sg_list: &[b.mr.sge(256 * i as usize, 256)],
+            }])
+            .unwrap();
+        }
+        assert_eq!(a.qp.engine(), 0, "busy pair {k}");
+    }
+    let (mut got_a, mut got_b) = (vec![Vec::new(); 2], vec![Vec::new(); 2]);
+    let mut moved = (None, None);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for i in 0..n {
+        for (k, (a, b)) in busy.iter().enumerate() {
+            let s = [a.mr.sge(256 * i as usize, 256)];
+            let wr = SendWr::new(i, WrOpcode::SendWithImm, Payload::Sges(&s)).imm(i as u32);
+            while let Err(e) = a.qp.post_send(&[wr]) {
+                assert!(matches!(e.error, PostError::QueueFull(_)), "{e}");
+                a.cq.poll(&mut got_a[k], 64);
+                b.cq.poll(&mut got_b[k], 64);
+                assert!(Instant::now() < deadline, "stuck at WR {i} of pair {k}");
+            }
+            a.cq.poll(&mut got_a[k], 64);
+            b.cq.poll(&mut got_b[k], 64);
+        }
+        if i == n / 2 {
+            moved = (ca.rebalance(), cb.rebalance());
+        }
+    }
+    while got_b.iter().chain(&got_a).any(|g| g.len() < n as usize) && Instant::now() < deadline {
+        for (k, (a, b)) in busy.iter().enumerate() {
+            a.cq.poll(&mut got_a[k], 64);
+            b.cq.poll(&mut got_b[k], 64);
+        }
+    }
+    // One QP of each device moved from engine 0 to engine 1: one of the busy pairs'.
+    let busy_qpns = |side: fn(&(End, End)) -> &End| -> Vec<_> {
+        busy.iter().map(|p| side(p).qp.qpn()).collect()
+    };
+    let (Some((qa, 0, 1)), Some((qb, 0, 1))) = moved else {
+        panic!("no move, or not off engine 0: {moved:?}");
+    };
+    assert!(busy_qpns(|p| &p.0).contains(&qa), "{qa:?}");
+    assert!(busy_qpns(|p| &p.1).contains(&qb), "{qb:?}");
+    assert_eq!(ca.engine_qp_counts(), [1, 3]);
+    assert_eq!(cb.engine_qp_counts(), [1, 3]);
+    assert_eq!(
+        busy.iter().map(|p| p.0.qp.engine()).sum::<usize>(),
+        1,
+        "one busy QP of a on each engine"
+    );
+    for k in 0..2 {
+        assert_eq!(got_a[k].len(), n as usize, "pair {k}");
+        assert!(got_a[k].iter().all(|c| c.status == WcStatus::Success));
+        assert_eq!(got_b[k].len(), n as usize, "pair {k}");
+        assert!(
+            got_b[k]
+                .iter()
+                .enumerate()
+                .all(|(i, c)| c.wr_id == i as u64 && c.imm_data == i as u32 && c.byte_len == 256),
+            "pair {k}: a receive out of order, twice, or of the wrong length"
+        );
+        let mut landed = vec![0u8; data.len()];
+        assert!(busy[k].1.mr.read(0, &mut landed));
+        assert!(landed == data, "pair {k}: payload differs");
+    }
+    // The last interval's load steers placement: engine 1 carried nothing then, so a new
+    // QP goes there although it has more QPs.
+    let extra = end(&ca, 4096, QpType::Rc);
+    assert_eq!(extra.qp.engine(), 1);
+    assert_eq!(
+        ca.port_counters().rx_unknown_qp + cb.port_counters().rx_unknown_qp,
+        0
+    );
+}
+
+/// With engine threads, the first engine's thread evens the load by itself every balance
+/// interval: WRITEs on two pairs of engine 0 until a QP of each device has moved.
+#[test]
+fn engine_threads_even_the_load_by_themselves() {
+    let (ca, cb) = pipe_pair_queues(1500, 2);
+    let pairs: Vec<(End, End)> = (0..4)
+        .map(|_| {
+            let (a, b) = (end(&ca, 4096, QpType::Rc), end(&cb, 4096, QpType::Rc));
+            wire(&a, &b);
+            (a, b)
+        })
+        .collect();
+    for c in [&ca, &cb] {
+        c.set_balance_interval(Some(Duration::from_millis(20)));
+        c.start_engine_thread().unwrap();
+    }
+    let busy = [&pairs[0], &pairs[2]];
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut posted = 0u64;
+    while ca.engine_qp_counts() != [1, 3] || cb.engine_qp_counts() != [1, 3] {
+        assert!(
+            Instant::now() < deadline,
+            "no move: {:?} {:?}",
+            ca.engine_qp_counts(),
+            cb.engine_qp_counts()
+        );
+        for (a, b) in busy {
+            let s = [a.mr.sge(0, 64)];
+            let wr = SendWr::new(posted, WrOpcode::Write, Payload::Sges(&s))
+                .remote(b.mr.addr(), b.mr.rkey());
+            if a.qp.post_send(&[wr]).is_ok() {
+                posted += 1;
+            }
+            a.cq.poll(&mut got, 64);
+        }
+    }
+    while got.len() < posted as usize {
+        assert!(Instant::now() < deadline, "{} of {posted}", got.len());
+        for (a, _) in busy {
+            a.cq.poll(&mut got, 64);
+        }
+    }
+    assert!(got.iter().all(|c| c.status == WcStatus::Success));
+    for c in [&ca, &cb] {
+        c.stop_engine_thread();
+    }
+}
+
 /// A device with two ports (two rails between two simulated hosts): the connection exchange
 /// carries both ports' addresses, each QP gets the peer's second port as its alternate path,
 /// and when rail 1's link fails in the middle of a WRITE stream with FETCH_ADDs among it the

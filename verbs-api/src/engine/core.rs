@@ -329,11 +329,14 @@ impl EngineCore {
         self.ep.qps.remove(qpn).map(TakenQp)
     }
 
-    /// Serves a QP taken from another engine of the device. Its next turn here settles it
+    /// Serves a QP taken from another engine of the device (this is engine `engine`, which
+    /// its CQs now turn when polled). Its next turn here settles it
     /// (arming its timer on this wheel), and its doorbell rings here in case a poster rang
     /// the old engine while the QP was on its way: the inbox travels with the QP.
-    pub(crate) fn insert_qp(&mut self, TakenQp(mut slot): TakenQp) {
+    pub(crate) fn insert_qp(&mut self, TakenQp(mut slot): TakenQp, engine: usize) {
         let qpn = slot.qp.qpn().value();
+        slot.send_cq.serves_engine(engine);
+        slot.recv_cq.serves_engine(engine);
         slot.armed = None;
         slot.active = true;
         slot.shared.ring(&self.doorbells);

@@ -33,6 +33,10 @@ pub(crate) struct CqShared {
     /// hand a program its completions, and their events, in the order they were made across
     /// its CQs (a program waiting on one channel for two CQs relies on it).
     pub(crate) order: Option<Arc<std::sync::atomic::AtomicU64>>,
+    /// The engines of the device whose QPs complete here, a bit each (engine 63 stands for
+    /// itself and every later one): those a poll of this CQ turns first (see
+    /// [`Device::progress_for`](crate::device::Device::progress_for)).
+    pub(crate) engines: std::sync::atomic::AtomicU64,
 }
 
 impl CqShared {
@@ -47,7 +51,14 @@ impl CqShared {
             events: EventSink::default(),
             remote: None,
             order: None,
+            engines: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Notes that a QP on engine `engine` completes here.
+    pub(crate) fn serves_engine(&self, engine: usize) {
+        self.engines
+            .fetch_or(1 << engine.min(63), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// This CQ, reporting its overrun to `events`.

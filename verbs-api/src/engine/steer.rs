@@ -2,7 +2,7 @@
 //! ([`QpEngines`]), and the inboxes through which one engine hands another a frame that
 //! arrived on its queue for a QP it does not hold ([`Steer`]).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use crossbeam::queue::ArrayQueue;
@@ -19,21 +19,86 @@ const STEER_INBOX: usize = 4096;
 /// do) is entered in a table. Every post and, on a multi-engine device, every received frame
 /// asks; while no QP has moved the answer costs one atomic load and a division, as before QPs
 /// could move, and after a move a read lock and a lookup.
+///
+/// A new QP goes to the least-loaded engine ([`place`](Self::place)): its number is drawn
+/// so that `qpn % engines` names that engine, and the hot paths keep their division.
 #[derive(Debug)]
 pub(crate) struct QpEngines {
     engines: usize,
     /// Entries in `moved_to`: zero keeps the lock off the hot paths.
     moved: AtomicUsize,
     moved_to: RwLock<HashMap<u32, usize>>,
+    /// QPs on each engine.
+    qps: Box<[AtomicUsize]>,
+    /// Packets each engine's QPs carried in the balancer's last interval (see
+    /// [`Device::rebalance`](crate::device::Device::rebalance)).
+    load: Box<[AtomicU64]>,
 }
 
 impl QpEngines {
     /// The table of a device with `engines` engines, no QP moved.
     pub(crate) fn new(engines: usize) -> Self {
+        let engines = engines.max(1);
         Self {
-            engines: engines.max(1),
+            engines,
             moved: AtomicUsize::new(0),
             moved_to: RwLock::new(HashMap::new()),
+            qps: (0..engines).map(|_| AtomicUsize::new(0)).collect(),
+            load: (0..engines).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// How many engines there are.
+    pub(crate) fn len(&self) -> usize {
+        self.engines
+    }
+
+    /// The engine a new QP should live on: the least loaded, counting each engine's
+    /// packets in the balancer's last interval plus an average QP's share for every QP it
+    /// holds (so QPs created since, which carried nothing yet, count; with no load yet it is
+    /// the engine with the fewest QPs), the first of equals.
+    pub(crate) fn place(&self) -> usize {
+        let load: Vec<u64> = self
+            .load
+            .iter()
+            .map(|l| l.load(Ordering::Relaxed))
+            .collect();
+        let qps: Vec<u64> = self
+            .qps
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed) as u64)
+            .collect();
+        let per_qp = (load.iter().sum::<u64>() / qps.iter().sum::<u64>().max(1)).max(1);
+        (0..self.engines)
+            .min_by_key(|&e| load[e].saturating_add(qps[e].saturating_mul(per_qp)))
+            .unwrap_or(0)
+    }
+
+    /// True when QP `qpn` starts on `engine` without an entry in the table.
+    pub(crate) fn starts_on(&self, qpn: u32, engine: usize) -> bool {
+        self.first(qpn) == engine
+    }
+
+    /// Counts a QP that came to `engine` (created or moved there).
+    pub(crate) fn arrived(&self, engine: usize) {
+        self.qps[engine].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a QP that left `engine` (destroyed or moved away).
+    pub(crate) fn left(&self, engine: usize) {
+        let _ = self.qps[engine]
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+
+    /// QPs on each engine.
+    pub(crate) fn qp_counts(&self) -> Vec<usize> {
+        self.qps.iter().map(|n| n.load(Ordering::Relaxed)).collect()
+    }
+
+    /// Records each engine's packets in the balancer's last interval.
+    pub(crate) fn set_load(&self, load: &[u64]) {
+        for (slot, &l) in self.load.iter().zip(load) {
+            slot.store(l, Ordering::Relaxed);
         }
     }
 
