@@ -5,7 +5,7 @@
 use core::net::IpAddr;
 
 use crate::wire::{
-    BthRepr, Ecn, EthernetRepr, ExtHeaders, IpRepr, Ipv4Repr, Ipv6Repr, MacAddr, Opcode, Psn, Qpn,
+    BthRepr, Ecn, EthernetRepr, HeaderImage, IpRepr, Ipv4Repr, Ipv6Repr, MacAddr, Opcode, Psn, Qpn,
     RoceRepr, VlanTag, DEFAULT_PKEY, ETHERTYPE_IPV4,
 };
 
@@ -83,59 +83,43 @@ impl AddressVector {
         };
         let mut bth = BthRepr::new(Opcode::RC_ACKNOWLEDGE, dest_qpn, Psn::new(0));
         bth.pkey = DEFAULT_PKEY;
-        Template {
-            eth: EthernetRepr {
-                dst: self.dmac,
-                src: self.smac,
-                vlan: self.vlan,
-                ethertype: ETHERTYPE_IPV4,
-            },
-            ip,
-            udp_src_port,
-            bth,
-        }
+        let eth = EthernetRepr {
+            dst: self.dmac,
+            src: self.smac,
+            vlan: self.vlan,
+            ethertype: ETHERTYPE_IPV4,
+        };
+        Template(HeaderImage::new(&eth, &ip, udp_src_port, &bth))
     }
 }
 
-/// What every packet on one path shares: addressing and the BTH fields fixed at RTR.
+/// What every packet on one path shares: addressing and the BTH fields fixed at RTR,
+/// rendered to bytes once ([`HeaderImage`]), which each packet copies and patches.
 /// Extension headers and lengths are per packet, so they are not kept: a connected QP holds
 /// one of these, and an idle QP's footprint counts (`benches/transport.rs`).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Template {
-    eth: EthernetRepr,
-    ip: IpRepr,
-    udp_src_port: u16,
-    bth: BthRepr,
-}
+pub(crate) struct Template(HeaderImage);
 
 impl Template {
     /// The UDP source port every packet on this path leaves from.
     pub(crate) fn udp_src_port(&self) -> u16 {
-        self.udp_src_port
+        self.0.udp_src_port()
     }
 
     /// The source MAC and address packets on this path leave from.
     pub(crate) fn source(&self) -> (MacAddr, IpAddr) {
-        let ip = match self.ip {
-            IpRepr::V4(v4) => IpAddr::V4(v4.src),
-            IpRepr::V6(v6) => match v6.src.to_ipv4_mapped() {
-                Some(v4) => IpAddr::V4(v4),
-                None => IpAddr::V6(v6.src),
-            },
-        };
-        (self.eth.src, ip)
+        self.0.source()
     }
 
     /// The frame headers, no extension header, no payload.
     pub(crate) fn repr(&self) -> RoceRepr {
-        RoceRepr {
-            eth: self.eth,
-            ip: self.ip,
-            udp_src_port: self.udp_src_port,
-            bth: self.bth,
-            ext: ExtHeaders::default(),
-            payload_len: 0,
-        }
+        self.0.repr()
+    }
+
+    /// The rendered headers.
+    #[inline]
+    pub(crate) fn image(&self) -> &HeaderImage {
+        &self.0
     }
 }
 

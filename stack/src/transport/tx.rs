@@ -10,7 +10,7 @@
 use smallvec::SmallVec;
 
 use super::mr::MemSpan;
-use crate::wire::{icrc::IcrcState, RoceRepr, SplitFrame};
+use crate::wire::{icrc::IcrcState, ExtHeaders, HeaderImage, PacketFields, SplitFrame};
 
 /// One frame from the transport.
 #[derive(Debug)]
@@ -61,19 +61,30 @@ impl Transmit<'_> {
     }
 }
 
-/// Emits `r` with its payload left in `payload`.
+/// Emits packet `p` of the path `image` renders, with extension headers `ext` and its
+/// `payload_len` payload bytes left in `payload`.
 pub(crate) fn emit_split<'m>(
-    r: &RoceRepr,
+    image: &HeaderImage,
+    p: &PacketFields,
+    ext: &ExtHeaders,
+    payload_len: usize,
     buf: &mut [u8],
     payload: SmallVec<[MemSpan<'m>; 2]>,
 ) -> Option<TxOut<'m>> {
     let mut tail = [0u8; 7];
-    let (head_len, tail_len) = r
-        .emit_split(buf, &mut tail, |crc: &mut IcrcState| {
-            for s in &payload {
-                s.icrc_update(crc);
-            }
-        })
+    let (head_len, tail_len) = image
+        .emit_split(
+            buf,
+            &mut tail,
+            p,
+            ext,
+            payload_len,
+            |crc: &mut IcrcState| {
+                for s in &payload {
+                    s.icrc_update(crc);
+                }
+            },
+        )
         .ok()?;
     Some(TxOut::Split(SplitFrame {
         head_len,

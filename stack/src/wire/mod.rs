@@ -18,6 +18,7 @@ mod ethernet;
 mod ext;
 pub(crate) mod field;
 pub mod icrc;
+mod image;
 mod ip;
 pub mod mad;
 mod opcode;
@@ -40,6 +41,7 @@ pub use ext::{
     RethRepr, SackEthPacket, SackEthRepr, Syndrome, CNP_RESERVED_LEN,
 };
 pub use field::BeField;
+pub use image::{HeaderImage, PacketFields};
 pub use ip::{
     internet_checksum, Ecn, IpRepr, Ipv4Packet, Ipv4Repr, Ipv6Packet, Ipv6Repr, IPV4_LEN, IPV6_LEN,
     IP_PROTO_UDP,

@@ -453,7 +453,7 @@ fn parse_ext(headers: Headers, h: &[u8]) -> ExtHeaders {
 }
 
 /// Writes the headers `headers` names from `ext` into `h`; `None` when one is missing.
-fn emit_ext(headers: Headers, ext: &ExtHeaders, h: &mut [u8]) -> Option<()> {
+pub(super) fn emit_ext(headers: Headers, ext: &ExtHeaders, h: &mut [u8]) -> Option<()> {
     let mut at = 0;
     macro_rules! put {
         ($flag:ident, $field:ident, $packet:ident, $repr:ident) => {

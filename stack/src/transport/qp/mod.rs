@@ -1291,6 +1291,19 @@ impl QpContext {
         self.ext.as_ref()?.paths.as_ref()
     }
 
+    /// Packet `opcode` with `psn` on the QP's path, as a responder sends it: no solicited
+    /// event, no AckReq, from the path's UDP source port.
+    #[inline]
+    pub(crate) fn fields(&self, opcode: Opcode, psn: Psn) -> crate::wire::PacketFields {
+        crate::wire::PacketFields {
+            opcode,
+            solicited: false,
+            ack_req: false,
+            psn,
+            udp_src_port: self.template.udp_src_port(),
+        }
+    }
+
     /// The header template with the BTH fields of one packet set.
     pub(crate) fn repr(&self, opcode: Opcode, psn: Psn, payload_len: usize) -> RoceRepr {
         let mut r = self.template.repr();

@@ -24,8 +24,8 @@ use crate::transport::timers::{rnr_timer_ns, Timer, TimerTable, RNR_RETRY_INFINI
 use crate::transport::tx::{self, TxOut};
 use crate::transport::wr::{SendFlags, WcStatus, WrOpcode};
 use crate::wire::{
-    AtomicEthRepr, DethRepr, IethRepr, ImmDtRepr, Kind, NakCode, Opcode, Position, Psn, RethRepr,
-    RocePacket, SackEthRepr, Suffix, Syndrome, Transport,
+    AtomicEthRepr, DethRepr, ExtHeaders, IethRepr, ImmDtRepr, Kind, NakCode, Opcode, PacketFields,
+    Position, Psn, RethRepr, RocePacket, SackEthRepr, Suffix, Syndrome, Transport,
 };
 pub(crate) use responses::Responses;
 
@@ -634,34 +634,36 @@ impl Requester {
         let placing_write = cx.qp_type == QpType::Rc
             && matches!(w.op, WrOpcode::Write | WrOpcode::WriteWithImm)
             && self.sacks.is_some();
-        // The frame's headers, filled in place: the extension headers go straight into the
-        // repr rather than through a copy (176 bytes each way, on every packet).
-        let (transport, mut r) = match (cx.qp_type, w.ud.as_deref()) {
+        // The frame: the path's rendered headers, patched, and the extension headers,
+        // filled here and written straight into the frame.
+        let mut ext = ExtHeaders::default();
+        let ud_template;
+        let (transport, template) = match (cx.qp_type, w.ud.as_deref()) {
             (QpType::Ud, Some(ud)) => {
                 let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
                     cx.attr.qkey
                 } else {
                     ud.remote_qkey
                 };
-                let mut r = ud.av.template(ud.remote_qpn, sport).repr();
-                r.ext.deth = Some(DethRepr {
+                ud_template = ud.av.template(ud.remote_qpn, sport);
+                ext.deth = Some(DethRepr {
                     qkey,
                     src_qp: cx.qpn,
                 });
-                (Transport::Ud, r)
+                (Transport::Ud, &ud_template)
             }
-            (QpType::Uc, _) => (Transport::Uc, cx.template.repr()),
+            (QpType::Uc, _) => (Transport::Uc, &cx.template),
             // ferroce's SR_RDMA_WRITE_* opcodes.
-            _ if placing_write => (Transport::Manufacturer, cx.template.repr()),
-            _ => (Transport::Rc, cx.template.repr()),
+            _ if placing_write => (Transport::Manufacturer, &cx.template),
+            _ => (Transport::Rc, &cx.template),
         };
         let off = pkt * mtu;
         let mut plen = (w.len - off.min(w.len)).min(mtu);
         let (kind, pos, suffix) = match w.op {
             WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => {
                 match w.op {
-                    WrOpcode::SendWithImm if last => r.ext.imm_dt = Some(ImmDtRepr { imm: w.imm }),
-                    WrOpcode::SendWithInv if last => r.ext.ieth = Some(IethRepr { rkey: w.imm }),
+                    WrOpcode::SendWithImm if last => ext.imm_dt = Some(ImmDtRepr { imm: w.imm }),
+                    WrOpcode::SendWithInv if last => ext.ieth = Some(IethRepr { rkey: w.imm }),
                     _ => {}
                 }
                 let suffix = match w.op {
@@ -674,20 +676,20 @@ impl Requester {
             WrOpcode::Write | WrOpcode::WriteWithImm => {
                 let imm = w.op == WrOpcode::WriteWithImm;
                 if placing_write {
-                    r.ext.reth = Some(RethRepr {
+                    ext.reth = Some(RethRepr {
                         va: w.remote_addr.wrapping_add(u64::from(off)),
                         rkey: w.rkey,
                         dma_len: w.len,
                     });
                 } else if matches!(pos, Position::First | Position::Only) {
-                    r.ext.reth = Some(RethRepr {
+                    ext.reth = Some(RethRepr {
                         va: w.remote_addr,
                         rkey: w.rkey,
                         dma_len: w.len,
                     });
                 }
                 if imm && last {
-                    r.ext.imm_dt = Some(ImmDtRepr { imm: w.imm });
+                    ext.imm_dt = Some(ImmDtRepr { imm: w.imm });
                 }
                 let suffix = if imm && last {
                     Suffix::Immediate
@@ -699,7 +701,7 @@ impl Requester {
             WrOpcode::Read => {
                 // A re-issued READ asks only for what is still missing (§9.7.5.1.5).
                 let left = w.len - off.min(w.len);
-                r.ext.reth = Some(RethRepr {
+                ext.reth = Some(RethRepr {
                     va: w.remote_addr.wrapping_add(u64::from(off)),
                     rkey: w.rkey,
                     dma_len: left.min(read_pkts.saturating_mul(mtu)),
@@ -709,7 +711,7 @@ impl Requester {
             }
             WrOpcode::CmpSwp | WrOpcode::FetchAdd => {
                 let cas = w.op == WrOpcode::CmpSwp;
-                r.ext.atomic_eth = Some(AtomicEthRepr {
+                ext.atomic_eth = Some(AtomicEthRepr {
                     va: w.remote_addr,
                     rkey: w.rkey,
                     swap_add: if cas { w.swap } else { w.compare_add },
@@ -724,7 +726,7 @@ impl Requester {
                 (kind, Position::Only, Suffix::Plain)
             }
             WrOpcode::AtomicWrite => {
-                r.ext.reth = Some(RethRepr {
+                ext.reth = Some(RethRepr {
                     va: w.remote_addr,
                     rkey: w.rkey,
                     dma_len: 8,
@@ -736,26 +738,29 @@ impl Requester {
             WrOpcode::LocalInv | WrOpcode::BindMw => return Err(WcStatus::LocQpOpErr),
         };
         // Posting refused what a transport cannot carry (a UD WRITE, a UC READ).
-        r.bth.opcode = Opcode::compose(transport, kind, pos, suffix).ok_or(WcStatus::LocQpOpErr)?;
-        super::set_psn(&mut r, psn);
-        r.bth.solicited = last && w.flags.contains(SendFlags::SOLICITED);
-        r.bth.ack_req = cx.qp_type == QpType::Rc
-            && (last || ack_req || psn.value() % ACK_REQ_EVERY == ACK_REQ_EVERY - 1);
-        r.udp_src_port = sport;
-        r.payload_len = plen as usize;
+        let fields = PacketFields {
+            opcode: Opcode::compose(transport, kind, pos, suffix).ok_or(WcStatus::LocQpOpErr)?,
+            solicited: last && w.flags.contains(SendFlags::SOLICITED),
+            ack_req: cx.qp_type == QpType::Rc
+                && (last || ack_req || psn.value() % ACK_REQ_EVERY == ACK_REQ_EVERY - 1),
+            psn,
+            udp_src_port: sport,
+        };
         let pd = cx.pd;
+        let image = template.image();
         if let WqeData::Sges(s) = &w.data {
             if plen as usize >= split_min {
                 let spans = sg::spans(mem, pd, s, u64::from(off), plen as usize)
                     .map_err(|_| WcStatus::LocProtErr)?;
-                let out = tx::emit_split(&r, buf, spans).ok_or(WcStatus::LocLenErr)?;
+                let out = tx::emit_split(image, &fields, &ext, plen as usize, buf, spans)
+                    .ok_or(WcStatus::LocLenErr)?;
                 self.sent(cx, now, psn, out.len(), path, retrans);
                 return Ok(out);
             }
         }
         let mut failed = false;
-        let n = r
-            .emit(buf, |dst| match &w.data {
+        let n = image
+            .emit(buf, &fields, &ext, plen as usize, |dst| match &w.data {
                 WqeData::Inline(bytes) => {
                     dst.copy_from_slice(&bytes[off as usize..off as usize + dst.len()]);
                 }

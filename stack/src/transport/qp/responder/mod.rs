@@ -1067,15 +1067,19 @@ impl Responder {
         } else {
             cx.counters.naks_sent += 1;
         }
-        let mut r = cx.repr(Opcode::RC_ACKNOWLEDGE, psn, 0);
-        r.ext = ExtHeaders {
+        let ext = ExtHeaders {
             aeth: Some(AethRepr {
                 syndrome: syndrome.to_byte(),
                 msn: self.msn,
             }),
             ..ExtHeaders::default()
         };
-        r.emit(buf, |_| {}).ok().map(TxOut::Whole)
+        let fields = cx.fields(Opcode::RC_ACKNOWLEDGE, psn);
+        cx.template
+            .image()
+            .emit(buf, &fields, &ext, 0, |_| {})
+            .ok()
+            .map(TxOut::Whole)
     }
 
     fn emit_reply<'m>(
@@ -1094,13 +1098,17 @@ impl Responder {
         match reply.kind {
             ReplyKind::Atomic { orig } => {
                 self.replies.pop_front();
-                let mut r = cx.repr(Opcode::RC_ATOMIC_ACKNOWLEDGE, reply.psn, 0);
-                r.ext = ExtHeaders {
+                let ext = ExtHeaders {
                     aeth: Some(aeth),
                     atomic_ack_eth: Some(AtomicAckEthRepr { orig_data: orig }),
                     ..ExtHeaders::default()
                 };
-                r.emit(buf, |_| {}).ok().map(TxOut::Whole)
+                let fields = cx.fields(Opcode::RC_ATOMIC_ACKNOWLEDGE, reply.psn);
+                cx.template
+                    .image()
+                    .emit(buf, &fields, &ext, 0, |_| {})
+                    .ok()
+                    .map(TxOut::Whole)
             }
             ReplyKind::Read {
                 va,
@@ -1118,32 +1126,39 @@ impl Responder {
                     (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
                 };
                 let psn = reply.psn.add(sent / mtu);
-                let mut r = cx.repr(opcode, psn, plen as usize);
+                let mut fields = cx.fields(opcode, psn);
                 if self.ooo.is_some() {
                     // The requester places responses in any order: they take the paths
                     // requests take, and a response sent again takes another.
-                    r.udp_src_port = cx
+                    fields.udp_src_port = cx
                         .path
                         .select(cx.base_path(), psn, reply.duplicate)
                         .udp_src_port;
                 }
+                let mut ext = ExtHeaders::default();
                 if opcode != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
-                    r.ext.aeth = Some(aeth);
+                    ext.aeth = Some(aeth);
                 }
                 let pd = cx.pd;
                 let at = va.wrapping_add(u64::from(sent));
-                let n = if plen as usize >= split_min {
-                    mem.span(rkey, pd, at, plen as usize, Access::REMOTE_READ)
+                let image = cx.template.image();
+                let plen_bytes = plen as usize;
+                let n = if plen_bytes >= split_min {
+                    mem.span(rkey, pd, at, plen_bytes, Access::REMOTE_READ)
                         .ok()
-                        .and_then(|s| tx::emit_split(&r, buf, smallvec::smallvec![s]))
+                        .and_then(|s| {
+                            let spans = smallvec::smallvec![s];
+                            tx::emit_split(image, &fields, &ext, plen_bytes, buf, spans)
+                        })
                 } else {
                     let mut read = Ok(());
-                    r.emit(buf, |dst| {
-                        read = mem.read(rkey, pd, at, dst, Access::REMOTE_READ)
-                    })
-                    .ok()
-                    .filter(|_| read.is_ok())
-                    .map(TxOut::Whole)
+                    image
+                        .emit(buf, &fields, &ext, plen_bytes, |dst| {
+                            read = mem.read(rkey, pd, at, dst, Access::REMOTE_READ)
+                        })
+                        .ok()
+                        .filter(|_| read.is_ok())
+                        .map(TxOut::Whole)
                 };
                 if n.is_none() {
                     // The region went away under a READ in progress.

@@ -323,8 +323,7 @@ impl Responder {
         }
         self.ack_pending = false;
         cx.counters.acks_sent += 1;
-        let mut r = cx.repr(Opcode::SR_ACKNOWLEDGE, epsn.sub(1), 0);
-        r.ext = ExtHeaders {
+        let ext = ExtHeaders {
             aeth: Some(AethRepr {
                 syndrome: Syndrome::Ack { credits }.to_byte(),
                 msn: self.msn,
@@ -332,6 +331,11 @@ impl Responder {
             sack_eth: Some(sack),
             ..ExtHeaders::default()
         };
-        r.emit(buf, |_| {}).ok().map(TxOut::Whole)
+        let fields = cx.fields(Opcode::SR_ACKNOWLEDGE, epsn.sub(1));
+        cx.template
+            .image()
+            .emit(buf, &fields, &ext, 0, |_| {})
+            .ok()
+            .map(TxOut::Whole)
     }
 }
