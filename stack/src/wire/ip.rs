@@ -178,6 +178,7 @@ pub struct Ipv4Repr {
 impl Ipv4Repr {
     /// Validates a checked view against RoCEv2's rules and the frame's length; returns the
     /// header and the UDP datagram it carries (trailing Ethernet padding cut off).
+    #[inline]
     pub fn parse<'a>(p: &Ipv4Packet<&'a [u8]>, verify_checksum: bool) -> Result<(Self, &'a [u8])> {
         if p.version() != 4 {
             return Err(Error::IpVersion(p.version()));

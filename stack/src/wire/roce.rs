@@ -145,6 +145,7 @@ struct Outer<'a> {
 }
 
 impl<'a> Outer<'a> {
+    #[inline(always)]
     fn parse(frame: &'a [u8], checks: Checks) -> Result<Self> {
         let eth_view = EthernetFrame::new_checked(frame)?;
         let eth = EthernetRepr::parse(&eth_view);
