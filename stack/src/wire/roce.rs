@@ -426,6 +426,18 @@ impl RoceRepr {
 /// Reads the headers in `h` (exactly `headers.len()` bytes) in wire order.
 fn parse_ext(headers: Headers, h: &[u8]) -> ExtHeaders {
     let mut ext = ExtHeaders::default();
+    // The sets most packets carry, read without asking after each kind of header in turn.
+    if headers == Headers::NONE {
+        return ext;
+    }
+    if headers == Headers::RETH {
+        ext.reth = Some(RethRepr::parse(&RethPacket::new_unchecked(h)));
+        return ext;
+    }
+    if headers == Headers::AETH {
+        ext.aeth = Some(AethRepr::parse(&AethPacket::new_unchecked(h)));
+        return ext;
+    }
     let mut at = 0;
     macro_rules! take {
         ($flag:ident, $field:ident, $packet:ident, $repr:ident) => {
@@ -455,6 +467,18 @@ fn parse_ext(headers: Headers, h: &[u8]) -> ExtHeaders {
 
 /// Writes the headers `headers` names from `ext` into `h`; `None` when one is missing.
 pub(super) fn emit_ext(headers: Headers, ext: &ExtHeaders, h: &mut [u8]) -> Option<()> {
+    // The sets most packets carry (see `parse_ext`).
+    if headers == Headers::NONE {
+        return Some(());
+    }
+    if headers == Headers::RETH {
+        ext.reth?.emit(&mut RethPacket::new_unchecked(h));
+        return Some(());
+    }
+    if headers == Headers::AETH {
+        ext.aeth?.emit(&mut AethPacket::new_unchecked(h));
+        return Some(());
+    }
     let mut at = 0;
     macro_rules! put {
         ($flag:ident, $field:ident, $packet:ident, $repr:ident) => {
