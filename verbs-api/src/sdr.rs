@@ -450,12 +450,17 @@ impl SdrQp {
         if inner.tx.poll_timeout().is_some_and(|t| t <= now) {
             inner.tx.handle_timeout(now);
         }
+        // Two generations' QPs each paced to the link would together send at twice its
+        // rate, so a paced SDR QP keeps one busy at a time; unpaced, both drain through the
+        // same port as fast as it goes, and waiting for one to empty before the other
+        // starts leaves the port idle in between.
+        let paced = self.config.pace_gbps.is_some();
         if let Some(region) = inner.peer_region {
             // A few chunks ahead, all on one generation's QP (see next_generation).
             while let Some(g) = inner.tx.next_generation() {
                 let out: u32 = inner.chunks_out.iter().sum();
                 let others = out - inner.chunks_out[usize::from(g)];
-                if out >= AHEAD_CHUNKS || others > 0 {
+                if out >= AHEAD_CHUNKS || (paced && others > 0) {
                     break;
                 }
                 let Some(c) = inner.tx.poll_transmit(now, &mem) else {
