@@ -68,14 +68,15 @@ impl Msn {
     }
 }
 
-mod field {
-    pub(super) const OPCODE: usize = 0;
-    pub(super) const FLAGS: usize = 1;
-    pub(super) const PKEY: usize = 2;
-    pub(super) const RESV8A: usize = 4;
-    pub(super) const DEST_QP: usize = 5;
-    pub(super) const ACK_REQ: usize = 8;
-    pub(super) const PSN: usize = 9;
+/// Byte offsets in a BTH (the header image patches these too).
+pub(super) mod field {
+    pub(in crate::wire) const OPCODE: usize = 0;
+    pub(in crate::wire) const FLAGS: usize = 1;
+    pub(in crate::wire) const PKEY: usize = 2;
+    pub(in crate::wire) const RESV8A: usize = 4;
+    pub(in crate::wire) const DEST_QP: usize = 5;
+    pub(in crate::wire) const ACK_REQ: usize = 8;
+    pub(in crate::wire) const PSN: usize = 9;
 }
 
 /// Bytes of a BTH.

@@ -8,25 +8,15 @@
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use super::bth::field as bth;
 use super::field::BeField;
 use super::icrc::{self, ICRC_LEN};
-use super::roce::emit_ext;
+use super::roce::{emit_ext, finish_frame, finish_split};
 use super::{
     pad_for, BthRepr, Ecn, Error, EthernetRepr, ExtHeaders, IpRepr, Ipv4Repr, Ipv6Repr, MacAddr,
     Opcode, Psn, Qpn, Result, RoceRepr, UdpRepr, VlanTag, BTH_LEN, ETHERNET_LEN, IPV4_LEN,
     IPV6_LEN, ROCEV2_PORT, UDP_LEN, VLAN_TAG_LEN,
 };
-
-/// Offsets in the BTH.
-mod bth {
-    pub(super) const OPCODE: usize = 0;
-    pub(super) const FLAGS: usize = 1;
-    pub(super) const PKEY: usize = 2;
-    pub(super) const RESV8A: usize = 4;
-    pub(super) const DEST_QP: usize = 5;
-    pub(super) const ACK_REQ: usize = 8;
-    pub(super) const PSN: usize = 9;
-}
 
 /// The longest image: a tagged Ethernet header, IPv6 and the BTH. The UDP header is not
 /// kept: every field of it is the packet's or a constant, and an idle QP's bytes count.
@@ -319,11 +309,8 @@ impl HeaderImage {
         let buf = &mut buf[..total];
         let pad_at = head + payload_len;
         fill(&mut buf[head..pad_at]);
-        let icrc_at = pad_at + usize::from(pad_for(payload_len));
-        buf[pad_at..icrc_at].fill(0);
-        let input = &buf[usize::from(self.eth_len) - icrc::LRH_STAND_IN..icrc_at];
-        let crc = icrc::compute(input, self.ip_version());
-        icrc::write(crc, &mut buf[icrc_at..]);
+        let eth_len = usize::from(self.eth_len);
+        finish_frame(buf, eth_len, pad_at, payload_len, self.ip_version());
         Ok(total)
     }
 
@@ -343,14 +330,16 @@ impl HeaderImage {
         let needed = total - payload_len - usize::from(pad_for(payload_len)) - ICRC_LEN;
         let n = self.emit_headers(head, p, ext, payload_len, (needed, total))?;
         let eth_len = usize::from(self.eth_len);
-        let mut crc =
-            icrc::IcrcState::start(&head[eth_len - icrc::LRH_STAND_IN..n], self.ip_version());
-        icrc_payload(&mut crc);
-        let pad = usize::from(pad_for(payload_len));
-        tail[..pad].fill(0);
-        crc.update(&tail[..pad]);
-        icrc::write(crc.finish(), &mut tail[pad..]);
-        Ok((n, pad + ICRC_LEN))
+        let ip_version = self.ip_version();
+        let t = finish_split(
+            &head[..n],
+            eth_len,
+            tail,
+            payload_len,
+            ip_version,
+            icrc_payload,
+        );
+        Ok((n, t))
     }
 }
 

@@ -187,6 +187,44 @@ fn check_icrc(input: &[u8], ip_version: u8, found: u32) -> Result<()> {
     }
 }
 
+/// The end of a whole frame in `buf`, whose payload of `payload_len` bytes ends at `pad_at`:
+/// the pad, and the ICRC over the IP header (at `eth_len`) through the pad.
+#[inline(always)]
+pub(super) fn finish_frame(
+    buf: &mut [u8],
+    eth_len: usize,
+    pad_at: usize,
+    payload_len: usize,
+    ip_version: u8,
+) {
+    let icrc_at = pad_at + usize::from(pad_for(payload_len));
+    buf[pad_at..icrc_at].fill(0);
+    let input = &buf[eth_len - icrc::LRH_STAND_IN..icrc_at];
+    let crc = icrc::compute(input, ip_version);
+    icrc::write(crc, &mut buf[icrc_at..]);
+}
+
+/// The end of a frame written in two places: `head` holds its headers (the Ethernet header
+/// `eth_len` bytes), `icrc_payload` feeds the `payload_len` payload bytes to the ICRC, and the
+/// pad and ICRC go into `tail`; their count.
+#[inline(always)]
+pub(super) fn finish_split(
+    head: &[u8],
+    eth_len: usize,
+    tail: &mut [u8; 7],
+    payload_len: usize,
+    ip_version: u8,
+    icrc_payload: impl FnOnce(&mut icrc::IcrcState),
+) -> usize {
+    let mut crc = icrc::IcrcState::start(&head[eth_len - icrc::LRH_STAND_IN..], ip_version);
+    icrc_payload(&mut crc);
+    let pad = usize::from(pad_for(payload_len));
+    tail[..pad].fill(0);
+    crc.update(&tail[..pad]);
+    icrc::write(crc.finish(), &mut tail[pad..]);
+    pad + ICRC_LEN
+}
+
 /// Pad bytes that align a payload of `len` bytes to four.
 #[inline]
 pub const fn pad_for(len: usize) -> u8 {
@@ -311,14 +349,10 @@ impl RoceRepr {
         let total = self.frame_len_with(info);
         let head = self.emit_headers(buf, total, total, info)?;
         let buf = &mut buf[..total];
-        let eth_len = self.eth.header_len();
         let pad_at = head + self.payload_len;
         emit_payload(&mut buf[head..pad_at]);
-        let icrc_at = pad_at + usize::from(pad_for(self.payload_len));
-        buf[pad_at..icrc_at].fill(0);
-        let input = &buf[eth_len - icrc::LRH_STAND_IN..icrc_at];
-        let crc = icrc::compute(input, self.ip.version());
-        icrc::write(crc, &mut buf[icrc_at..]);
+        let eth_len = self.eth.header_len();
+        finish_frame(buf, eth_len, pad_at, self.payload_len, self.ip.version());
         Ok(total)
     }
 
@@ -337,14 +371,16 @@ impl RoceRepr {
         let total = self.frame_len_with(info);
         let n = self.emit_headers(head, self.header_len(), total, info)?;
         let eth_len = self.eth.header_len();
-        let mut crc =
-            icrc::IcrcState::start(&head[eth_len - icrc::LRH_STAND_IN..n], self.ip.version());
-        icrc_payload(&mut crc);
-        let pad = usize::from(pad_for(self.payload_len));
-        tail[..pad].fill(0);
-        crc.update(&tail[..pad]);
-        icrc::write(crc.finish(), &mut tail[pad..]);
-        Ok((n, pad + ICRC_LEN))
+        let ip_version = self.ip.version();
+        let t = finish_split(
+            &head[..n],
+            eth_len,
+            tail,
+            self.payload_len,
+            ip_version,
+            icrc_payload,
+        );
+        Ok((n, t))
     }
 
     /// [`buffer_len`](Self::buffer_len) with the opcode's facts at hand.
