@@ -346,57 +346,29 @@ impl HeaderImage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::{RethRepr, VlanTag};
+    use crate::wire::sample::{sample_repr, SampleAddr};
+    use crate::wire::RethRepr;
 
+    /// The sample frame's addressing over IPv4 and IPv6, with and without a VLAN tag, as a
+    /// template holds it: identification zero (each packet's is its PSN's low bits).
     fn reprs() -> Vec<RoceRepr> {
         let mut out = Vec::new();
-        for v6 in [false, true] {
-            for vlan in [
-                None,
-                Some(VlanTag {
-                    pcp: 3,
-                    dei: false,
-                    vid: 100,
-                }),
-            ] {
-                let eth = EthernetRepr {
-                    dst: MacAddr([2, 0, 0, 0, 0, 2]),
-                    src: MacAddr([2, 0, 0, 0, 0, 1]),
+        for ip_version in [4, 6] {
+            for vlan in [false, true] {
+                let addr = SampleAddr {
+                    ip_version,
                     vlan,
-                    ethertype: 0,
-                };
-                let ip = if v6 {
-                    IpRepr::V6(Ipv6Repr {
-                        src: "fe80::1".parse().unwrap(),
-                        dst: "::ffff:10.0.0.2".parse().unwrap(),
-                        dscp: 26,
-                        ecn: Ecn::Ect0,
-                        flow_label: 0x12345,
-                        hop_limit: 64,
-                    })
-                } else {
-                    IpRepr::V4(Ipv4Repr {
-                        src: Ipv4Addr::new(10, 0, 0, 1),
-                        dst: Ipv4Addr::new(10, 0, 0, 2),
-                        dscp: 26,
-                        ecn: Ecn::Ect1,
-                        ident: 0,
-                        dont_frag: true,
-                        ttl: 64,
-                    })
-                };
-                let mut bth =
-                    BthRepr::new(Opcode::RC_ACKNOWLEDGE, Qpn::new(0xab_cdef), Psn::new(0));
-                bth.pkey = 0xffff;
-                let mut r = RoceRepr {
-                    eth,
-                    ip,
                     udp_src_port: 0xc000,
-                    bth,
-                    ext: ExtHeaders::default(),
-                    payload_len: 0,
                 };
+                let mut r = sample_repr(Opcode::RC_ACKNOWLEDGE, addr, 0);
+                r.ext = ExtHeaders::default();
                 r.eth.ethertype = r.ip.ethertype();
+                r.bth.psn = Psn::new(0);
+                r.bth.ack_req = false;
+                r.bth.solicited = false;
+                if let IpRepr::V4(v4) = &mut r.ip {
+                    v4.ident = 0;
+                }
                 out.push(r);
             }
         }
