@@ -3,8 +3,9 @@
 #  1. on a veth pair between two namespaces: kernel TCP (iperf3, 64 KiB writes), ferroce's
 #     AF_PACKET driver, and ferroce over DPDK's net_af_packet, copy and zero-copy transmit;
 #  2. between two processes over net_memif: RC WRITE goodput at 64 KiB (copy and zero-copy),
-#     RC WRITE message rate at 64 B, and beside them the frame rate of a bare DPDK forwarder
-#     (dpdk-testpmd txonly -> rxonly, 64 B frames) on the same memif.
+#     SDR goodput at 64 KiB and its ratio to WRITE's, RC WRITE message rate at 64 B, and
+#     beside them the frame rate of a bare DPDK forwarder (dpdk-testpmd txonly -> rxonly,
+#     64 B frames) on the same memif and the ratio of the two (issue 38).
 # Installs dpdk-dev (for dpdk-testpmd) and builds the release CLI with the dpdk feature.
 #   scripts/bench-dpdk.sh [SECONDS]
 set -euo pipefail
@@ -54,19 +55,24 @@ dcopy=$(veth "$db" "$da" 1024 192.168.77.12)
 dzc=$(veth "$db zerocopy" "$da zerocopy" 1024 192.168.77.12)
 
 # 2. memif between two processes.
-memif() { # verb size extra-device-options perf-args...
+memif() { # verb size extra-device-options perf-args... (--iters N in them replaces the duration)
   local sock=/tmp/frb-memif-$tag.sock opt=$3 verb=$1 size=$2
   shift 3
+  local run=(--duration "$secs")
+  [ "${1:-}" = --iters ] && run=()
   rm -f "$sock"
   "$bin" perf "$verb" bw --device "dpdk:$(eal 1 s net_memif0,role=server,socket=$sock,socket-abstract=no) @10.1.0.2 $opt" \
-    --server --size "$size" --duration "$secs" --port 18601 --json "$@" >/dev/null &
+    --server --size "$size" "${run[@]}" --port 18601 --json "$@" >/dev/null &
   while [ ! -e "$sock" ]; do sleep 0.05; done
   "$bin" perf "$verb" bw --device "dpdk:$(eal 0 c net_memif0,role=client,socket=$sock,socket-abstract=no) @10.1.0.1 $opt" \
-    --connect 10.1.0.2 --size "$size" --duration "$secs" --port 18601 --json "$@"
+    --connect 10.1.0.2 --size "$size" "${run[@]}" --port 18601 --json "$@"
   wait
   rm -f "$sock"
 }
 m64k=$(memif write 65536 "" | gbps)
+# SDR against a plain WRITE stream of the same 64 KiB messages (perf sdr runs a number of
+# messages, not a duration: enough for about the same time).
+msdr=$(memif sdr 65536 "" --iters $((secs * 25000)) | gbps)
 m64kz=$(memif write 65536 zerocopy | gbps)
 m64=$(memif write 64 "" --tx-depth 512 | mmsg)
 sock=/tmp/frb-tp-$tag.sock
@@ -91,6 +97,8 @@ veth pair between two namespaces, RC WRITE 64 KiB (Gbit/s):
   ferroce DPDK net_af_packet, 1 KiB MTU, zero-copy $dzc
 net_memif between two processes:
   RC WRITE 64 KiB, copy / zero-copy (Gbit/s)     $m64k / $m64kz
+  SDR 64 KiB (Gbit/s), and against WRITE         $msdr  ($(python3 -c "print('%.2f' % ($msdr / $m64k))")x)
   RC WRITE 64 B (million messages/s)             $m64
   bare forwarder, testpmd txonly->rxonly 64 B (Mpps) $fwd
+  RC WRITE 64 B against the forwarder            $(python3 -c "print('%.3f' % ($m64 / $fwd))")x
 EOF
