@@ -1306,8 +1306,12 @@ unsafe fn copy_portable(src: *const u8, dst: *mut u8, len: usize) {
         }
         i += CHUNK;
     }
-    // SAFETY: the remaining `len - i` bytes are inside both ranges.
-    unsafe { core::ptr::copy(src.add(i), dst.add(i), len - i) };
+    if i < len {
+        // SAFETY: the remaining `len - i` bytes are inside both ranges. (Skipped when none
+        // remain: a call into memmove for nothing cost a 64-byte payload as much as its
+        // copy.)
+        unsafe { core::ptr::copy(src.add(i), dst.add(i), len - i) };
+    }
 }
 
 /// [`copy_bytes`] with AVX2, for `len >= 128`: one unaligned 32-byte move covers the
