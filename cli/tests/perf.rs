@@ -43,6 +43,15 @@ fn all_six_tests_verify_their_data() {
                 assert!(l("lat_min_us") <= l("lat_p50_us"));
                 assert!(l("lat_p50_us") <= l("lat_p99_us"));
                 assert!(l("lat_p99_us") <= l("lat_p999_us"));
+                // The histogram: every round trip in one log bucket, the fastest in the
+                // first, the slowest in the last.
+                let h = v["lat_histogram_ns"].as_array().unwrap();
+                let n = |r: &Value, i: usize| r[i].as_u64().unwrap();
+                assert_eq!(h.iter().map(|r| n(r, 2)).sum::<u64>(), 300, "{verb}: {h:?}");
+                let (first, last) = (&h[0], &h[h.len() - 1]);
+                let ns = |k: &str| (l(k) * 1e3).round() as u64;
+                assert!(n(first, 0) <= ns("lat_min_us") && ns("lat_min_us") < n(first, 1));
+                assert!(n(last, 0) <= ns("lat_max_us") && ns("lat_max_us") < n(last, 1));
             }
         }
     }

@@ -25,6 +25,7 @@ use serde_json::{json, Map, Value};
 
 use crate::Failure;
 
+mod histogram;
 mod net;
 mod sdr;
 
@@ -960,6 +961,7 @@ fn report(
             m.insert("lat_p99_us".into(), json!(pct(&sorted, 0.99)));
             m.insert("lat_p999_us".into(), json!(pct(&sorted, 0.999)));
             m.insert("lat_max_us".into(), json!(pct(&sorted, 1.0)));
+            m.insert("lat_histogram_ns".into(), histogram::log_buckets(&sorted));
         }
         if let Some(f) = &o.failed {
             obj.as_object_mut()
