@@ -154,6 +154,9 @@ pub(crate) fn start_dispatcher(dev: usize, cm: ConnectionManager) {
         .spawn(move || loop {
             if let Some(e) = cm.next_event(Duration::from_secs(1)) {
                 if let Ok(mut c) = cma() {
+                    // After the table's lock, as a program's thread that registers memory
+                    // holding it takes them: routing allocates, and no page may move under it.
+                    let _quiet = ferroce_verbs::service::quiet();
                     route(&mut c, dev, e);
                 }
             }

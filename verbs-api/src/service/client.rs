@@ -191,7 +191,11 @@ fn watch(inner: std::sync::Weak<Inner>, fd: std::os::fd::OwnedFd, events: std::o
             let mut b = [0u8; 8];
             let _ = rustix::io::read(&events, &mut b);
             match inner.upgrade() {
-                Some(i) => i.deliver_events(),
+                Some(i) => {
+                    // Its allocations stay off pages a registration is moving.
+                    let _quiet = super::registry::quiet();
+                    i.deliver_events();
+                }
                 None => return,
             }
         }

@@ -17,6 +17,7 @@ pub use client::{
     Client, RemoteChannel, RemoteCq, RemoteFlow, RemoteMr, RemotePd, RemoteQp, RemoteSrq,
     ServiceError,
 };
+pub use registry::{quiet, Quiet};
 pub use server::{ServeError, Service, ServiceCounters};
 
 /// Where programs find the service when `FERROCE_SERVICE` does not say.

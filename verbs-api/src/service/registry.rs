@@ -5,9 +5,10 @@
 //! one after another. A piece goes back to private memory when the last registration using
 //! it goes.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use ferroce_drivers::shm::{self, Adopted, ShmError, MAX_PIECES};
 
@@ -22,6 +23,46 @@ static PIECES: Mutex<BTreeMap<usize, Held>> = Mutex::new(BTreeMap::new());
 
 fn pieces() -> MutexGuard<'static, BTreeMap<usize, Held>> {
     PIECES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Held to write while pages move (`shm::adopt`, `shm::release`), and to read by this
+/// library's own threads (the service client's watcher, rdma_cm's dispatchers) while they
+/// work: a page that moves is copied and then mapped over, and a store into it in between
+/// is lost. A heap buffer's first and last pages hold malloc's own records and other
+/// allocations, which those threads' allocations and frees write; ucmatose through a service
+/// corrupted its heap that way in about 1 run in 25. A program's own threads are the
+/// program's business, as for any `ibv_reg_mr`.
+static QUIET: RwLock<()> = RwLock::new(());
+
+thread_local! {
+    /// This thread holds [`QUIET`] to read (a move on it must not wait for itself).
+    static READING: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Keeps registrations through a service from moving pages while the caller's thread
+/// touches the heap (see [`QUIET`]): for a library thread the program does not know of.
+pub struct Quiet(#[allow(dead_code)] RwLockReadGuard<'static, ()>);
+
+impl Drop for Quiet {
+    fn drop(&mut self) {
+        READING.with(|n| n.set(n.get() - 1));
+    }
+}
+
+/// See [`Quiet`].
+pub fn quiet() -> Quiet {
+    let guard = QUIET.read().unwrap_or_else(PoisonError::into_inner);
+    READING.with(|n| n.set(n.get() + 1));
+    Quiet(guard)
+}
+
+/// Held around a move: `None` on a thread that holds [`quiet`] itself (it cannot wait for
+/// its own guard; the move then goes ahead as it did before there was one).
+fn moving() -> Option<RwLockWriteGuard<'static, ()>> {
+    if READING.with(Cell::get) > 0 {
+        return None;
+    }
+    Some(QUIET.write().unwrap_or_else(PoisonError::into_inner))
 }
 
 fn page() -> usize {
@@ -88,8 +129,12 @@ impl Pages {
             let key = match piece {
                 Some(k) => k,
                 None => {
-                    // SAFETY: the caller's promise, for these pages (not moved before).
-                    match unsafe { shm::adopt(from as *mut u8, to - from, c"ferroce-mr") } {
+                    let still = moving();
+                    // SAFETY: the caller's promise, for these pages (not moved before); this
+                    // library's own threads are held off by `still`.
+                    let adopted = unsafe { shm::adopt(from as *mut u8, to - from, c"ferroce-mr") };
+                    drop(still);
+                    match adopted {
                         Ok(a) => {
                             held.insert(
                                 from,
@@ -105,6 +150,7 @@ impl Pages {
                             // Put back what this call moved.
                             for k in moved {
                                 if let Some(h) = held.remove(&k) {
+                                    let _still = moving();
                                     // SAFETY: pages this call moved, under its caller's promise.
                                     let _ = unsafe { shm::release(h.adopted) };
                                 }
@@ -153,7 +199,8 @@ impl Pages {
             });
             if last {
                 if let Some(h) = held.remove(&k) {
-                    // SAFETY: the caller's promise.
+                    let _still = moving();
+                    // SAFETY: the caller's promise; this library's threads are held off.
                     let _ = unsafe { shm::release(h.adopted) };
                 }
             }
