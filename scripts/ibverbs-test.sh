@@ -372,8 +372,9 @@ memif_pair() {
       c=0
       break
     fi
-    # Only a client that came before the server listened tries again.
-    grep -qiE "couldn't connect|unable to connect|connection refused" "$logs/$name.client" || break
+    # Only a client that came before the server listened tries again: for perftest's TCP,
+    # or for the memif socket (its file exists from the server's bind, before it listens).
+    grep -qiE "couldn't connect|unable to connect|connection refused|memif_connect_client\(\): failed to connect socket" "$logs/$name.client" || break
     sleep 0.2
   done
   local s=0
