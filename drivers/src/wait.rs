@@ -161,6 +161,66 @@ pub fn request_short_slice(slice: Duration) -> io::Result<()> {
     Ok(())
 }
 
+/// Puts the calling thread in the real-time class `SCHED_FIFO` at `priority` (1 is the
+/// lowest), reset to the normal class in any child it forks. A woken real-time thread runs at
+/// once, ahead of every normal thread, instead of waiting for a spinning thread's time slice
+/// to end. Needs CAP_SYS_NICE or an RLIMIT_RTPRIO at least `priority` (EPERM otherwise).
+///
+/// A real-time thread that never sleeps would keep its CPU from every normal thread until the
+/// kernel's real-time throttling (`sched_rt_runtime_us`, 95 % by default) stops it; the
+/// caller bounds its own running time (see [`leave_realtime`]).
+pub fn request_realtime(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: sched_setscheduler(0, ...) reads the live `param` above for the calling thread.
+    let rc = unsafe {
+        libc::sched_setscheduler(
+            0,
+            libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK,
+            &raw const param,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Puts the calling thread back in the normal class (it ran too long at real-time priority),
+/// with the short time slice [`request_short_slice`] asks for where the kernel grants it.
+pub fn leave_realtime(slice: Duration) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: as in `request_realtime`.
+    let rc = unsafe {
+        libc::sched_setscheduler(
+            0,
+            libc::SCHED_OTHER | libc::SCHED_RESET_ON_FORK,
+            &raw const param,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let _ = request_short_slice(slice);
+    Ok(())
+}
+
+/// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`): time it ran, not time it
+/// was runnable or asleep.
+pub fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the live `ts`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts) };
+    if rc < 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

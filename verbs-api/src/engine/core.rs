@@ -7,7 +7,6 @@ use hashbrown::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crossbeam::queue::SegQueue;
 use std::collections::VecDeque;
 
 use ferroce_stack::transport::{
@@ -16,6 +15,7 @@ use ferroce_stack::transport::{
 };
 use ferroce_stack::wire::Checks;
 
+use super::mailbox::Mailbox;
 use super::raw::{FlowRule, RawQp};
 use super::shared::{state_code, CqShared, Op, QpShared};
 use super::steer::Steer;
@@ -88,7 +88,7 @@ pub struct EngineCore {
     pub(super) ep: Endpoint<Slot>,
     pub(super) wheel: TimerWheel,
     pub(super) active: Vec<u32>,
-    pub(crate) doorbells: Arc<SegQueue<u32>>,
+    pub(crate) doorbells: Arc<Mailbox<u32>>,
     pub(super) frame: Box<[u8]>,
     pub(super) counters: PortCounters,
     pub(super) checks: Checks,
@@ -135,7 +135,7 @@ impl EngineCore {
             ep: Endpoint::with_links(MrTable::new(key_seed), links),
             wheel: TimerWheel::new(now),
             active: Vec::new(),
-            doorbells: Arc::new(SegQueue::new()),
+            doorbells: Arc::new(Mailbox::new()),
             frame: vec![0; 16 * 1024].into_boxed_slice(),
             counters: PortCounters::default(),
             checks,

@@ -64,11 +64,13 @@ ferroce_stack::counter_set! {
 mod core;
 pub(crate) mod gsi;
 pub(crate) mod looped;
+mod mailbox;
 pub mod raw;
 mod shared;
 mod steer;
 
 pub use self::core::EngineCore;
+pub(crate) use mailbox::Mailbox;
 pub(crate) use shared::{state_code, ChannelShared, CqShared, Op, OwnedSend, QpShared};
 pub(crate) use steer::{QpEngines, Steer};
 

@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crossbeam::queue::SegQueue;
+
+use super::mailbox::Mailbox;
 use ferroce_stack::transport::{QpCaps, QpState, QpType, Sge, WorkCompletion};
 use smallvec::SmallVec;
 
@@ -167,7 +169,7 @@ pub(crate) struct QpShared {
     pub(crate) qpn: u32,
     pub(crate) qp_type: QpType,
     pub(crate) caps: QpCaps,
-    pub(crate) inbox: SegQueue<Op>,
+    pub(crate) inbox: Mailbox<Op>,
     /// The QP's state as of the engine's last turn (or the last modify).
     pub(crate) state: AtomicU8,
     /// Slots in use in the send and receive queues: WRs reserved by a poster (on their way
@@ -191,7 +193,7 @@ impl QpShared {
             qpn,
             qp_type,
             caps,
-            inbox: SegQueue::new(),
+            inbox: Mailbox::new(),
             state: AtomicU8::new(state_code(QpState::Reset)),
             sq_used: AtomicU32::new(0),
             rq_used: AtomicU32::new(0),
@@ -216,7 +218,7 @@ impl QpShared {
 
     /// Queues `op` and rings the doorbell the engine watches; true when this post rang it
     /// (the inbox was not already waiting for a turn).
-    pub(crate) fn submit(&self, op: Op, doorbells: &SegQueue<u32>) -> bool {
+    pub(crate) fn submit(&self, op: Op, doorbells: &Mailbox<u32>) -> bool {
         self.inbox.push(op);
         let ring = !self.rung.swap(true, Ordering::AcqRel);
         if ring {
@@ -227,7 +229,7 @@ impl QpShared {
 
     /// Rings `doorbells` for this QP whatever the inbox holds: a QP arriving on another
     /// engine, whose old engine may have taken (and dropped) a doorbell meant for it.
-    pub(crate) fn ring(&self, doorbells: &SegQueue<u32>) {
+    pub(crate) fn ring(&self, doorbells: &Mailbox<u32>) {
         self.rung.store(true, Ordering::Release);
         doorbells.push(self.qpn);
     }
