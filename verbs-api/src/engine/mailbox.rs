@@ -2,13 +2,12 @@
 //!
 //! A lock-free queue that claims a slot before filling it (crossbeam's `SegQueue`, and any
 //! queue built that way) makes a reader that reaches a claimed, unfilled slot spin until the
-//! writer finishes; a writer that claims the end of a block spins likewise while another
-//! allocates the next. Between threads of one scheduling class that costs a few
-//! nanoseconds. An engine thread in the real-time class (slot.rs) that preempted such a
-//! writer on its CPU spins instead until the kernel moves the writer elsewhere or throttles
-//! real-time threads: measured, ib_write_lat round trips of 0.3–0.5 s. Here a writer holds
-//! a lock for the few instructions of its push; a reader that finds the lock held waits on
-//! it in the kernel, which runs the writer.
+//! writer finishes; a writer that claims the end of a block makes readers spin likewise while
+//! it allocates the next. Between threads of one scheduling class that costs nanoseconds. An
+//! engine thread in the real-time class (slot.rs) that preempted such a writer on its CPU
+//! would spin instead until the kernel moved the writer elsewhere or throttled real-time
+//! threads. Here a writer holds a lock for the few instructions of its push, and a reader that
+//! finds the lock held waits on it in the kernel, which runs the writer.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
