@@ -122,6 +122,16 @@ pub fn wait_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<boo
 /// thread's slice. It does not get more CPU: its share is unchanged, only cut finer. Older
 /// kernels refuse the request (an error the caller may ignore) and keep the default slice.
 pub fn request_short_slice(slice: Duration) -> io::Result<()> {
+    // SAFETY: getpriority takes no pointers. errno is not checked: -1 is a valid nice value,
+    // and a failure leaves 0, the default, which is what we would set anyway.
+    let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    request_nice(nice, slice)
+}
+
+/// Puts the calling thread in the normal class at `nice` (-20 to 19; below the thread's
+/// current value needs CAP_SYS_NICE or RLIMIT_NICE) with the time slice `slice` where the
+/// kernel takes one (Linux 6.12 and later; see [`request_short_slice`]).
+pub fn request_nice(nice: i32, slice: Duration) -> io::Result<()> {
     /// `struct sched_attr` (include/uapi/linux/sched/types.h), the fields up to
     /// `sched_util_max` (size 56).
     #[repr(C)]
@@ -137,9 +147,6 @@ pub fn request_short_slice(slice: Duration) -> io::Result<()> {
         util_min: u32,
         util_max: u32,
     }
-    // SAFETY: getpriority takes no pointers. errno is not checked: -1 is a valid nice value,
-    // and a failure leaves 0, the default, which is what we would set anyway.
-    let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
     let attr = SchedAttr {
         size: core::mem::size_of::<SchedAttr>() as u32,
         policy: libc::SCHED_OTHER as u32,

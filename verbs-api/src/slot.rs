@@ -155,37 +155,67 @@ const WOKEN_SLICE: Duration = Duration::from_micros(100);
 /// The window over which an engine thread measures how much CPU it uses (see [`Governor`]).
 const CLASS_WINDOW: Duration = Duration::from_millis(100);
 
-/// The share of a CPU above which an engine thread leaves the real-time class (see
-/// [`Governor`]): it is carrying a stream, where a scheduler's slice costs nothing (there is
-/// always work queued), and in the class it would keep its CPU from the program threads
-/// that feed it, and near the kernel's real-time throttling (95 % by default), which stops
-/// every real-time thread of the CPU for the rest of its period.
-const REALTIME_MAX_SHARE: f64 = 0.9;
+/// The share of a CPU above which a raised engine thread drops back (see [`Governor`]): it is
+/// carrying a stream, where a scheduler's slice costs nothing (there is always work queued),
+/// and raised it would keep its CPU from the program threads that feed it (in the real-time
+/// class, up to the kernel's real-time throttling, 95 % by default, which then stops every
+/// real-time thread of the CPU for the rest of its period).
+const RAISED_MAX_SHARE: f64 = 0.9;
 
-/// Keeps an engine thread in the real-time class (`SCHED_FIFO`) while that helps.
+/// How an engine thread that sleeps when idle asks the scheduler to run it when woken
+/// (`FERROCE_ENGINE_SCHED`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Raise {
+    /// The normal class at nice -20 (the default).
+    Nice,
+    /// The real-time class, `SCHED_FIFO` priority 1 (`fifo`).
+    Fifo,
+    /// Neither: nice 0 with a short slice (`normal`).
+    Off,
+}
+
+impl Raise {
+    fn from_env() -> Self {
+        match std::env::var("FERROCE_ENGINE_SCHED").as_deref() {
+            Ok("normal") => Self::Off,
+            Ok("fifo") => Self::Fifo,
+            _ => Self::Nice,
+        }
+    }
+}
+
+/// Keeps an engine thread raised above the programs' threads while that helps.
 ///
-/// Woken by a frame, a real-time thread runs at once, where a normal one waits out the slice
-/// of whatever spins on its CPU: ib_write_lat, whose programs spin on memory and never enter
-/// the library, showed a p99.9 of about 2 ms with normal engine threads and under 100 µs
-/// with real-time ones. The thread leaves the class when it used more than
-/// [`REALTIME_MAX_SHARE`] of a CPU over a [`CLASS_WINDOW`], and comes back below half that.
-/// CPU time, not time outside its sleeps: a thread whose sleeps all return at once (a
+/// An engine thread woken by a frame must run at once. At nice 0 it waits out the slice of
+/// whatever spins on its CPU: it uses 30–90 % of a CPU in a latency test (its sends carry the
+/// peer's receive path through a veth), more than its fair share beside spinning programs, so
+/// the scheduler holds it back for milliseconds. ib_write_lat, whose programs spin on memory
+/// and never enter the library, showed a p99.9 of about 2 ms so. Raised, it runs at once:
+/// - at nice -20 its fair share is nearly the whole CPU, and the normal class puts a woken
+///   thread on an idle CPU when there is one;
+/// - in the real-time class (`fifo`) it also runs at once, but a woken real-time thread stays
+///   on the CPU it last ran on, preempting a program spinning there while another CPU idles.
+///   ib_read_lat, whose server program sleeps, shows it: typical 28–33 µs with `fifo`, 9–10
+///   at nice -20 or nice 0.
+///
+/// The thread drops back (nice 0, or out of the real-time class) when it used more than
+/// [`RAISED_MAX_SHARE`] of a CPU over a [`CLASS_WINDOW`], and is raised again below half
+/// that. CPU time, not time outside its sleeps: a thread whose sleeps all return at once (a
 /// descriptor that stays readable) is running all the same.
 ///
-/// The class has a cost where a CPU is idle: a woken real-time thread stays on the CPU it
-/// last ran on, preempting a program spinning there, where a normal one would be put on the
-/// idle CPU. ib_read_lat, whose server program sleeps, shows it: its typical is 8 µs with
-/// normal engine threads and 8–29 µs with real-time ones. Tried and dropped: leaving the
-/// class while a program thread polls a CQ of the engine (ib_write_lat polls its send CQ, and
-/// its p99.9 went back to 2 ms).
+/// Tried and dropped: dropping back while a program thread polls a CQ of the engine (the
+/// program then receives the frames itself): ib_write_lat polls its send CQ too, and its
+/// p99.9 went back to 2 ms. Lower shares or shorter windows (40–60 % over 1–100 ms) dropped
+/// latency tests' engine threads back in mid-test, with the same result.
 ///
-/// Where the class is refused (no CAP_SYS_NICE, no RLIMIT_RTPRIO), or not wanted
-/// (`FERROCE_ENGINE_SCHED=normal`), the thread keeps the normal class with a short slice.
+/// Where raising is refused (no CAP_SYS_NICE; RLIMIT_NICE or RLIMIT_RTPRIO too low), or not
+/// wanted (`FERROCE_ENGINE_SCHED=normal`), the thread keeps nice 0 with a short slice.
 struct Governor {
-    /// The class is ours to choose (granted once).
-    realtime_allowed: bool,
-    in_realtime: bool,
-    /// The last window's CPU share was over [`REALTIME_MAX_SHARE`].
+    raise: Raise,
+    /// Raising was granted (once): the thread's class is ours to choose.
+    allowed: bool,
+    raised: bool,
+    /// The last window's CPU share was over [`RAISED_MAX_SHARE`].
     busy: bool,
     window: std::time::Instant,
     cpu: Duration,
@@ -193,19 +223,23 @@ struct Governor {
 
 impl Governor {
     fn new(sleeps: bool) -> Self {
-        let wanted =
-            sleeps && std::env::var_os("FERROCE_ENGINE_SCHED").is_none_or(|v| v != "normal");
-        let granted = wanted && ferroce_drivers::wait::request_realtime(1).is_ok();
-        if sleeps && !granted {
+        let raise = if sleeps {
+            Raise::from_env()
+        } else {
+            Raise::Off
+        };
+        let allowed = raise != Raise::Off && Self::lift(raise);
+        if sleeps && !allowed {
             // Refused before Linux 6.12; the thread then keeps the default slice.
             let _ = ferroce_drivers::wait::request_short_slice(WOKEN_SLICE);
         }
-        if wanted && !granted {
-            realtime_refused();
+        if raise != Raise::Off && !allowed {
+            raise_refused(raise);
         }
         Self {
-            realtime_allowed: granted,
-            in_realtime: granted,
+            raise,
+            allowed,
+            raised: allowed,
             busy: false,
             window: std::time::Instant::now(),
             cpu: ferroce_drivers::wait::thread_cpu_time(),
@@ -214,7 +248,7 @@ impl Governor {
 
     /// Looks at the window, if it is over: how much of it the thread ran.
     fn check(&mut self) {
-        if !self.realtime_allowed {
+        if !self.allowed {
             return;
         }
         let wall = self.window.elapsed();
@@ -224,37 +258,56 @@ impl Governor {
         let cpu = ferroce_drivers::wait::thread_cpu_time();
         let share = cpu.saturating_sub(self.cpu).as_secs_f64() / wall.as_secs_f64();
         self.busy = if self.busy {
-            share >= REALTIME_MAX_SHARE / 2.0
+            share >= RAISED_MAX_SHARE / 2.0
         } else {
-            share > REALTIME_MAX_SHARE
+            share > RAISED_MAX_SHARE
         };
         self.window = std::time::Instant::now();
         self.cpu = cpu;
-        self.apply();
+        let want = !self.busy;
+        if want != self.raised {
+            self.raised = if want {
+                Self::lift(self.raise)
+            } else {
+                !Self::drop_back(self.raise)
+            };
+        }
     }
 
-    fn apply(&mut self) {
-        let want = !self.busy;
-        if want == self.in_realtime {
-            return;
+    /// Raises the calling thread; false when refused.
+    fn lift(raise: Raise) -> bool {
+        use ferroce_drivers::wait;
+        match raise {
+            Raise::Nice => wait::request_nice(-20, WOKEN_SLICE).is_ok(),
+            Raise::Fifo => wait::request_realtime(1).is_ok(),
+            Raise::Off => false,
         }
-        self.in_realtime = if want {
-            ferroce_drivers::wait::request_realtime(1).is_ok()
-        } else {
-            ferroce_drivers::wait::leave_realtime(WOKEN_SLICE).is_err()
-        };
+    }
+
+    /// Back to nice 0 with a short slice; true when done.
+    fn drop_back(raise: Raise) -> bool {
+        use ferroce_drivers::wait;
+        match raise {
+            Raise::Nice => wait::request_nice(0, WOKEN_SLICE).is_ok(),
+            Raise::Fifo => wait::leave_realtime(WOKEN_SLICE).is_ok(),
+            Raise::Off => true,
+        }
     }
 }
 
-/// Says once per process, on stderr, that engine threads run in the normal class and what
-/// would let them run in the real-time one.
-fn realtime_refused() {
+/// Says once per process, on stderr, that engine threads could not be raised and what would
+/// let them.
+fn raise_refused(raise: Raise) {
     static SAID: std::sync::Once = std::sync::Once::new();
     SAID.call_once(|| {
+        let grant = match raise {
+            Raise::Fifo => "CAP_SYS_NICE or an RLIMIT_RTPRIO of 1 (ulimit -r 1)",
+            _ => "CAP_SYS_NICE or an RLIMIT_NICE of 40 (ulimit -e 40)",
+        };
         eprintln!(
-            "ferroce: engine threads run in the normal scheduling class, so latency tails may \
-             reach milliseconds; grant CAP_SYS_NICE or an RLIMIT_RTPRIO of 1 (ulimit -r 1) for \
-             the real-time class, or set FERROCE_ENGINE_SCHED=normal to silence this"
+            "ferroce: engine threads cannot be raised above the program's, so latency tails \
+             may reach milliseconds; grant {grant}, or set FERROCE_ENGINE_SCHED=normal to \
+             silence this"
         );
     });
 }
