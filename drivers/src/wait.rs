@@ -177,39 +177,29 @@ pub fn request_nice(nice: i32, slice: Duration) -> io::Result<()> {
 /// kernel's real-time throttling (`sched_rt_runtime_us`, 95 % by default) stops it; the
 /// caller bounds its own running time (see [`leave_realtime`]).
 pub fn request_realtime(priority: i32) -> io::Result<()> {
-    let param = libc::sched_param {
-        sched_priority: priority,
-    };
-    // SAFETY: sched_setscheduler(0, ...) reads the live `param` above for the calling thread.
-    let rc = unsafe {
-        libc::sched_setscheduler(
-            0,
-            libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK,
-            &raw const param,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    set_scheduler(libc::SCHED_FIFO, priority)
 }
 
 /// Puts the calling thread back in the normal class (it ran too long at real-time priority),
 /// with the short time slice [`request_short_slice`] asks for where the kernel grants it.
 pub fn leave_realtime(slice: Duration) -> io::Result<()> {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: as in `request_realtime`.
+    set_scheduler(libc::SCHED_OTHER, 0)?;
+    let _ = request_short_slice(slice);
+    Ok(())
+}
+
+/// `sched_setscheduler` for the calling thread, the policy reset to normal in any child.
+fn set_scheduler(policy: libc::c_int, priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: sched_setscheduler(0, ...) reads the live `param` above for the calling thread.
     let rc = unsafe {
-        libc::sched_setscheduler(
-            0,
-            libc::SCHED_OTHER | libc::SCHED_RESET_ON_FORK,
-            &raw const param,
-        )
+        libc::sched_setscheduler(0, policy | libc::SCHED_RESET_ON_FORK, &raw const param)
     };
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
-    let _ = request_short_slice(slice);
     Ok(())
 }
 

@@ -511,6 +511,17 @@ impl EngineSlot {
                 // have cut short: the holder is not reading them now (preempted, perhaps by
                 // this thread, whose sleeps on the port then all return at once). Wait for
                 // the lock in the kernel, which runs the holder until it lets go.
+                //
+                // This costs a program that turns the engine in a loop: `ib_send_bw` ran
+                // at 0.75–0.9 of its rate before (the engine thread holds the engine more,
+                // so more of the program's posts go through the inbox, and releases wake
+                // the waiter). Tried and dropped: sleeping on the port as before (raised, the
+                // engine thread kept the holder off its CPU: `ib_send_bw` at 2.1–4.2 Gb/s
+                // against 5.5–6.2); napping on the wakeup alone (round trips of 3–40 ms);
+                // dropping back to nice 0 until the engine is free (round trips of 0.8–3 ms,
+                // `ib_send_bw` 3.4–4.9); taking the engine between two of the program's
+                // turns before waiting (2000 looks), or sleeping again at once after the
+                // turn: no better.
                 Bedtime::Busy => {
                     self.idle.asleep.store(false, Ordering::Release);
                     if let Some(p) = &poller {
