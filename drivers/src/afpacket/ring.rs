@@ -236,7 +236,12 @@ impl Rings {
         let mut h = self.slot(&self.tx, self.tx_next);
         if Self::status(h) != libc::TP_STATUS_AVAILABLE {
             // The ring is full of frames the kernel has not sent: push them out, look again.
-            self.flush(fd);
+            // Whether or not this thread queued any since its last flush: frames a send
+            // refused stay queued (a link without carrier refuses every one), and a ring
+            // full of them is never looked at again unless something asks.
+            if Self::kick(fd) {
+                self.tx_pending = 0;
+            }
             h = self.slot(&self.tx, self.tx_next);
             if Self::status(h) != libc::TP_STATUS_AVAILABLE {
                 return Err(TxError::RingFull);
@@ -263,10 +268,27 @@ impl Rings {
         if self.tx_pending == 0 {
             return 0;
         }
-        // SAFETY: a zero-length send on a packet socket with a TX ring transmits the slots
-        // marked SEND_REQUEST; no buffer is read.
-        unsafe { libc::send(fd, std::ptr::null(), 0, libc::MSG_DONTWAIT) };
-        std::mem::take(&mut self.tx_pending)
+        // A refused send (no carrier, the socket's buffer full) leaves the kernel's head at
+        // the first refused frame: asked again at the next flush, and not counted as work
+        // (an engine whose link is down must still sleep).
+        if Self::kick(fd) {
+            std::mem::take(&mut self.tx_pending)
+        } else {
+            0
+        }
+    }
+
+    /// Asks the kernel to transmit every slot marked SEND_REQUEST, from its head on; false
+    /// when it refused one (it stops there, and the rest wait for the next ask).
+    ///
+    /// Asked twice when refused: the first send after the interface came back up fails
+    /// with the error its going down left on the socket (ENETDOWN), which that send clears.
+    fn kick(fd: i32) -> bool {
+        (0..2).any(|_| {
+            // SAFETY: a zero-length send on a packet socket with a TX ring transmits the
+            // slots marked SEND_REQUEST; no buffer is read.
+            unsafe { libc::send(fd, std::ptr::null(), 0, libc::MSG_DONTWAIT) >= 0 }
+        })
     }
 }
 
