@@ -176,10 +176,9 @@ enum Raise {
 
 impl Raise {
     fn from_env() -> Self {
-        // Off unless asked for: with engine threads raised, the port-failover runs of
-        // scripts/ibverbs-test.sh fail now and then (two fresh-root CI runs, and 1 of 2 whole
-        // runs of the script here: a READ QP out of retries, a WRITE stream that stopped, a
-        // QP whose probes home went unanswered).
+        // Off unless asked for: raised, an engine thread takes the work from a program
+        // that turns the engine itself in a loop, in small pieces (ib_send_bw at 0.81-0.87
+        // of its rate; docs/benchmarks.md has the measurements and what was tried).
         match std::env::var("FERROCE_ENGINE_SCHED").as_deref() {
             Ok("nice") => Self::Nice,
             Ok("fifo") => Self::Fifo,
