@@ -123,9 +123,23 @@ impl IcrcState {
         } else {
             (&MASKS_V6, MASKED_V6)
         };
-        let mut copy = [[0u8; 16]; COPY / 16];
         let mut h = hasher();
-        let first = &head[..head.len().min(head_len(head.len(), masked_len))];
+        let cut = head_len(head.len(), masked_len);
+        if cut == COPY {
+            if let Some((first, rest)) = head.split_first_chunk::<COPY>() {
+                // The usual case (every packet up to 2 KiB): the whole copy is written from
+                // the input, so the compiler need not clear it first.
+                let copy: [u8; COPY] =
+                    core::array::from_fn(|i| first[i] | masks.as_flattened()[i]);
+                h.update(&copy);
+                if !rest.is_empty() {
+                    h.update(rest);
+                }
+                return Self(h);
+            }
+        }
+        let mut copy = [[0u8; 16]; COPY / 16];
+        let first = &head[..head.len().min(cut)];
         let (chunks, _) = first.as_chunks::<16>();
         let copied = chunks.len() * 16;
         if copied >= masked_len {
@@ -135,7 +149,9 @@ impl IcrcState {
                 }
             }
             h.update(&copy.as_flattened()[..copied]);
-            h.update(&head[copied..]);
+            if head.len() > copied {
+                h.update(&head[copied..]);
+            }
         } else {
             // A short packet whose last masked field is in a partial chunk: patch bytes.
             let flat = copy.as_flattened_mut();
