@@ -10,8 +10,10 @@
 #   scripts/latency-tail.sh [ROUNDS] [TEST...]    (ROUNDS default 20; TEST e.g. ib_write_lat or
 #                                                 perf-write; default all six)
 # Environment: FERROCE_PROFILE (default release), ITERS (round trips per round, default 5000),
-# LAT_JSON=FILE (every round as JSON lines), and any FERROCE_* setting, which reaches every
-# program (e.g. FERROCE_ENGINE_SCHED=normal to measure without the real-time class).
+# LAT_JSON=FILE (every round as JSON lines), FERROCE_BIN (the `ferroce` binary to measure, by
+# default this tree's; another build's, to compare two in one sitting), and any FERROCE_*
+# setting, which reaches every program (e.g. FERROCE_ENGINE_SCHED=nice to raise engine
+# threads).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-20}
@@ -26,7 +28,7 @@ lib=$PWD/target/latency-tail-lib
 mkdir -p "$lib"
 rm -f "$lib"/*.so.1
 cp "target/$profile/libibverbs.so" "$lib/libibverbs.so.1"
-ferroce=$PWD/target/$profile/ferroce
+ferroce=${FERROCE_BIN:-$PWD/target/$profile/ferroce}
 
 p=frlat
 logs=$(mktemp -d)

@@ -26,6 +26,13 @@ use super::{
 };
 use crate::Failure;
 
+/// How long a latency test's side spins for its peer's answer before it yields the CPU on
+/// each look: longer than a round trip (about 15 µs on a veth pair), so a typical one never
+/// yields. On two cores the two processes' spinning threads sometimes share one, and a
+/// spinning waiter then keeps its peer, which holds the answer, off that CPU for a whole
+/// scheduler turn: a p99.9 of 2-4 ms (docs/benchmarks.md, issue 39).
+const LAT_SPIN: Duration = Duration::from_micros(50);
+
 const PARAMS_LEN: usize = 64;
 
 fn params(a: &Args) -> [u8; PARAMS_LEN] {
@@ -262,7 +269,13 @@ fn serve(a: &Args, me: &Side, stream: &mut OobStream) -> Outcome {
     let mut n = 0u64;
     let mut turns = 0u32;
     let mut last_export = me.ctx.now();
+    let lat = a.kind == Kind::Lat;
+    // When the last message came, for a latency test's wait (see `LAT_SPIN`).
+    let mut heard = Instant::now();
     loop {
+        if lat && heard.elapsed() > LAT_SPIN {
+            std::thread::yield_now();
+        }
         me.ctx.progress();
         turns = turns.wrapping_add(1);
         if turns.is_multiple_of(256) {
@@ -281,6 +294,7 @@ fn serve(a: &Args, me: &Side, stream: &mut OobStream) -> Outcome {
             if let Some(e) = bad(wc) {
                 out.failed = Some(e);
             }
+            heard = Instant::now();
             if wc.opcode.is_recv() {
                 let i = me.index_of(wc);
                 if a.kind == Kind::Lat {
@@ -301,6 +315,7 @@ fn serve(a: &Args, me: &Side, stream: &mut OobStream) -> Outcome {
             let m = (n % 127) as u8 + 1;
             let mut b = [0u8];
             if me.conns[0].mr.read(slot + last, &mut b) && b[0] == m {
+                heard = Instant::now();
                 me.conns[0].mr.write(slot + last, &[m | 0x80]);
                 if let Err(e) = post(a, me, 0, n, true) {
                     out.failed = Some(e);
@@ -420,9 +435,13 @@ fn client_lat(a: &Args, me: &Side) -> Outcome {
         let waited = Instant::now();
         let mut got = false;
         while !got {
-            if waited.elapsed() > patience {
+            let w = waited.elapsed();
+            if w > patience {
                 out.failed = Some(format!("no answer to message {n} within {patience:?}"));
                 return out;
+            }
+            if w > LAT_SPIN {
+                std::thread::yield_now();
             }
             me.ctx.progress();
             wcs.clear();

@@ -129,8 +129,7 @@ impl IcrcState {
             if let Some((first, rest)) = head.split_first_chunk::<COPY>() {
                 // The usual case (every packet up to 2 KiB): the whole copy is written from
                 // the input, so the compiler need not clear it first.
-                let copy: [u8; COPY] =
-                    core::array::from_fn(|i| first[i] | masks.as_flattened()[i]);
+                let copy: [u8; COPY] = core::array::from_fn(|i| first[i] | masks.as_flattened()[i]);
                 h.update(&copy);
                 if !rest.is_empty() {
                     h.update(rest);
