@@ -640,6 +640,53 @@ impl Device {
     }
 }
 
+/// How long a thread polls CQs that stay empty, while engine threads run, before it yields
+/// its CPU at every fourth further empty poll. Longer than a round trip on a veth pair, so a
+/// typical wait never yields. On two cores a program polling in a loop can share its CPU
+/// with the engine thread it waits for, woken by the very frame the program wants: the
+/// program turns the engine only when that thread does not hold it, and the thread, holding
+/// it, waits for the program's scheduler turn to end, milliseconds away.
+const POLL_SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+thread_local! {
+    /// This thread's empty CQ polls in a row, and when the first of them after the sixteenth
+    /// was (see [`POLL_SPIN`]).
+    static EMPTY_POLLS: std::cell::Cell<(u32, Option<std::time::Instant>)> =
+        const { std::cell::Cell::new((0, None)) };
+}
+
+impl Device {
+    /// After a CQ poll by a program thread: `found` whether it returned a completion. Yields
+    /// the CPU when the thread has polled empty CQs for longer than [`POLL_SPIN`] while
+    /// engine threads run.
+    pub(crate) fn polled(&self, found: bool) {
+        EMPTY_POLLS.with(|e| {
+            let (n, since) = e.get();
+            if found {
+                if n != 0 {
+                    e.set((0, None));
+                }
+                return;
+            }
+            let n = n.saturating_add(1);
+            let since = match since {
+                Some(t) => t,
+                None if n >= 16 && self.threaded.load(Ordering::Relaxed) => {
+                    std::time::Instant::now()
+                }
+                None => {
+                    e.set((n, None));
+                    return;
+                }
+            };
+            e.set((n, Some(since)));
+            if n.is_multiple_of(4) && since.elapsed() > POLL_SPIN {
+                std::thread::yield_now();
+            }
+        });
+    }
+}
+
 /// A poll of a CQ on a multi-engine device turns the engines of the CQ's QPs every time and
 /// the others on every this-many-th poll of the thread: a frame that receive-side scaling put
 /// on another engine's queue reaches the QP when that engine hands it on, and a thread that

@@ -1402,6 +1402,9 @@ impl CompletionQueue {
                 None => break,
             }
         }
+        if max > 0 {
+            self.ctx.dev.polled(n > 0);
+        }
         n
     }
 
@@ -1421,7 +1424,9 @@ impl CompletionQueue {
         if self.shared.queue.is_empty() {
             self.ctx.dev.progress_for(&self.shared);
         }
-        self.shared.queue.pop()
+        let wc = self.shared.queue.pop();
+        self.ctx.dev.polled(wc.is_some());
+        wc
     }
 
     /// One completion and its stamp, if one waits, without turning the engine (the
