@@ -52,6 +52,18 @@ fn send(from: &mut AfPacketPort, to: &AfPacketPort, tag: u32) -> bool {
     ok
 }
 
+/// Sends from `from` while its link is down until its transmit ring is full; how many
+/// frames it queued.
+fn fill(from: &mut AfPacketPort, to: &AfPacketPort, tag: u32) -> u32 {
+    let mut queued = 0u32;
+    while send(from, to, tag) {
+        queued += 1;
+        assert!(queued < 1_000_000, "the ring never filled");
+    }
+    assert!(queued > 0, "no frame was queued while the link was down");
+    queued
+}
+
 /// Whether `port` receives a frame of ours tagged `tag` within a second (other frames, the
 /// kernel's own neighbour discovery say, are skipped).
 fn receives(port: &mut AfPacketPort, tag: u32) -> bool {
@@ -102,12 +114,7 @@ fn a_port_transmits_again_after_its_link_comes_back() {
         // frames, which stay in the ring until it is full.
         ip(&["link", "set", "flb", "down"]);
         wait_link(&a, LinkState::Down);
-        let mut refused = 0u32;
-        while send(&mut a, &b, 2) {
-            refused += 1;
-            assert!(refused < 1_000_000, "the ring never filled");
-        }
-        assert!(refused > 0, "no frame was queued while the link was down");
+        let refused = fill(&mut a, &b, 2);
 
         // Back up: frames leave again (the stale ones first, then the new).
         ip(&["link", "set", "flb", "up"]);
@@ -123,11 +130,7 @@ fn a_port_transmits_again_after_its_link_comes_back() {
         // ENETDOWN before it looks at a frame), and frames still arrive here afterwards.
         ip(&["link", "set", "fla", "down"]);
         wait_link(&a, LinkState::Down);
-        let mut refused = 0u32;
-        while send(&mut a, &b, 4) {
-            refused += 1;
-            assert!(refused < 1_000_000, "the ring never filled");
-        }
+        let refused = fill(&mut a, &b, 4);
         ip(&["link", "set", "fla", "up"]);
         wait_link(&a, LinkState::Up);
         wait_link(&b, LinkState::Up);
