@@ -290,11 +290,13 @@ fn serve(a: &Args, me: &Side, stream: &mut OobStream) -> Outcome {
         }
         wcs.clear();
         me.cq.poll(&mut wcs, 64);
+        if lat && !wcs.is_empty() {
+            heard = Instant::now();
+        }
         for wc in &wcs {
             if let Some(e) = bad(wc) {
                 out.failed = Some(e);
             }
-            heard = Instant::now();
             if wc.opcode.is_recv() {
                 let i = me.index_of(wc);
                 if a.kind == Kind::Lat {
